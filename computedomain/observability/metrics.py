@@ -1,0 +1,214 @@
+"""ComputeDomain readiness metrics (the domain half; runtime metrics live in computedomain.runtime).
+
+Cardinality is bounded by the objects we manage: `namespace`/`name` per domain and `clique`
+per clique. Pod names, IPs, UIDs and messages never become label values.
+
+Per-domain state is held in plain dicts and rendered by a custom collector at scrape time, so
+forgetting a domain is one dict deletion and a scrape always sees one consistent snapshot.
+"""
+
+from __future__ import annotations
+
+from collections import Counter as TallyCounter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from threading import Lock
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, disable_created_metrics
+from prometheus_client.metrics_core import GaugeMetricFamily, Metric
+
+PREFIX = "computedomain_"
+
+# kube-state-metrics spells condition statuses in lower case; one series per value.
+CONDITION_STATUSES: tuple[str, ...] = ("true", "false", "unknown")
+# Daemon statuses of a CD's status.nodes entries; both are always exported (0 when absent).
+NODE_STATUSES: tuple[str, ...] = ("Ready", "NotReady")
+# Global CD statuses (status.status); both are always exported for NVIDIA's gauge.
+GLOBAL_STATUSES: tuple[str, ...] = ("Ready", "NotReady")
+
+# Creation to Ready spans a DS rollout, image pulls and IMEX start (upstream: 30-60 s for a
+# first pod, minutes at scale), so buckets reach an hour.
+TIME_TO_READY_BUCKETS: tuple[float, ...] = (
+    1, 2, 5, 10, 15, 20, 30, 45, 60, 90, 120, 180, 300, 600, 900, 1800, 3600,
+)  # fmt: skip
+DAEMON_READY_BUCKETS: tuple[float, ...] = (
+    0.5, 1, 2, 5, 10, 15, 20, 30, 45, 60, 90, 120, 180, 300, 600, 1200,
+)  # fmt: skip
+
+
+@dataclass
+class _DomainState:
+    conditions: dict[str, str] = field(default_factory=dict)
+    nodes_by_status: dict[str, int] = field(default_factory=dict)
+    cliques: int = 0
+    global_status: str = ""
+
+
+def _condition_status(value: str) -> str:
+    lowered = value.lower()
+    return lowered if lowered in CONDITION_STATUSES else "unknown"
+
+
+class _DomainStateCollector:
+    """Renders the per-domain and per-clique gauges from the latest observed state."""
+
+    def __init__(self) -> None:
+        self._lock = Lock()
+        self.domains: dict[tuple[str, str], _DomainState] = {}
+        self.clique_nodes: dict[str, int] = {}
+        self.clique_nodes_in_use: dict[str, int] = {}
+
+    def lock(self) -> Lock:
+        return self._lock
+
+    def describe(self) -> Iterable[Metric]:
+        return self._families()
+
+    def collect(self) -> Iterable[Metric]:
+        with self._lock:
+            families = self._families()
+            condition, nodes, cliques, clique_nodes, clique_in_use, info = families
+            global_counts: TallyCounter[str] = TallyCounter({s: 0 for s in GLOBAL_STATUSES})
+            for (namespace, name), state in sorted(self.domains.items()):
+                for ctype, cstatus in sorted(state.conditions.items()):
+                    current = _condition_status(cstatus)
+                    for status in CONDITION_STATUSES:
+                        value = 1.0 if status == current else 0.0
+                        condition.add_metric([namespace, name, ctype, status], value)
+                statuses = dict.fromkeys(NODE_STATUSES, 0) | state.nodes_by_status
+                for status, count in sorted(statuses.items()):
+                    nodes.add_metric([namespace, name, status], float(count))
+                cliques.add_metric([namespace, name], float(state.cliques))
+                if state.global_status:
+                    global_counts[state.global_status] += 1
+            for clique, count in sorted(self.clique_nodes.items()):
+                clique_nodes.add_metric([clique], float(count))
+            for clique, count in sorted(self.clique_nodes_in_use.items()):
+                clique_in_use.add_metric([clique], float(count))
+            for status, count in sorted(global_counts.items()):
+                info.add_metric([status], float(count))
+        return families
+
+    @staticmethod
+    def _families() -> list[GaugeMetricFamily]:
+        return [
+            GaugeMetricFamily(
+                PREFIX + "status_condition",
+                "Condition of a ComputeDomain: 1 for the current status, 0 for the others.",
+                labels=["namespace", "name", "condition", "status"],
+            ),
+            GaugeMetricFamily(
+                PREFIX + "nodes",
+                "Nodes of a ComputeDomain by the status of their IMEX daemon.",
+                labels=["namespace", "name", "status"],
+            ),
+            GaugeMetricFamily(
+                PREFIX + "cliques",
+                "Number of NVLink cliques the nodes of a ComputeDomain span.",
+                labels=["namespace", "name"],
+            ),
+            GaugeMetricFamily(
+                PREFIX + "clique_nodes",
+                "Nodes carrying an nvidia.com/gpu.clique label, per clique.",
+                labels=["clique"],
+            ),
+            GaugeMetricFamily(
+                PREFIX + "clique_nodes_in_use",
+                "Nodes of a clique that currently belong to a ComputeDomain.",
+                labels=["clique"],
+            ),
+            GaugeMetricFamily(
+                "nvidia_dra_compute_domain_info",
+                "Number of ComputeDomains per global status (NVIDIA-compatible).",
+                labels=["status"],
+            ),
+        ]
+
+
+class DomainMetrics:
+    """Domain metric families registered on `registry`; the reconciler and sweeper call the methods.
+
+    Disables the `*_created` series process-wide (prometheus-client has only a global switch),
+    so the exposition matches Go controllers.
+    """
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        disable_created_metrics()
+        self._state = _DomainStateCollector()
+        registry.register(self._state)
+        self._time_to_ready = Histogram(
+            PREFIX + "time_to_ready_seconds",
+            "Time from a ComputeDomain's creation until its Ready condition first turned True.",
+            buckets=TIME_TO_READY_BUCKETS,
+            registry=registry,
+        )
+        self._daemon_ready_latency = Histogram(
+            PREFIX + "daemon_ready_latency_seconds",
+            "Time from a node joining a ComputeDomain until its IMEX daemon turned Ready.",
+            buckets=DAEMON_READY_BUCKETS,
+            registry=registry,
+        )
+        self._orphan_cleanups = Counter(
+            PREFIX + "orphan_cleanups_total",
+            "Orphaned objects cleaned up (children and node labels of ComputeDomains gone).",
+            ["kind"],
+            registry=registry,
+        )
+        self._foreign_refused = Counter(
+            PREFIX + "foreign_objects_refused_total",
+            "Objects at a child's name that carry another owner's label and were left alone.",
+            ["kind"],
+            registry=registry,
+        )
+
+    def observe_domain(
+        self,
+        namespace: str,
+        name: str,
+        *,
+        conditions: Mapping[str, str],
+        nodes_by_status: Mapping[str, int],
+        cliques: int,
+        global_status: str,
+    ) -> None:
+        """Replace everything known about one domain; conditions absent now lose their series."""
+        state = _DomainState(
+            conditions=dict(conditions),
+            nodes_by_status=dict(nodes_by_status),
+            cliques=cliques,
+            global_status=global_status,
+        )
+        with self._state.lock():
+            self._state.domains[(namespace, name)] = state
+
+    def forget_domain(self, namespace: str, name: str) -> None:
+        """Drop every series of a deleted domain (a no-op for an unknown one)."""
+        with self._state.lock():
+            self._state.domains.pop((namespace, name), None)
+
+    def observe_time_to_ready(self, seconds: float) -> None:
+        self._time_to_ready.observe(max(seconds, 0.0))
+
+    def observe_daemon_ready_latency(self, seconds: float) -> None:
+        self._daemon_ready_latency.observe(max(seconds, 0.0))
+
+    def set_clique_inventory(
+        self, nodes_per_clique: Mapping[str, int], in_use: Mapping[str, int]
+    ) -> None:
+        """Replace the clique inventory; cliques missing from both mappings lose their series."""
+        with self._state.lock():
+            self._state.clique_nodes = dict(nodes_per_clique)
+            self._state.clique_nodes_in_use = {
+                clique: in_use.get(clique, 0) for clique in nodes_per_clique
+            } | dict(in_use)
+
+    def inc_orphan_cleanup(self, kind: str) -> None:
+        self._orphan_cleanups.labels(kind=kind).inc()
+
+    def inc_foreign_refused(self, kind: str) -> None:
+        self._foreign_refused.labels(kind=kind).inc()
+
+    def known_domains(self) -> list[tuple[str, str]]:
+        """The exported (namespace, name) pairs, e.g. to forget domains gone from the cache."""
+        with self._state.lock():
+            return sorted(self._state.domains)

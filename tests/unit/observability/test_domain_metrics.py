@@ -1,0 +1,198 @@
+"""DomainMetrics: scrape a private registry and check series, values and removal."""
+
+from __future__ import annotations
+
+import pytest
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from computedomain.observability.metrics import DomainMetrics
+
+Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
+
+
+def scrape(registry: CollectorRegistry) -> Samples:
+    text = generate_latest(registry).decode()
+    samples: Samples = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            samples[(sample.name, frozenset(sample.labels.items()))] = sample.value
+    return samples
+
+
+def series(samples: Samples, metric: str, /, **labels: str) -> float | None:
+    return samples.get((metric, frozenset(labels.items())))
+
+
+def names(samples: Samples) -> set[str]:
+    return {name for name, _ in samples}
+
+
+@pytest.fixture
+def registry() -> CollectorRegistry:
+    return CollectorRegistry()
+
+
+@pytest.fixture
+def metrics(registry: CollectorRegistry) -> DomainMetrics:
+    return DomainMetrics(registry)
+
+
+def observe_ready_domain(metrics: DomainMetrics, namespace: str = "team", name: str = "cd") -> None:
+    metrics.observe_domain(
+        namespace,
+        name,
+        conditions={"Ready": "True", "SpansMultipleCliques": "False"},
+        nodes_by_status={"Ready": 3},
+        cliques=1,
+        global_status="Ready",
+    )
+
+
+def test_conditions_are_exported_kube_state_metrics_style(
+    registry: CollectorRegistry, metrics: DomainMetrics
+) -> None:
+    observe_ready_domain(metrics)
+    s = scrape(registry)
+    cond = "computedomain_status_condition"
+    labels = {"namespace": "team", "name": "cd", "condition": "Ready"}
+    assert series(s, cond, **labels, status="true") == 1
+    assert series(s, cond, **labels, status="false") == 0
+    assert series(s, cond, **labels, status="unknown") == 0
+    multi = {**labels, "condition": "SpansMultipleCliques"}
+    assert series(s, cond, **multi, status="false") == 1
+    assert series(s, cond, **multi, status="true") == 0
+
+
+def test_unrecognised_condition_status_counts_as_unknown(
+    registry: CollectorRegistry, metrics: DomainMetrics
+) -> None:
+    metrics.observe_domain(
+        "team", "cd", conditions={"Ready": "Maybe"}, nodes_by_status={}, cliques=0,
+        global_status="NotReady",
+    )  # fmt: skip
+    s = scrape(registry)
+    labels = {"namespace": "team", "name": "cd", "condition": "Ready"}
+    assert series(s, "computedomain_status_condition", **labels, status="unknown") == 1
+    assert series(s, "computedomain_status_condition", **labels, status="true") == 0
+
+
+def test_nodes_by_status_always_has_ready_and_not_ready(
+    registry: CollectorRegistry, metrics: DomainMetrics
+) -> None:
+    observe_ready_domain(metrics)
+    s = scrape(registry)
+    assert series(s, "computedomain_nodes", namespace="team", name="cd", status="Ready") == 3
+    assert series(s, "computedomain_nodes", namespace="team", name="cd", status="NotReady") == 0
+    assert series(s, "computedomain_cliques", namespace="team", name="cd") == 1
+
+
+def test_a_new_observation_replaces_the_old_one(
+    registry: CollectorRegistry, metrics: DomainMetrics
+) -> None:
+    observe_ready_domain(metrics)
+    metrics.observe_domain(
+        "team", "cd", conditions={"Ready": "False"}, nodes_by_status={"NotReady": 2},
+        cliques=2, global_status="NotReady",
+    )  # fmt: skip
+    s = scrape(registry)
+    cond = "computedomain_status_condition"
+    assert series(s, cond, namespace="team", name="cd", condition="Ready", status="false") == 1
+    gone = {"namespace": "team", "name": "cd", "condition": "SpansMultipleCliques"}
+    assert series(s, cond, **gone, status="false") is None
+    assert series(s, "computedomain_nodes", namespace="team", name="cd", status="Ready") == 0
+    assert series(s, "computedomain_nodes", namespace="team", name="cd", status="NotReady") == 2
+    assert series(s, "computedomain_cliques", namespace="team", name="cd") == 2
+
+
+def test_forget_domain_removes_every_series_of_that_domain(
+    registry: CollectorRegistry, metrics: DomainMetrics
+) -> None:
+    observe_ready_domain(metrics, name="gone")
+    observe_ready_domain(metrics, name="kept")
+    metrics.forget_domain("team", "gone")
+    metrics.forget_domain("team", "never-seen")
+    s = scrape(registry)
+    assert not [key for key in s if ("name", "gone") in key[1]]
+    assert series(s, "computedomain_cliques", namespace="team", name="kept") == 1
+    assert metrics.known_domains() == [("team", "kept")]
+
+
+def test_nvidia_info_gauge_counts_domains_per_global_status(
+    registry: CollectorRegistry, metrics: DomainMetrics
+) -> None:
+    s = scrape(registry)
+    assert series(s, "nvidia_dra_compute_domain_info", status="Ready") == 0
+    assert series(s, "nvidia_dra_compute_domain_info", status="NotReady") == 0
+    observe_ready_domain(metrics, name="a")
+    observe_ready_domain(metrics, name="b")
+    metrics.observe_domain(
+        "other", "c", conditions={}, nodes_by_status={}, cliques=0, global_status="NotReady"
+    )
+    s = scrape(registry)
+    assert series(s, "nvidia_dra_compute_domain_info", status="Ready") == 2
+    assert series(s, "nvidia_dra_compute_domain_info", status="NotReady") == 1
+    metrics.forget_domain("team", "a")
+    s = scrape(registry)
+    assert series(s, "nvidia_dra_compute_domain_info", status="Ready") == 1
+
+
+def test_histograms_use_base_units_and_fixed_buckets(
+    registry: CollectorRegistry, metrics: DomainMetrics
+) -> None:
+    metrics.observe_time_to_ready(42.0)
+    metrics.observe_daemon_ready_latency(3.0)
+    metrics.observe_daemon_ready_latency(-1.0)  # clock skew must not produce a negative sum
+    s = scrape(registry)
+    assert series(s, "computedomain_time_to_ready_seconds_count") == 1
+    assert series(s, "computedomain_time_to_ready_seconds_sum") == 42.0
+    assert series(s, "computedomain_time_to_ready_seconds_bucket", le="30.0") == 0
+    assert series(s, "computedomain_time_to_ready_seconds_bucket", le="45.0") == 1
+    assert series(s, "computedomain_daemon_ready_latency_seconds_count") == 2
+    assert series(s, "computedomain_daemon_ready_latency_seconds_sum") == 3.0
+    assert series(s, "computedomain_daemon_ready_latency_seconds_bucket", le="0.5") == 1
+
+
+def test_clique_inventory_is_replaced_whole(
+    registry: CollectorRegistry, metrics: DomainMetrics
+) -> None:
+    metrics.set_clique_inventory({"uuid.1": 18, "uuid.2": 18}, {"uuid.1": 4})
+    s = scrape(registry)
+    assert series(s, "computedomain_clique_nodes", clique="uuid.1") == 18
+    assert series(s, "computedomain_clique_nodes_in_use", clique="uuid.1") == 4
+    assert series(s, "computedomain_clique_nodes_in_use", clique="uuid.2") == 0
+    metrics.set_clique_inventory({"uuid.2": 17}, {})
+    s = scrape(registry)
+    assert series(s, "computedomain_clique_nodes", clique="uuid.1") is None
+    assert series(s, "computedomain_clique_nodes_in_use", clique="uuid.1") is None
+    assert series(s, "computedomain_clique_nodes", clique="uuid.2") == 17
+
+
+def test_counters_have_total_suffix_and_no_created_series(
+    registry: CollectorRegistry, metrics: DomainMetrics
+) -> None:
+    metrics.inc_orphan_cleanup("DaemonSet")
+    metrics.inc_orphan_cleanup("DaemonSet")
+    metrics.inc_foreign_refused("ResourceClaimTemplate")
+    metrics.observe_time_to_ready(1.0)
+    s = scrape(registry)
+    assert series(s, "computedomain_orphan_cleanups_total", kind="DaemonSet") == 2
+    assert (
+        series(s, "computedomain_foreign_objects_refused_total", kind="ResourceClaimTemplate") == 1
+    )
+    assert not [name for name in names(s) if name.endswith("_created")]
+
+
+def test_every_domain_metric_has_the_prefix_or_is_nvidias(
+    registry: CollectorRegistry, metrics: DomainMetrics
+) -> None:
+    observe_ready_domain(metrics)
+    metrics.set_clique_inventory({"u.1": 1}, {})
+    for name in names(scrape(registry)):
+        assert name.startswith(("computedomain_", "nvidia_dra_compute_domain_info")), name
+
+
+def test_a_second_instance_on_one_registry_is_refused(registry: CollectorRegistry) -> None:
+    DomainMetrics(registry)
+    with pytest.raises(ValueError, match="Duplicated timeseries"):
+        DomainMetrics(registry)
