@@ -1,0 +1,450 @@
+"""A small async Kubernetes client speaking raw JSON.
+
+kubernetes-asyncio's ``ApiClient`` supplies configuration, authentication, TLS and the aiohttp
+session. Everything above that is ours: we call ``call_api`` with ``_preload_content=False``
+and check every status ourselves (36.1.0 lacks the #402 fix), always pass an explicit timeout
+(an unbounded default hangs on half-open connections, #259), set patch content types explicitly
+(#68), and stream watch lines ourselves.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from collections.abc import AsyncIterator, Mapping
+from typing import Any, Literal
+from urllib.parse import urlsplit
+
+import aiohttp
+from kubernetes_asyncio import config as kube_config
+from kubernetes_asyncio.client import ApiClient, Configuration
+from prometheus_client import CollectorRegistry
+
+from computedomain.runtime.clock import Clock, SystemClock
+from computedomain.runtime.metrics import RuntimeMetrics
+from computedomain.runtime.ratelimit import TokenBucket
+from computedomain.runtime.resources import Resource
+
+log = logging.getLogger(__name__)
+
+PatchType = Literal["merge", "json", "apply", "strategic"]
+PATCH_CONTENT_TYPES: Mapping[str, str] = {
+    "merge": "application/merge-patch+json",
+    "json": "application/json-patch+json",
+    "apply": "application/apply-patch+yaml",
+    "strategic": "application/strategic-merge-patch+json",
+}
+
+DEFAULT_FIELD_MANAGER = "computedomain-controller"
+DEFAULT_REQUEST_TIMEOUT = 30.0
+DEFAULT_WATCH_INACTIVITY_TIMEOUT = 70.0
+_WATCH_CHUNK_LIMIT = 64 * 1024 * 1024
+
+
+class ApiError(Exception):
+    """A non-2xx answer from the apiserver (or an ERROR event on a watch)."""
+
+    def __init__(
+        self,
+        status: int,
+        reason: str = "",
+        message: str = "",
+        *,
+        retry_after: float | None = None,
+        body: dict[str, Any] | None = None,
+    ) -> None:
+        super().__init__(f"{status} {reason}: {message}" if reason else f"{status}: {message}")
+        self.status = status
+        self.reason = reason
+        self.message = message
+        self.retry_after = retry_after
+        self.body = body
+
+    @classmethod
+    def from_status(
+        cls, http_status: int, body: dict[str, Any] | None, retry_after: float | None = None
+    ) -> ApiError:
+        """Build from a ``Status`` object; ``body.code`` wins over the HTTP status."""
+        body = body if isinstance(body, dict) else None
+        status = http_status
+        reason = ""
+        message = ""
+        if body is not None and body.get("kind") == "Status":
+            code = body.get("code")
+            if isinstance(code, int) and code > 0:
+                status = code
+            reason = str(body.get("reason") or "")
+            message = str(body.get("message") or "")
+        return cls(status, reason, message, retry_after=retry_after, body=body)
+
+    @property
+    def is_not_found(self) -> bool:
+        return self.status == 404
+
+    @property
+    def is_conflict(self) -> bool:
+        return self.status == 409 and self.reason != "AlreadyExists"
+
+    @property
+    def is_already_exists(self) -> bool:
+        return self.status == 409 and self.reason == "AlreadyExists"
+
+    @property
+    def is_invalid(self) -> bool:
+        return self.status == 422
+
+    @property
+    def is_forbidden(self) -> bool:
+        return self.status == 403
+
+    @property
+    def is_too_many_requests(self) -> bool:
+        return self.status == 429
+
+    @property
+    def is_gone(self) -> bool:
+        """The resourceVersion is too old (410 Gone / Expired)."""
+        return self.status == 410
+
+
+def _parse_retry_after(value: str | None) -> float | None:
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        return None
+
+
+def _decode(raw: bytes) -> dict[str, Any] | None:
+    if not raw:
+        return None
+    try:
+        decoded = json.loads(raw)
+    except ValueError:
+        return None
+    return decoded if isinstance(decoded, dict) else None
+
+
+class KubeClient:
+    def __init__(
+        self,
+        api_client: ApiClient,
+        *,
+        field_manager: str = DEFAULT_FIELD_MANAGER,
+        metrics: RuntimeMetrics | None = None,
+        rate_limiter: TokenBucket | None = None,
+        request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
+        clock: Clock | None = None,
+    ) -> None:
+        self.api_client = api_client
+        self.field_manager = field_manager
+        self.metrics = metrics or RuntimeMetrics(CollectorRegistry())
+        self.rate_limiter = rate_limiter
+        self.request_timeout = request_timeout
+        self.clock = clock or SystemClock()
+        self.host = urlsplit(api_client.configuration.host).netloc or api_client.configuration.host
+
+    @classmethod
+    def from_api_client(
+        cls,
+        api_client: ApiClient,
+        *,
+        field_manager: str = DEFAULT_FIELD_MANAGER,
+        metrics: RuntimeMetrics | None = None,
+        qps: float | None = None,
+        burst: int | None = None,
+        request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
+    ) -> KubeClient:
+        limiter = TokenBucket(qps, burst or max(1, int(qps))) if qps else None
+        return cls(
+            api_client,
+            field_manager=field_manager,
+            metrics=metrics,
+            rate_limiter=limiter,
+            request_timeout=request_timeout,
+        )
+
+    async def close(self) -> None:
+        await self.api_client.close()
+
+    # -- plumbing ---------------------------------------------------------------------------
+
+    async def _send(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: list[tuple[str, str]] | None = None,
+        body: Any = None,
+        content_type: str = "application/json",
+        client_timeout: aiohttp.ClientTimeout | None = None,
+    ) -> aiohttp.ClientResponse:
+        """Send one request and return the unread response; counts it in the metrics."""
+        headers = {"Accept": "application/json", "Content-Type": content_type}
+        started = time.monotonic()
+        code = "<error>"
+        try:
+            response: aiohttp.ClientResponse = await self.api_client.call_api(
+                path,
+                method,
+                query_params=query or [],
+                header_params=headers,
+                body=body,
+                auth_settings=["BearerToken"],
+                _preload_content=False,
+                _request_timeout=client_timeout
+                or aiohttp.ClientTimeout(total=self.request_timeout),
+            )
+            code = str(response.status)
+            return response
+        finally:
+            self.metrics.rest_client_requests_total.labels(
+                code=code, method=method, host=self.host
+            ).inc()
+            self.metrics.rest_client_request_duration_seconds.labels(
+                verb=method, host=self.host
+            ).observe(time.monotonic() - started)
+
+    async def _request(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: list[tuple[str, str]] | None = None,
+        body: Any = None,
+        content_type: str = "application/json",
+    ) -> dict[str, Any] | None:
+        if self.rate_limiter is not None:
+            await self.rate_limiter.acquire()
+        response = await self._send(method, path, query=query, body=body, content_type=content_type)
+        try:
+            raw = await response.read()
+        finally:
+            response.release()
+        decoded = _decode(raw)
+        if not 200 <= response.status <= 299:
+            raise ApiError.from_status(
+                response.status,
+                decoded,
+                retry_after=_parse_retry_after(response.headers.get("Retry-After")),
+            )
+        return decoded
+
+    async def _request_object(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
+        result = await self._request(method, path, **kwargs)
+        if result is None:
+            raise ApiError(0, "InvalidResponse", f"{method} {path}: empty or non-JSON body")
+        return result
+
+    def _write_query(
+        self, field_manager: str | None = None, extra: list[tuple[str, str]] | None = None
+    ) -> list[tuple[str, str]]:
+        query = [("fieldManager", field_manager or self.field_manager)]
+        return query + (extra or [])
+
+    # -- verbs ------------------------------------------------------------------------------
+
+    async def get(self, res: Resource, name: str, namespace: str | None = None) -> dict[str, Any]:
+        return await self._request_object("GET", res.path(namespace, name))
+
+    async def list(
+        self,
+        res: Resource,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        resource_version: str | None = None,
+        limit: int | None = None,
+        continue_token: str | None = None,
+    ) -> dict[str, Any]:
+        query: list[tuple[str, str]] = []
+        if label_selector:
+            query.append(("labelSelector", label_selector))
+        if field_selector:
+            query.append(("fieldSelector", field_selector))
+        if resource_version is not None:
+            query.append(("resourceVersion", resource_version))
+        if limit is not None:
+            query.append(("limit", str(limit)))
+        if continue_token:
+            query.append(("continue", continue_token))
+        result = await self._request_object("GET", res.path(namespace), query=query)
+        if result.get("items") is None:
+            result["items"] = []
+        return result
+
+    async def create(
+        self, res: Resource, body: dict[str, Any], namespace: str | None = None
+    ) -> dict[str, Any]:
+        return await self._request_object(
+            "POST", res.path(namespace), query=self._write_query(), body=body
+        )
+
+    async def replace(
+        self,
+        res: Resource,
+        body: dict[str, Any],
+        namespace: str | None = None,
+        subresource: str | None = None,
+    ) -> dict[str, Any]:
+        name = body.get("metadata", {}).get("name")
+        if not name:
+            raise ValueError("replace needs body.metadata.name")
+        return await self._request_object(
+            "PUT", res.path(namespace, name, subresource), query=self._write_query(), body=body
+        )
+
+    async def patch(
+        self,
+        res: Resource,
+        name: str,
+        patch: Any,
+        namespace: str | None = None,
+        patch_type: PatchType = "merge",
+        subresource: str | None = None,
+        field_manager: str | None = None,
+        force: bool | None = None,
+    ) -> dict[str, Any]:
+        extra: list[tuple[str, str]] = []
+        if force is not None:
+            if patch_type != "apply":
+                raise ValueError("force is only valid for apply patches")
+            extra.append(("force", "true" if force else "false"))
+        return await self._request_object(
+            "PATCH",
+            res.path(namespace, name, subresource),
+            query=self._write_query(field_manager, extra),
+            body=patch,
+            content_type=PATCH_CONTENT_TYPES[patch_type],
+        )
+
+    async def delete(
+        self,
+        res: Resource,
+        name: str,
+        namespace: str | None = None,
+        propagation_policy: str | None = None,
+        preconditions_uid: str | None = None,
+    ) -> dict[str, Any] | None:
+        options: dict[str, Any] = {"apiVersion": "v1", "kind": "DeleteOptions"}
+        if propagation_policy:
+            options["propagationPolicy"] = propagation_policy
+        if preconditions_uid:
+            options["preconditions"] = {"uid": preconditions_uid}
+        return await self._request("DELETE", res.path(namespace, name), body=options)
+
+    async def watch(
+        self,
+        res: Resource,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        resource_version: str | None = None,
+        timeout_seconds: int = 300,
+        allow_bookmarks: bool = True,
+        field_selector: str | None = None,
+        inactivity_timeout: float = DEFAULT_WATCH_INACTIVITY_TIMEOUT,
+    ) -> AsyncIterator[tuple[str, dict[str, Any]]]:
+        """Stream ``(type, object)`` events until the server ends the watch.
+
+        An ERROR event raises ``ApiError`` (410 when the resourceVersion is too old). A
+        connection silent for ``inactivity_timeout`` raises ``asyncio.TimeoutError``.
+        """
+        query: list[tuple[str, str]] = [
+            ("watch", "true"),
+            ("timeoutSeconds", str(int(timeout_seconds))),
+        ]
+        if allow_bookmarks:
+            query.append(("allowWatchBookmarks", "true"))
+        if resource_version is not None:
+            query.append(("resourceVersion", resource_version))
+        if label_selector:
+            query.append(("labelSelector", label_selector))
+        if field_selector:
+            query.append(("fieldSelector", field_selector))
+        stream_timeout = aiohttp.ClientTimeout(
+            total=None, sock_connect=self.request_timeout, sock_read=inactivity_timeout
+        )
+        response = await self._send(
+            "GET", res.path(namespace), query=query, client_timeout=stream_timeout
+        )
+        try:
+            if not 200 <= response.status <= 299:
+                raw = await response.read()
+                raise ApiError.from_status(
+                    response.status,
+                    _decode(raw),
+                    retry_after=_parse_retry_after(response.headers.get("Retry-After")),
+                )
+            async for line in _lines(response):
+                event = _decode(line)
+                if event is None:
+                    log.warning("Skipped undecodable watch line", extra={"path": res.path()})
+                    continue
+                event_type = str(event.get("type", ""))
+                obj = event.get("object")
+                if not isinstance(obj, dict):
+                    continue
+                if event_type == "ERROR":
+                    raise ApiError.from_status(int(obj.get("code") or 500), obj)
+                yield event_type, obj
+        finally:
+            response.release()
+
+
+async def _lines(response: aiohttp.ClientResponse) -> AsyncIterator[bytes]:
+    """Split the chunked body on newlines ourselves: objects can exceed aiohttp's line limit."""
+    buffer = bytearray()
+    async for chunk in response.content.iter_any():
+        buffer.extend(chunk)
+        while True:
+            end = buffer.find(b"\n")
+            if end < 0:
+                break
+            line = bytes(buffer[:end]).strip()
+            del buffer[: end + 1]
+            if line:
+                yield line
+        if len(buffer) > _WATCH_CHUNK_LIMIT:
+            raise ApiError(0, "InvalidResponse", "watch line exceeds 64 MiB")
+    tail = bytes(buffer).strip()
+    if tail:
+        yield tail
+
+
+def _in_cluster() -> bool:
+    return bool(os.environ.get("KUBERNETES_SERVICE_HOST")) and os.path.exists(
+        "/var/run/secrets/kubernetes.io/serviceaccount/token"
+    )
+
+
+async def load_client(
+    kubeconfig: str | None,
+    qps: float,
+    burst: int,
+    *,
+    field_manager: str = DEFAULT_FIELD_MANAGER,
+    metrics: RuntimeMetrics | None = None,
+    request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
+) -> KubeClient:
+    """Build a client from ``kubeconfig``, else in-cluster credentials, else ~/.kube/config.
+
+    In-cluster credentials re-read the projected token, so bound-token rotation works.
+    """
+    configuration = Configuration()
+    if kubeconfig is None and _in_cluster():
+        kube_config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+    else:
+        await kube_config.load_kube_config(
+            config_file=kubeconfig, client_configuration=configuration, persist_config=False
+        )
+    api_client = ApiClient(configuration)
+    return KubeClient(
+        api_client,
+        field_manager=field_manager,
+        metrics=metrics,
+        rate_limiter=TokenBucket(qps, burst),
+        request_timeout=request_timeout,
+    )

@@ -1,0 +1,36 @@
+"""A token bucket in the style of golang.org/x/time/rate ``Reserve``.
+
+Reservations may drive the balance negative: the caller is told how long to wait for its
+token instead of being refused, which is what both the client and the workqueue need.
+"""
+
+from __future__ import annotations
+
+from computedomain.runtime.clock import Clock, SystemClock
+
+
+class TokenBucket:
+    def __init__(self, qps: float, burst: int, clock: Clock | None = None) -> None:
+        if qps <= 0 or burst < 1:
+            raise ValueError("qps must be positive and burst at least 1")
+        self.qps = qps
+        self.burst = burst
+        self._clock = clock or SystemClock()
+        self._tokens = float(burst)
+        self._last = self._clock.now()
+
+    def reserve(self) -> float:
+        """Take one token; return the seconds to wait before it may be used (0 if available)."""
+        now = self._clock.now()
+        self._tokens = min(float(self.burst), self._tokens + (now - self._last) * self.qps)
+        self._last = now
+        self._tokens -= 1.0
+        if self._tokens >= 0:
+            return 0.0
+        return -self._tokens / self.qps
+
+    async def acquire(self) -> None:
+        """Wait until a token is ours."""
+        delay = self.reserve()
+        if delay > 0:
+            await self._clock.sleep(delay)
