@@ -133,7 +133,7 @@ class DomainMetrics:
     """
 
     def __init__(self, registry: CollectorRegistry) -> None:
-        disable_created_metrics()
+        disable_created_metrics()  # type: ignore[no-untyped-call]
         self._state = _DomainStateCollector()
         registry.register(self._state)
         self._time_to_ready = Histogram(
