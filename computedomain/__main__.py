@@ -1,0 +1,5 @@
+import sys
+
+from computedomain.cli import main
+
+sys.exit(main())

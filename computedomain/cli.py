@@ -1,0 +1,56 @@
+"""The `computedomain-controller` console script."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import sys
+from collections.abc import Sequence
+
+from computedomain.app import run_controller
+from computedomain.config import ConfigError, Settings, parse_settings
+from computedomain.observability.logging import setup_logging
+from computedomain.runtime.leaderelection import LeadershipLost
+
+log = logging.getLogger("computedomain")
+
+EXIT_CONFIG = 2
+EXIT_LEADERSHIP_LOST = 3
+
+
+async def _main(settings: Settings) -> int:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await run_controller(settings, stop)
+    except* LeadershipLost:
+        # Exit at once: a restart gets a clean cache, and the new leader owns all writes.
+        log.error("Lost leadership, exiting")
+        return EXIT_LEADERSHIP_LOST
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        settings = parse_settings(argv)
+    except ConfigError as err:
+        print(f"computedomain-controller: {err}", file=sys.stderr)
+        return EXIT_CONFIG
+    setup_logging(settings.log_format, settings.log_verbosity)
+    log.info(
+        "Starting",
+        extra={
+            "driverNamespace": settings.driver_namespace,
+            "managedNamespaces": list(settings.managed_namespaces),
+            "featureGates": dict(settings.feature_gates),
+            "leaderElection": settings.leader_election,
+        },
+    )
+    return asyncio.run(_main(settings))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,115 @@
+import pytest
+
+from computedomain.config import (
+    ConfigError,
+    build_parser,
+    parse_duration,
+    parse_feature_gates,
+    parse_settings,
+)
+
+BASE_ENV = {"IMAGE_NAME": "nvcr.io/nvidia/k8s-dra-driver-gpu:v0.4.0"}
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("15s", 15.0), ("1m30s", 90.0), ("250ms", 0.25), ("2", 2.0), ("1h", 3600.0)],
+)
+def test_parse_duration(text: str, seconds: float) -> None:
+    assert parse_duration(text) == pytest.approx(seconds)
+
+
+@pytest.mark.parametrize("text", ["", "15x", "s", "1m 3s", "-"])
+def test_parse_duration_rejects(text: str) -> None:
+    with pytest.raises(ConfigError, match="invalid duration"):
+        parse_duration(text)
+
+
+def test_feature_gates_defaults_and_overrides() -> None:
+    gates = parse_feature_gates("ComputeDomainCliques=false,")
+    assert gates == {
+        "IMEXDaemonsWithDNSNames": True,
+        "ComputeDomainCliques": False,
+        "CrashOnNVLinkFabricErrors": True,
+    }
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("Nope=true", "unknown feature gate 'Nope'"),
+        ("ComputeDomainCliques=maybe", "invalid feature gate"),
+        ("IMEXDaemonsWithDNSNames=false", "requires IMEXDaemonsWithDNSNames=true"),
+    ],
+)
+def test_feature_gates_reject(text: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        parse_feature_gates(text)
+
+
+def test_upstream_env_names_are_honoured() -> None:
+    env = {
+        **BASE_ENV,
+        "NAMESPACE": "nvidia-dra-driver-gpu",
+        "ADDITIONAL_NAMESPACES": "old-ns, nvidia-dra-driver-gpu",
+        "CD_DAEMON_IMAGE_PULL_SECRET_NAMES": "a,b",
+        "LOG_VERBOSITY_CD_DAEMON": "6",
+        "MAX_NODES_PER_IMEX_DOMAIN": "16",
+        "LEADER_ELECTION_ENABLED": "false",
+        "LEADER_ELECTION_LEASE_DURATION": "20s",
+        "KUBE_API_QPS": "7.5",
+        "HTTP_ENDPOINT": ":9090",
+    }
+    s = parse_settings([], env)
+    assert s.driver_namespace == "nvidia-dra-driver-gpu"
+    assert s.managed_namespaces == ("nvidia-dra-driver-gpu", "old-ns")
+    assert s.image_pull_secret_names == ("a", "b")
+    assert s.daemon_log_verbosity == 6
+    assert s.max_nodes_per_imex_domain == 16
+    assert s.leader_election is False
+    assert s.lease_duration == 20.0
+    assert s.lease_namespace == "nvidia-dra-driver-gpu"
+    assert s.kube_api_qps == 7.5
+    assert s.metrics_address == ":9090"
+
+
+def test_flags_win_over_env() -> None:
+    s = parse_settings(["--namespace", "flag-ns", "--workers", "3"], {**BASE_ENV, "NAMESPACE": "x"})
+    assert (s.driver_namespace, s.workers) == ("flag-ns", 3)
+
+
+def test_defaults() -> None:
+    s = parse_settings([], BASE_ENV)
+    assert s.leader_election is True
+    assert (s.lease_duration, s.renew_deadline, s.retry_period) == (15.0, 10.0, 2.0)
+    assert s.lease_name == "nvidia-compute-domain-controller"
+    assert s.max_nodes_per_imex_domain == 18
+    assert s.cliques_enabled is True
+    assert s.probe_address == ":8081"
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({}, "IMAGE_NAME is required"),
+        ({**BASE_ENV, "LEADER_ELECTION_RENEW_DEADLINE": "20s"}, "lease duration > renew"),
+        ({**BASE_ENV, "WORKERS": "0"}, "must be >= 1"),
+        ({**BASE_ENV, "LOG_FORMAT": "xml"}, "want json or text"),
+        ({**BASE_ENV, "HTTP_ENDPOINT": "localhost:http"}, "invalid bind address"),
+    ],
+)
+def test_invalid_settings_are_explained(env: dict[str, str], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        parse_settings([], env)
+
+
+def test_help_names_every_env_var() -> None:
+    text = build_parser({}).format_help()
+    for env in (
+        "IMAGE_NAME",
+        "NAMESPACE",
+        "FEATURE_GATES",
+        "LEADER_ELECTION_ENABLED",
+        "KUBE_API_QPS",
+    ):
+        assert f"[{env}]" in text
