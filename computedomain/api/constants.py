@@ -3,6 +3,8 @@
 One definition per string: grep finds it here. See docs/contract notes in the README.
 """
 
+from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Final
 
 GROUP: Final = "resource.nvidia.com"
@@ -62,3 +64,30 @@ def daemon_name(cd_uid: str) -> str:
 
 def clique_name(cd_uid: str, clique_id: str) -> str:
     return f"{cd_uid}.{clique_id}"
+
+
+# Gates with the v0.4.0 defaults. The daemon's feature-gate parser rejects names it does not
+# know, so only DAEMON_FEATURE_GATES are ever passed on to it through FEATURE_GATES.
+DEFAULT_FEATURE_GATES: Final[Mapping[str, bool]] = MappingProxyType(
+    {GATE_DNS_NAMES: True, GATE_CLIQUES: True, GATE_CRASH_ON_FABRIC_ERRORS: True}
+)
+DAEMON_FEATURE_GATES: Final = frozenset({GATE_DNS_NAMES, GATE_CLIQUES})
+FEATURE_GATES_ENV: Final = "FEATURE_GATES"
+
+# Additive status fields of ours (never read by NVIDIA's components).
+CONDITION_READY: Final = "Ready"
+CONDITION_CHILDREN_READY: Final = "ChildrenReady"
+CONDITION_DAEMONS_READY: Final = "DaemonsReady"
+CONDITION_SINGLE_CLIQUE: Final = "SingleClique"
+CONDITION_EXCLUSIVE_CLIQUE: Final = "ExclusiveClique"
+CONDITION_TYPES: Final = (
+    CONDITION_READY,
+    CONDITION_CHILDREN_READY,
+    CONDITION_DAEMONS_READY,
+    CONDITION_SINGLE_CLIQUE,
+    CONDITION_EXCLUSIVE_CLIQUE,
+)
+# Bound on status.conditions in the CRD (keeps CEL and etcd costs small).
+MAX_CONDITIONS: Final = 16
+# Category under which `kubectl get imex` lists ComputeDomains.
+CRD_CATEGORY: Final = "imex"
