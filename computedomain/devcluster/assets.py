@@ -126,7 +126,12 @@ def build_binaries(build_script: Path = BUILD_SCRIPT) -> Path:
     return Path(lines[-1])
 
 
-def find_assets(*, build: bool = True, env: Mapping[str, str] | None = None) -> Assets:
+def find_assets(
+    *,
+    build: bool = True,
+    env: Mapping[str, str] | None = None,
+    build_script: Path = BUILD_SCRIPT,
+) -> Assets:
     """Locate every binary; build the missing ones from the Go tools module if ``build``."""
     env = os.environ if env is None else env
     found, sources, missing = _resolve_without_building(env)
@@ -137,7 +142,7 @@ def find_assets(*, build: bool = True, env: Mapping[str, str] | None = None) -> 
                 + ", ".join(missing)
                 + " (set KUBEBUILDER_ASSETS or TEST_ASSET_*, or run hack/controlplane/build.sh)"
             )
-        bin_dir = build_binaries()
+        bin_dir = build_binaries(build_script)
         for binary in missing:
             path = bin_dir / binary
             if not _is_executable(path):

@@ -223,7 +223,7 @@ class ControlPlane:
 
         def spawn(name: str, args: list[str]) -> None:
             log_path = logs / f"{name}.log"
-            with log_path.open("ab") as out:
+            with log_path.open("wb") as out:
                 popen = subprocess.Popen(
                     [str(assets[name]), *args],
                     stdin=subprocess.DEVNULL,

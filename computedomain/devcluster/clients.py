@@ -1,0 +1,60 @@
+"""kubernetes_asyncio clients for a control plane: admin, and ServiceAccount bearer tokens."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from kubernetes_asyncio import config
+from kubernetes_asyncio.client import ApiClient, Configuration
+
+TOKEN_SECONDS = 3600
+
+
+async def api_client_from_kubeconfig(kubeconfig: Path) -> ApiClient:
+    """An ApiClient for the current context of ``kubeconfig`` (caller closes it)."""
+    configuration = Configuration()
+    await config.load_kube_config(
+        config_file=str(kubeconfig), client_configuration=configuration, persist_config=False
+    )
+    # Fleet creation keeps tens of requests in flight; the default pool would queue them.
+    configuration.connection_pool_maxsize = 128
+    return ApiClient(configuration)
+
+
+async def request_service_account_token(
+    admin: ApiClient, namespace: str, name: str, seconds: int = TOKEN_SECONDS
+) -> str:
+    """A bound token from the TokenRequest API (needs the apiserver's SA signing key)."""
+    body = {
+        "apiVersion": "authentication.k8s.io/v1",
+        "kind": "TokenRequest",
+        "spec": {"expirationSeconds": seconds},
+    }
+    response: dict[str, Any] = await admin.call_api(
+        f"/api/v1/namespaces/{namespace}/serviceaccounts/{name}/token",
+        "POST",
+        header_params={"Content-Type": "application/json", "Accept": "application/json"},
+        body=body,
+        response_types_map={201: "object", 200: "object"},
+        auth_settings=["BearerToken"],
+        _return_http_data_only=True,
+    )
+    return str(response["status"]["token"])
+
+
+def bearer_api_client(server: str, ca_file: Path | None, token: str) -> ApiClient:
+    """An ApiClient that authenticates only with ``token`` (no client certificate)."""
+    configuration = Configuration(host=server)
+    configuration.api_key = {"BearerToken": token}
+    configuration.api_key_prefix = {"BearerToken": "Bearer"}
+    if ca_file is not None:
+        configuration.ssl_ca_cert = str(ca_file)
+    return ApiClient(configuration)
+
+
+async def service_account_api_client(
+    admin: ApiClient, server: str, ca_file: Path | None, namespace: str, name: str
+) -> ApiClient:
+    token = await request_service_account_token(admin, namespace, name)
+    return bearer_api_client(server, ca_file, token)

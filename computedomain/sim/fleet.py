@@ -1,0 +1,366 @@
+"""Fleet objects: fake EKS P6e-GB200 nodes, NVIDIA's DeviceClasses and per-node ResourceSlices.
+
+One rack is one NVL72 (18 ``p6e-gb200.36xlarge`` nodes x 4 GPUs) and one NVLink clique, labelled
+``nvidia.com/gpu.clique=<clusterUUID>.<cliqueID>`` as GPU Feature Discovery would. Racks may be
+split into partitions (cliqueIDs ``0``, ``1``, ...). Non-fabric nodes are GPU nodes outside any
+NVLink domain (``p5.48xlarge``): no clique label, but still running NVIDIA's compute-domain
+plugin, so they publish the same two devices.
+
+Nodes carry ``kwok.x-k8s.io/node=fake`` so kwok manages them (Ready, heartbeats, pod status),
+and deliberately no kwok taint: the controller's DaemonSet and test pods must land on them.
+Everything derives from ``FleetSpec.seed``, so the same spec yields the same objects.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from kubernetes_asyncio.client import ApiClient
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from computedomain.api.constants import (
+    CHANNEL_DEVICE_CLASS,
+    DAEMON_DEVICE_CLASS,
+    DRIVER_NAME,
+    GPU_CLIQUE_NODE_LABEL,
+)
+
+GB200_INSTANCE_TYPE = "p6e-gb200.36xlarge"
+NON_FABRIC_INSTANCE_TYPE = "p5.48xlarge"
+REGION = "us-east-1"
+ZONE = "us-east-1e"
+ZONE_ID = "use1-az5"
+# Simulation-only labels: which rack a node sits in, so tests and demos can select racks.
+FLEET_LABEL = "sim.computedomain.dev/fleet"
+RACK_LABEL = "sim.computedomain.dev/rack"
+KWOK_ANNOTATION = "kwok.x-k8s.io/node"
+# Racks sharing one layer-2 network node (illustrative; EKS reports real topology).
+RACKS_PER_SPINE = 8
+DEFAULT_CONCURRENCY = 32
+
+DeviceClassBody = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class FleetSpec:
+    racks: int
+    nodes_per_rack: int = 18
+    non_fabric: int = 0
+    seed: int = 0
+    name_prefix: str = "gb200"
+    # >1 splits each rack into NVLink partitions with cliqueIDs "0", "1", ...
+    cliques_per_rack: int = 1
+
+    def __post_init__(self) -> None:
+        if self.racks < 0 or self.non_fabric < 0 or self.nodes_per_rack < 1:
+            raise ValueError("racks and non_fabric must be >= 0, nodes_per_rack >= 1")
+        if not 1 <= self.cliques_per_rack <= self.nodes_per_rack:
+            raise ValueError("cliques_per_rack must be between 1 and nodes_per_rack")
+
+    @property
+    def total_nodes(self) -> int:
+        return self.racks * self.nodes_per_rack + self.non_fabric
+
+
+def rack_node_name(prefix: str, rack: int, node: int) -> str:
+    return f"{prefix}-r{rack:02d}-n{node:02d}"
+
+
+def non_fabric_node_name(prefix: str, index: int) -> str:
+    return f"{prefix}-nf-{index:02d}"
+
+
+def _network_node_id(rng: random.Random) -> str:
+    return f"nn-{rng.getrandbits(68):017x}"
+
+
+def _node(name: str, labels: dict[str, str], cpu: str, memory: str) -> dict[str, Any]:
+    resources = {"cpu": cpu, "memory": memory, "pods": "110", "ephemeral-storage": "1Ti"}
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "labels": {"kubernetes.io/hostname": name, **labels},
+            "annotations": {KWOK_ANNOTATION: "fake", "node.alpha.kubernetes.io/ttl": "0"},
+        },
+        "spec": {},
+        "status": {
+            "capacity": dict(resources),
+            "allocatable": dict(resources),
+            "phase": "Running",
+        },
+    }
+
+
+def build_nodes(spec: FleetSpec) -> list[dict[str, Any]]:
+    """All Node objects of the fleet, racks first, in name order. Pure and deterministic."""
+    rng = random.Random(spec.seed)  # noqa: S311 - reproducible fake IDs, not secrets
+    common = {
+        "kubernetes.io/os": "linux",
+        "nvidia.com/gpu.present": "true",
+        "topology.kubernetes.io/region": REGION,
+        "topology.kubernetes.io/zone": ZONE,
+        "topology.k8s.aws/zone-id": ZONE_ID,
+        "eks.amazonaws.com/capacityType": "CAPACITY_BLOCK",
+        FLEET_LABEL: spec.name_prefix,
+    }
+    layer1 = _network_node_id(rng)
+    spines: dict[int, str] = {}
+    nodes: list[dict[str, Any]] = []
+    partition_size = -(-spec.nodes_per_rack // spec.cliques_per_rack)  # ceiling division
+    for rack in range(spec.racks):
+        cluster_uuid = str(uuid.UUID(int=rng.getrandbits(128), version=4))
+        spine = spines.setdefault(rack // RACKS_PER_SPINE, _network_node_id(rng))
+        rack_switch = _network_node_id(rng)
+        nodegroup = f"cbr-{rng.getrandbits(32):08x}"
+        for index in range(spec.nodes_per_rack):
+            clique_id = str(index // partition_size)
+            labels = {
+                **common,
+                "kubernetes.io/arch": "arm64",
+                "node.kubernetes.io/instance-type": GB200_INSTANCE_TYPE,
+                "eks.amazonaws.com/nodegroup": nodegroup,
+                "topology.k8s.aws/network-node-layer-1": layer1,
+                "topology.k8s.aws/network-node-layer-2": spine,
+                "topology.k8s.aws/network-node-layer-3": rack_switch,
+                GPU_CLIQUE_NODE_LABEL: f"{cluster_uuid}.{clique_id}",
+                RACK_LABEL: f"r{rack:02d}",
+            }
+            nodes.append(
+                _node(rack_node_name(spec.name_prefix, rack, index), labels, "144", "880Gi")
+            )
+    if spec.non_fabric:
+        nodegroup = f"ng-{rng.getrandbits(32):08x}"
+        for index in range(spec.non_fabric):
+            labels = {
+                **common,
+                "kubernetes.io/arch": "amd64",
+                "node.kubernetes.io/instance-type": NON_FABRIC_INSTANCE_TYPE,
+                "eks.amazonaws.com/nodegroup": nodegroup,
+                "topology.k8s.aws/network-node-layer-1": layer1,
+                RACK_LABEL: "none",
+            }
+            nodes.append(_node(non_fabric_node_name(spec.name_prefix, index), labels, "192", "2Ti"))
+    return nodes
+
+
+def resource_slice_name(node_name: str) -> str:
+    return f"{node_name}-{DRIVER_NAME}"
+
+
+def build_resource_slice(node_name: str) -> dict[str, Any]:
+    """The one slice NVIDIA's compute-domain kubelet plugin publishes per node."""
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": {"name": resource_slice_name(node_name)},
+        "spec": {
+            "driver": DRIVER_NAME,
+            "nodeName": node_name,
+            "pool": {"name": node_name, "generation": 0, "resourceSliceCount": 1},
+            "devices": [
+                {
+                    "name": "channel-0",
+                    "attributes": {"type": {"string": "channel"}, "id": {"int": 0}},
+                },
+                {
+                    "name": "daemon-0",
+                    "attributes": {"type": {"string": "daemon"}, "id": {"int": 0}},
+                },
+            ],
+        },
+    }
+
+
+def build_device_classes() -> list[DeviceClassBody]:
+    """NVIDIA's two compute-domain DeviceClasses, CEL exactly as the chart renders them."""
+    attr = f"device.attributes['{DRIVER_NAME}']"
+    expressions = {
+        DAEMON_DEVICE_CLASS: f"device.driver == '{DRIVER_NAME}' && {attr}.type == 'daemon'",
+        CHANNEL_DEVICE_CLASS: (
+            f"device.driver == '{DRIVER_NAME}' && {attr}.type == 'channel' && {attr}.id == 0"
+        ),
+    }
+    return [
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "DeviceClass",
+            "metadata": {"name": name},
+            "spec": {"selectors": [{"cel": {"expression": expression}}]},
+        }
+        for name, expression in expressions.items()
+    ]
+
+
+# ---- API calls --------------------------------------------------------------------------------
+
+_JSON_HEADERS = {"Content-Type": "application/json", "Accept": "application/json"}
+_AUTH = ["BearerToken"]
+
+
+async def _call(
+    api_client: ApiClient,
+    method: str,
+    path: str,
+    body: dict[str, Any] | None = None,
+    query: list[tuple[str, str]] | None = None,
+) -> dict[str, Any]:
+    # Raw JSON in and out: typed models would cost more CPU than the requests themselves.
+    result: dict[str, Any] = await api_client.call_api(
+        path,
+        method,
+        query_params=query or [],
+        header_params=dict(_JSON_HEADERS),
+        body=body,
+        response_types_map={200: "object", 201: "object"},
+        auth_settings=_AUTH,
+        _return_http_data_only=True,
+    )
+    return result
+
+
+async def _create(api_client: ApiClient, path: str, body: dict[str, Any]) -> None:
+    try:
+        await _call(api_client, "POST", path, body)
+    except ApiException as error:
+        if error.status != 409:  # AlreadyExists: creation is idempotent
+            raise
+
+
+async def _bounded(
+    jobs: Iterable[Callable[[], Awaitable[None]]], concurrency: int = DEFAULT_CONCURRENCY
+) -> None:
+    gate = asyncio.Semaphore(concurrency)
+
+    async def run(job: Callable[[], Awaitable[None]]) -> None:
+        async with gate:
+            await job()
+
+    async with asyncio.TaskGroup() as group:
+        for job in jobs:
+            group.create_task(run(job))
+
+
+async def install_device_classes(api_client: ApiClient) -> None:
+    for device_class in build_device_classes():
+        await _create(api_client, "/apis/resource.k8s.io/v1/deviceclasses", device_class)
+
+
+async def create_fleet(
+    api_client: ApiClient, spec: FleetSpec, *, concurrency: int = DEFAULT_CONCURRENCY
+) -> list[str]:
+    """Create the DeviceClasses, every Node and its ResourceSlice; return the node names.
+
+    Idempotent: objects that already exist are left as they are.
+    """
+    nodes = build_nodes(spec)
+    names = [node["metadata"]["name"] for node in nodes]
+    await install_device_classes(api_client)
+
+    def create_node(node: dict[str, Any]) -> Callable[[], Awaitable[None]]:
+        async def job() -> None:
+            await _create(api_client, "/api/v1/nodes", node)
+            name = node["metadata"]["name"]
+            await _create(
+                api_client, "/apis/resource.k8s.io/v1/resourceslices", build_resource_slice(name)
+            )
+
+        return job
+
+    await _bounded((create_node(node) for node in nodes), concurrency)
+    return names
+
+
+NOT_READY_TAINT = "node.kubernetes.io/not-ready"
+
+
+def is_node_ready(node: dict[str, Any]) -> bool:
+    """Ready=True and the node lifecycle controller has lifted its not-ready taint, so pods
+    without a toleration can be scheduled there."""
+    conditions = node.get("status", {}).get("conditions") or []
+    ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+    taints = node.get("spec", {}).get("taints") or []
+    return ready and not any(taint.get("key") == NOT_READY_TAINT for taint in taints)
+
+
+async def wait_nodes_ready(
+    api_client: ApiClient,
+    names: Iterable[str],
+    timeout: float,  # noqa: ASYNC109 - part of the public signature others call
+    *,
+    clock: Callable[[], float] = time.monotonic,
+) -> None:
+    """Wait until every named node is Ready and schedulable (see :func:`is_node_ready`);
+    TimeoutError names the stragglers.
+
+    Lists, then watches from the list's resourceVersion, so no update is missed between polls.
+    """
+    waiting = set(names)
+    deadline = clock() + timeout
+    while waiting:
+        listing = await _call(api_client, "GET", "/api/v1/nodes")
+        waiting -= {n["metadata"]["name"] for n in listing.get("items", []) if is_node_ready(n)}
+        if not waiting:
+            return
+        remaining = deadline - clock()
+        if remaining <= 0:
+            raise TimeoutError(_not_ready_message(waiting))
+        try:
+            await asyncio.wait_for(
+                _watch_until_ready(api_client, waiting, listing["metadata"]["resourceVersion"]),
+                timeout=remaining,
+            )
+        except TimeoutError:
+            raise TimeoutError(_not_ready_message(waiting)) from None
+        except ApiException as error:
+            if error.status != 410:  # expired resourceVersion: list again
+                raise
+
+
+def _not_ready_message(waiting: set[str]) -> str:
+    sample = ", ".join(sorted(waiting)[:5])
+    return f"{len(waiting)} nodes not Ready (e.g. {sample})"
+
+
+async def _watch_until_ready(
+    api_client: ApiClient, waiting: set[str], resource_version: str
+) -> None:
+    response = await api_client.call_api(
+        "/api/v1/nodes",
+        "GET",
+        query_params=[
+            ("watch", "true"),
+            ("resourceVersion", resource_version),
+            ("allowWatchBookmarks", "true"),
+            ("timeoutSeconds", "300"),
+        ],
+        header_params={"Accept": "application/json"},
+        auth_settings=_AUTH,
+        _preload_content=False,
+        _return_http_data_only=True,
+    )
+    try:
+        if response.status != 200:  # _preload_content=False skips the library's status check
+            raise ApiException(status=response.status, reason=await response.text())
+        async for line in response.content:
+            if not line.strip():
+                continue
+            event = json.loads(line)
+            if event["type"] == "ERROR":
+                raise ApiException(status=int(event["object"].get("code", 500)))
+            node = event["object"]
+            name = node.get("metadata", {}).get("name")
+            if event["type"] in ("ADDED", "MODIFIED") and name in waiting and is_node_ready(node):
+                waiting.discard(name)
+                if not waiting:
+                    return
+    finally:
+        response.release()
