@@ -1,0 +1,413 @@
+"""Reflector + indexed store (client-go ``tools/cache`` in miniature).
+
+LIST (rv=0, served from the watch cache) fills the store, then WATCH from the list's RV with
+bookmarks, a random 300-600 s server timeout and a 70 s client inactivity timeout. A 410 Gone
+relists with rv="" (a quorum read) and delivers vanished objects as deletes carrying their last
+known state. Failures back off 0.8 s -> 30 s with jitter; the backoff resets after 2 min of
+health. Handler exceptions are logged and never stop the informer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import logging
+import random
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import aiohttp
+
+from computedomain.runtime.client import ApiError, KubeClient
+from computedomain.runtime.clock import Clock, SystemClock
+from computedomain.runtime.resources import Resource
+
+log = logging.getLogger(__name__)
+
+Obj = dict[str, Any]
+Transform = Callable[[Obj], Obj]
+Indexer = Callable[[Obj], Iterable[str]]
+
+
+def object_key(obj: Mapping[str, Any]) -> str:
+    """``namespace/name``, or ``name`` for cluster-scoped objects."""
+    metadata = obj.get("metadata") or {}
+    namespace = metadata.get("namespace")
+    name = metadata.get("name", "")
+    return f"{namespace}/{name}" if namespace else str(name)
+
+
+def resource_version(obj: Mapping[str, Any]) -> str:
+    return str((obj.get("metadata") or {}).get("resourceVersion") or "")
+
+
+def _rv_number(obj: Mapping[str, Any]) -> int | None:
+    # RVs are opaque; comparing them as integers is an etcd detail used only as a heuristic.
+    try:
+        return int(resource_version(obj))
+    except ValueError:
+        return None
+
+
+def is_newer(candidate: Mapping[str, Any], current: Mapping[str, Any] | None) -> bool:
+    """True when ``candidate`` has a strictly higher (integer) RV than ``current``."""
+    if current is None:
+        return True
+    new, old = _rv_number(candidate), _rv_number(current)
+    if new is None or old is None:
+        return resource_version(candidate) != resource_version(current)
+    return new > old
+
+
+def strip_managed_fields(obj: Obj) -> Obj:
+    """A transform dropping ``metadata.managedFields`` (large, and never read by controllers)."""
+    metadata = obj.get("metadata")
+    if isinstance(metadata, dict):
+        metadata.pop("managedFields", None)
+    return obj
+
+
+class EventHandler(Protocol):
+    def on_add(self, obj: Obj) -> None: ...
+    def on_update(self, old: Obj, new: Obj) -> None: ...
+    def on_delete(self, obj: Obj) -> None: ...
+
+
+@dataclass
+class FunctionHandler:
+    """An ``EventHandler`` built from optional callables."""
+
+    add: Callable[[Obj], None] | None = None
+    update: Callable[[Obj, Obj], None] | None = None
+    delete: Callable[[Obj], None] | None = None
+
+    def on_add(self, obj: Obj) -> None:
+        if self.add is not None:
+            self.add(obj)
+
+    def on_update(self, old: Obj, new: Obj) -> None:
+        if self.update is not None:
+            self.update(old, new)
+
+    def on_delete(self, obj: Obj) -> None:
+        if self.delete is not None:
+            self.delete(obj)
+
+
+class Store:
+    """Objects by key, with secondary indexes. Readers must not mutate what they get."""
+
+    def __init__(self, indexers: Mapping[str, Indexer] | None = None) -> None:
+        self._items: dict[str, Obj] = {}
+        self._indexers: dict[str, Indexer] = dict(indexers or {})
+        self._indices: dict[str, dict[str, set[str]]] = {name: {} for name in self._indexers}
+
+    def get(self, key: str) -> Obj | None:
+        return self._items.get(key)
+
+    def list(self) -> list[Obj]:
+        return list(self._items.values())
+
+    def keys(self) -> builtins.list[str]:
+        return list(self._items)
+
+    def by_index(self, index: str, value: str) -> builtins.list[Obj]:
+        keys = self._indices[index].get(value, set())
+        return [self._items[key] for key in sorted(keys)]
+
+    def index_values(self, index: str) -> builtins.list[str]:
+        return list(self._indices[index])
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._items
+
+    def observe_write(self, obj: Obj) -> bool:
+        """Read-your-writes: store the response of our own write if it is newer.
+
+        Returns True when the store changed. The watch event for the same write then arrives
+        with an unchanged RV and is skipped.
+        """
+        key = object_key(obj)
+        if not is_newer(obj, self._items.get(key)):
+            return False
+        self.upsert(obj)
+        return True
+
+    def upsert(self, obj: Obj) -> Obj | None:
+        key = object_key(obj)
+        old = self._items.get(key)
+        if old is not None:
+            self._unindex(key, old)
+        self._items[key] = obj
+        self._index(key, obj)
+        return old
+
+    def remove(self, key: str) -> Obj | None:
+        old = self._items.pop(key, None)
+        if old is not None:
+            self._unindex(key, old)
+        return old
+
+    def _index(self, key: str, obj: Obj) -> None:
+        for name, indexer in self._indexers.items():
+            try:
+                values = list(indexer(obj))
+            except Exception:
+                log.exception("Indexer failed", extra={"index": name, "key": key})
+                continue
+            for value in values:
+                self._indices[name].setdefault(value, set()).add(key)
+
+    def _unindex(self, key: str, obj: Obj) -> None:
+        for name, indexer in self._indexers.items():
+            try:
+                values = list(indexer(obj))
+            except Exception:
+                values = [v for v, keys in self._indices[name].items() if key in keys]
+            for value in values:
+                keys = self._indices[name].get(value)
+                if keys is not None:
+                    keys.discard(key)
+                    if not keys:
+                        del self._indices[name][value]
+
+
+class Backoff:
+    """Exponential backoff with jitter that resets after a period without failures."""
+
+    def __init__(
+        self,
+        clock: Clock,
+        initial: float = 0.8,
+        maximum: float = 30.0,
+        factor: float = 2.0,
+        jitter: float = 1.0,
+        reset_after: float = 120.0,
+        rng: random.Random | None = None,
+    ) -> None:
+        self._clock = clock
+        self.initial = initial
+        self.maximum = maximum
+        self.factor = factor
+        self.jitter = jitter
+        self.reset_after = reset_after
+        self._rng = rng or random.Random()  # noqa: S311 - jitter, not cryptography
+        self._current = initial
+        self._last_failure: float | None = None
+
+    def next_delay(self) -> float:
+        now = self._clock.now()
+        if self._last_failure is not None and now - self._last_failure > self.reset_after:
+            self._current = self.initial
+        self._last_failure = now
+        delay = self._current
+        self._current = min(self._current * self.factor, self.maximum)
+        return delay * (1.0 + self._rng.random() * self.jitter) if self.jitter else delay
+
+
+class _RelistNeededError(Exception):
+    """The watch cannot resume from our RV: list again."""
+
+
+class Informer:
+    def __init__(
+        self,
+        client: KubeClient,
+        resource: Resource,
+        *,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        transform: Transform | None = None,
+        indexers: Mapping[str, Indexer] | None = None,
+        clock: Clock | None = None,
+        name: str | None = None,
+        watch_timeout: tuple[int, int] = (300, 600),
+        inactivity_timeout: float = 70.0,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.client = client
+        self.resource = resource
+        self.namespace = namespace
+        self.label_selector = label_selector
+        self.field_selector = field_selector
+        self.transform = transform
+        self.clock = clock or SystemClock()
+        self.name = name or resource.plural
+        self.watch_timeout = watch_timeout
+        self.inactivity_timeout = inactivity_timeout
+        self.store = Store(indexers)
+        self._handlers: list[EventHandler] = []
+        self._rng = rng or random.Random()  # noqa: S311 - spreading reconnects, not crypto
+        self._backoff = Backoff(self.clock, rng=self._rng)
+        self._synced = asyncio.Event()
+        self._resource_version: str | None = None
+        self.relists = 0
+
+    # -- public -----------------------------------------------------------------------------
+
+    def add_handler(self, handler: EventHandler) -> None:
+        """Register a handler; objects already in the store are delivered as adds."""
+        self._handlers.append(handler)
+        for obj in self.store.list():
+            self._call(handler.on_add, obj)
+
+    @property
+    def has_synced(self) -> bool:
+        return self._synced.is_set()
+
+    async def wait_synced(self) -> None:
+        await self._synced.wait()
+
+    @property
+    def resource_version(self) -> str | None:
+        """The RV the next watch resumes from (advanced by events and bookmarks)."""
+        return self._resource_version
+
+    async def run(self) -> None:
+        """List then watch until cancelled. A restarted ``run`` resumes from the last RV."""
+        list_rv = "0"
+        while True:
+            try:
+                if self._resource_version is None:
+                    await self._list(list_rv)
+                await self._watch()
+            except asyncio.CancelledError:
+                raise
+            except _RelistNeededError:
+                self._resource_version = None
+                list_rv = ""
+                self.relists += 1
+                continue
+            except ApiError as error:
+                self._log_failure(error)
+            except (aiohttp.ClientError, TimeoutError, OSError) as error:
+                self._log_failure(error)
+            except Exception as error:
+                log.exception(
+                    "Informer failed unexpectedly", extra={"informer": self.name, "err": str(error)}
+                )
+            await self.clock.sleep(self._backoff.next_delay())
+
+    # -- list / watch -----------------------------------------------------------------------
+
+    def _log_failure(self, error: BaseException) -> None:
+        log.warning(
+            "Informer list/watch failed",
+            extra={"informer": self.name, "err": str(error) or type(error).__name__},
+        )
+
+    def _prepare(self, obj: Obj) -> Obj:
+        obj.setdefault("apiVersion", self.resource.api_version)
+        obj.setdefault("kind", self.resource.kind)
+        return self.transform(obj) if self.transform is not None else obj
+
+    async def _list(self, rv: str) -> None:
+        result = await self.client.list(
+            self.resource,
+            namespace=self.namespace,
+            label_selector=self.label_selector,
+            field_selector=self.field_selector,
+            resource_version=rv,
+        )
+        items = [self._prepare(item) for item in result.get("items") or []]
+        self._replace(items)
+        self._resource_version = str((result.get("metadata") or {}).get("resourceVersion", ""))
+        self._synced.set()
+        log.debug(
+            "Listed objects",
+            extra={"informer": self.name, "count": len(items), "resourceVersion": rv},
+        )
+
+    def _replace(self, items: list[Obj]) -> None:
+        """Make the store equal ``items``; deliver the difference to handlers."""
+        seen: set[str] = set()
+        for obj in items:
+            key = object_key(obj)
+            seen.add(key)
+            self._apply_upsert(obj)
+        for key in sorted(set(self.store.keys()) - seen):
+            tombstone = self.store.remove(key)
+            if tombstone is not None:
+                self._notify_delete(tombstone)
+
+    async def _watch(self) -> None:
+        low, high = self.watch_timeout
+        timeout_seconds = self._rng.randint(low, high)
+        started = self.clock.now()
+        events = 0
+        try:
+            async for event_type, obj in self.client.watch(
+                self.resource,
+                namespace=self.namespace,
+                label_selector=self.label_selector,
+                field_selector=self.field_selector,
+                resource_version=self._resource_version,
+                timeout_seconds=timeout_seconds,
+                allow_bookmarks=True,
+                inactivity_timeout=self.inactivity_timeout,
+            ):
+                events += 1
+                self._handle_event(event_type, obj)
+        except ApiError as error:
+            if error.is_gone or "too large resource version" in error.message.lower():
+                log.info(
+                    "Watch expired, relisting",
+                    extra={"informer": self.name, "err": str(error)},
+                )
+                raise _RelistNeededError from error
+            raise
+        if events == 0 and self.clock.now() - started < 1.0:
+            # The server closed an empty watch at once: do not spin.
+            await self.clock.sleep(self._backoff.next_delay())
+
+    def _handle_event(self, event_type: str, obj: Obj) -> None:
+        rv = resource_version(obj)
+        if event_type == "BOOKMARK":
+            if rv:
+                self._resource_version = rv
+            return
+        obj = self._prepare(obj)
+        if event_type in ("ADDED", "MODIFIED"):
+            self._apply_upsert(obj)
+        elif event_type == "DELETED":
+            old = self.store.remove(object_key(obj))
+            self._notify_delete(obj if old is None or is_newer(obj, old) else old)
+        else:
+            log.warning(
+                "Ignored unknown watch event", extra={"informer": self.name, "type": event_type}
+            )
+        if rv:
+            self._resource_version = rv
+
+    def _apply_upsert(self, obj: Obj) -> None:
+        old = self.store.get(object_key(obj))
+        if old is None:
+            self.store.upsert(obj)
+            self._notify(lambda handler: handler.on_add(obj))
+            return
+        # Unchanged RV (a re-list or our own observed write) or older than what we hold.
+        if not is_newer(obj, old):
+            return
+        self.store.upsert(obj)
+        self._notify(lambda handler: handler.on_update(old, obj))
+
+    def _notify_delete(self, obj: Obj) -> None:
+        self._notify(lambda handler: handler.on_delete(obj))
+
+    def _notify(self, deliver: Callable[[EventHandler], None]) -> None:
+        for handler in self._handlers:
+            try:
+                deliver(handler)
+            except Exception:
+                log.exception("Event handler failed", extra={"informer": self.name})
+
+    def _call(self, method: Callable[[Obj], None], obj: Obj) -> None:
+        try:
+            method(obj)
+        except Exception:
+            log.exception("Event handler failed", extra={"informer": self.name})

@@ -1,0 +1,176 @@
+import random
+from typing import Any
+
+import pytest
+
+from computedomain.runtime.clock import FakeClock
+from computedomain.runtime.informer import (
+    Backoff,
+    FunctionHandler,
+    Informer,
+    Store,
+    object_key,
+    strip_managed_fields,
+)
+from computedomain.runtime.resources import PODS
+
+
+def pod(name: str, rv: int, ns: str = "ns", node: str = "n1", **labels: str) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "namespace": ns, "resourceVersion": str(rv), "labels": labels},
+        "spec": {"nodeName": node},
+    }
+
+
+def by_node(obj: dict[str, Any]) -> list[str]:
+    return [obj["spec"]["nodeName"]]
+
+
+def test_keys_for_namespaced_and_cluster_scoped_objects() -> None:
+    assert object_key(pod("a", 1)) == "ns/a"
+    assert object_key({"metadata": {"name": "node-1"}}) == "node-1"
+
+
+def test_indexes_follow_updates_and_removals() -> None:
+    store = Store({"node": by_node})
+    store.upsert(pod("a", 1, node="n1"))
+    store.upsert(pod("b", 1, node="n1"))
+    store.upsert(pod("a", 2, node="n2"))
+    assert [object_key(o) for o in store.by_index("node", "n1")] == ["ns/b"]
+    assert [object_key(o) for o in store.by_index("node", "n2")] == ["ns/a"]
+    store.remove("ns/b")
+    assert store.by_index("node", "n1") == []
+    assert sorted(store.index_values("node")) == ["n2"]
+    assert len(store) == 1
+
+
+def test_observe_write_only_moves_forward() -> None:
+    store = Store()
+    store.upsert(pod("a", 10))
+    assert not store.observe_write(pod("a", 9))
+    assert not store.observe_write(pod("a", 10))
+    assert store.observe_write(pod("a", 11))
+    assert store.get("ns/a") == pod("a", 11)
+    assert store.observe_write(pod("new", 1))
+
+
+def test_strip_managed_fields() -> None:
+    obj = {"metadata": {"name": "a", "managedFields": [{"manager": "x"}]}}
+    assert strip_managed_fields(obj) == {"metadata": {"name": "a"}}
+
+
+def test_backoff_grows_caps_and_resets_after_quiet_period() -> None:
+    clock = FakeClock()
+    backoff = Backoff(clock, jitter=0.0)
+    delays = [backoff.next_delay() for _ in range(8)]
+    assert delays == pytest.approx([0.8, 1.6, 3.2, 6.4, 12.8, 25.6, 30.0, 30.0])
+
+
+async def test_backoff_resets_after_two_healthy_minutes() -> None:
+    clock = FakeClock()
+    backoff = Backoff(clock, jitter=0.0)
+    for _ in range(4):
+        backoff.next_delay()
+    await clock.advance(119)
+    assert backoff.next_delay() == pytest.approx(12.8)
+    await clock.advance(121)
+    assert backoff.next_delay() == pytest.approx(0.8)
+
+
+def test_backoff_jitter_stays_within_factor_two() -> None:
+    backoff = Backoff(FakeClock(), rng=random.Random(7))
+    first = backoff.next_delay()
+    assert 0.8 <= first <= 1.6
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.events: list[tuple[str, str, str]] = []
+
+    def handler(self) -> FunctionHandler:
+        return FunctionHandler(
+            add=lambda o: self.events.append(("add", object_key(o), _rv(o))),
+            update=lambda old, new: self.events.append(("update", object_key(new), _rv(new))),
+            delete=lambda o: self.events.append(("delete", object_key(o), _rv(o))),
+        )
+
+
+def _rv(obj: dict[str, Any]) -> str:
+    return str(obj["metadata"]["resourceVersion"])
+
+
+def make_informer() -> tuple[Informer, Recorder]:
+    informer = Informer(None, PODS, clock=FakeClock())  # type: ignore[arg-type]
+    recorder = Recorder()
+    informer.add_handler(recorder.handler())
+    return informer, recorder
+
+
+def test_watch_events_update_store_handlers_and_rv() -> None:
+    informer, recorder = make_informer()
+    informer._handle_event("ADDED", pod("a", 5))
+    informer._handle_event("MODIFIED", pod("a", 6))
+    informer._handle_event("MODIFIED", pod("a", 6))  # unchanged RV: skipped
+    informer._handle_event("BOOKMARK", {"metadata": {"resourceVersion": "9"}})
+    assert informer.resource_version == "9"
+    informer._handle_event("DELETED", pod("a", 10))
+    assert recorder.events == [
+        ("add", "ns/a", "5"),
+        ("update", "ns/a", "6"),
+        ("delete", "ns/a", "10"),
+    ]
+    assert len(informer.store) == 0
+    assert informer.resource_version == "10"
+
+
+def test_own_write_observed_suppresses_the_echo_event() -> None:
+    informer, recorder = make_informer()
+    informer._handle_event("ADDED", pod("a", 5))
+    informer.store.observe_write(pod("a", 7))
+    informer._handle_event("MODIFIED", pod("a", 6))  # older than our write
+    informer._handle_event("MODIFIED", pod("a", 7))  # the echo of our write
+    assert recorder.events == [("add", "ns/a", "5")]
+    stored = informer.store.get("ns/a")
+    assert stored is not None
+    assert stored["metadata"]["resourceVersion"] == "7"
+
+
+def test_relist_delivers_vanished_objects_as_deletes_with_last_state() -> None:
+    informer, recorder = make_informer()
+    informer._replace([pod("a", 1), pod("b", 1)])
+    informer._handle_event("MODIFIED", pod("b", 3))
+    recorder.events.clear()
+    informer._replace([pod("a", 1), pod("c", 4)])
+    assert recorder.events == [("add", "ns/c", "4"), ("delete", "ns/b", "3")]
+
+
+def test_handler_exceptions_do_not_stop_delivery(caplog: pytest.LogCaptureFixture) -> None:
+    informer, recorder = make_informer()
+
+    def explode(obj: dict[str, Any]) -> None:
+        raise RuntimeError("handler bug")
+
+    informer._handlers.insert(0, FunctionHandler(add=explode))
+    informer._handle_event("ADDED", pod("a", 1))
+    assert recorder.events == [("add", "ns/a", "1")]
+    assert "Event handler failed" in caplog.text
+
+
+def test_transform_and_type_meta_are_applied() -> None:
+    informer = Informer(None, PODS, transform=strip_managed_fields)  # type: ignore[arg-type]
+    obj = pod("a", 1)
+    obj["metadata"]["managedFields"] = [{}]
+    informer._handle_event("ADDED", obj)
+    stored = informer.store.get("ns/a")
+    assert stored is not None
+    assert "managedFields" not in stored["metadata"]
+    assert stored["kind"] == "Pod"
+    assert stored["apiVersion"] == "v1"
+
+
+def test_late_handler_receives_existing_objects_as_adds() -> None:
+    informer, _ = make_informer()
+    informer._replace([pod("a", 1)])
+    late = Recorder()
+    informer.add_handler(late.handler())
+    assert late.events == [("add", "ns/a", "1")]
