@@ -1,0 +1,318 @@
+"""Projection of cliques and daemon pods into ``CD.status.nodes`` (contract §9), pure.
+
+NVIDIA's kubelet plugin falls back to ``status.nodes`` when it cannot read its clique, and
+nodes without NVLink fabric (cliqueID "") only ever start their workload through it, so the
+content here is a MUST. The order of entries is not (it is a list-map keyed by name).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from computedomain.api import constants as c
+from computedomain.api.v1beta1 import (
+    ComputeDomainClique,
+    ComputeDomainDaemonInfo,
+    ComputeDomainNode,
+    NodeStatus,
+)
+from computedomain.domain.mapping import cd_uids_of_clique, clique_id_of_clique
+
+_TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
+_GO_TRUE = frozenset({"1", "t", "T", "true", "TRUE", "True"})
+
+
+@dataclass(frozen=True, kw_only=True)
+class DaemonPod:
+    """What the controller needs of an IMEX daemon pod."""
+
+    name: str
+    namespace: str
+    uid: str
+    cd_uid: str | None
+    node_name: str | None
+    pod_ip: str | None
+    # The pod's cliqueID label: None while the daemon has not labelled its pod yet,
+    # "" on a node without NVLink fabric.
+    clique_id: str | None
+    ready: bool
+    phase: str
+    deleting: bool
+    # Why the pod is not ready, from its conditions and container state.
+    started: bool | None = None
+    waiting_reason: str | None = None
+    terminated_reason: str | None = None
+    restart_count: int = 0
+    unschedulable: bool = False
+    message: str | None = None
+
+    @property
+    def non_fabric(self) -> bool:
+        return self.clique_id == ""
+
+    @property
+    def live(self) -> bool:
+        """Still a daemon that may hold a clique or status entry."""
+        return self.phase not in _TERMINAL_PHASES
+
+    def not_ready_reason(self) -> str | None:
+        """A short CamelCase reason why this daemon is not Ready; None when it is."""
+        if self.ready:
+            return None
+        if self.deleting:
+            return "Terminating"
+        if self.phase in _TERMINAL_PHASES:
+            return self.terminated_reason or self.phase
+        if self.unschedulable:
+            return "Unschedulable"
+        if self.waiting_reason:
+            return self.waiting_reason
+        if self.node_name is None:
+            return "Pending"
+        if self.started is False:
+            return "StartupProbeNotPassed"
+        if self.started:
+            return "ReadinessProbeFailing"
+        return "Pending" if self.phase == "Pending" else "NotReady"
+
+    def describe_problem(self) -> str | None:
+        """``<reason>`` plus restarts and the last message, for condition messages."""
+        reason = self.not_ready_reason()
+        if reason is None:
+            return None
+        parts = [reason]
+        if self.restart_count:
+            last = f", last exit {self.terminated_reason}" if self.terminated_reason else ""
+            parts.append(f"({self.restart_count} restarts{last})")
+        if self.message:
+            parts.append(f": {_shorten(self.message)}")
+        return " ".join(parts).replace(" :", ":")
+
+
+def _shorten(text: str, limit: int = 120) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _condition(pod: Mapping[str, Any], kind: str) -> Mapping[str, Any]:
+    for cond in (pod.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == kind:
+            return cond  # type: ignore[no-any-return]
+    return {}
+
+
+def _daemon_container_status(pod: Mapping[str, Any]) -> Mapping[str, Any]:
+    statuses = (pod.get("status") or {}).get("containerStatuses") or []
+    for status in statuses:
+        if status.get("name") == c.DAEMON_CONTAINER:
+            return status  # type: ignore[no-any-return]
+    return statuses[0] if statuses else {}
+
+
+def daemon_pod_from_dict(pod: Mapping[str, Any]) -> DaemonPod:
+    """Build the view from a pod dict as the informer holds it (tolerates trimmed pods)."""
+    meta = pod.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    status = pod.get("status") or {}
+    container = _daemon_container_status(pod)
+    state = container.get("state") or {}
+    waiting = state.get("waiting") or {}
+    terminated = state.get("terminated") or (container.get("lastState") or {}).get("terminated")
+    terminated = terminated or {}
+    scheduled = _condition(pod, "PodScheduled")
+    unschedulable = scheduled.get("status") == "False" and scheduled.get("reason") == (
+        "Unschedulable"
+    )
+    message = (
+        waiting.get("message")
+        or (scheduled.get("message") if unschedulable else None)
+        or terminated.get("message")
+        or status.get("message")
+    )
+    clique_id = labels.get(c.CLIQUE_ID_LABEL)
+    cd_uid = labels.get(c.CD_LABEL)
+    started = container.get("started")
+    return DaemonPod(
+        name=str(meta.get("name") or ""),
+        namespace=str(meta.get("namespace") or ""),
+        uid=str(meta.get("uid") or ""),
+        cd_uid=cd_uid if isinstance(cd_uid, str) and cd_uid else None,
+        node_name=(pod.get("spec") or {}).get("nodeName") or None,
+        pod_ip=status.get("podIP") or None,
+        clique_id=clique_id if isinstance(clique_id, str) else None,
+        ready=_condition(pod, "Ready").get("status") == "True",
+        phase=str(status.get("phase") or "Pending"),
+        deleting=meta.get("deletionTimestamp") is not None,
+        started=started if isinstance(started, bool) else None,
+        waiting_reason=waiting.get("reason") or None,
+        terminated_reason=terminated.get("reason") or None,
+        restart_count=int(container.get("restartCount") or 0),
+        unschedulable=unschedulable,
+        message=message or None,
+    )
+
+
+def clique_from_dict(obj: Mapping[str, Any]) -> ComputeDomainClique:
+    return ComputeDomainClique.model_validate(obj)
+
+
+def _node_from_daemon(daemon: ComputeDomainDaemonInfo) -> ComputeDomainNode:
+    return ComputeDomainNode(
+        name=daemon.node_name,
+        ip_address=daemon.ip_address,
+        clique_id=daemon.clique_id,
+        index=daemon.index,
+        status=daemon.status,
+    )
+
+
+def _non_fabric_nodes(pods: Iterable[DaemonPod]) -> list[ComputeDomainNode]:
+    return [
+        ComputeDomainNode(
+            name=pod.node_name,
+            ip_address=pod.pod_ip,
+            clique_id="",
+            index=c.NON_FABRIC_INDEX,
+            status=c.STATUS_READY if pod.ready else c.STATUS_NOT_READY,
+        )
+        for pod in pods
+        if pod.non_fabric and pod.node_name and pod.pod_ip
+    ]
+
+
+def _sort_key(node: ComputeDomainNode) -> tuple[str, int, str]:
+    return (node.clique_id, node.index, node.name)
+
+
+def _dedup(
+    candidates: Iterable[ComputeDomainNode], pods: Sequence[DaemonPod]
+) -> list[ComputeDomainNode]:
+    """One entry per node name, so the list-map key can never be violated.
+
+    Conflicts only arise from stale data; the entry agreeing with that node's current daemon
+    pod wins (same IP, then same fabric kind), then a deterministic order.
+    """
+    # A terminating pod and its replacement may share a node: the replacement decides.
+    ordered = sorted(pods, key=lambda p: not p.deleting)
+    pod_by_node = {p.node_name: p for p in ordered if p.node_name}
+    by_name: dict[str, list[ComputeDomainNode]] = {}
+    for node in candidates:
+        by_name.setdefault(node.name, []).append(node)
+
+    def rank(node: ComputeDomainNode) -> tuple[bool, bool, tuple[str, int, str]]:
+        pod = pod_by_node.get(node.name)
+        same_ip = pod is not None and pod.pod_ip == node.ip_address
+        same_kind = pod is not None and pod.non_fabric == (node.clique_id == "")
+        return (not same_ip, not same_kind, _sort_key(node))
+
+    chosen = [min(group, key=rank) for group in by_name.values()]
+    return sorted(chosen, key=_sort_key)
+
+
+def project_nodes(
+    cliques: Iterable[ComputeDomainClique],
+    pods: Iterable[DaemonPod],
+    *,
+    legacy: bool,
+    current: Sequence[ComputeDomainNode] = (),
+) -> list[ComputeDomainNode]:
+    """The ``status.nodes`` a CD should carry.
+
+    Cliques protocol (§9.1): every clique daemon entry plus one entry per non-fabric daemon
+    pod with a node and an IP. Legacy protocol (§9.2): the daemons own their fabric entries in
+    ``current``; keep those whose node still runs a live fabric daemon pod of this CD with that
+    IP, drop the rest, and rebuild the non-fabric entries from pods. ``cliques`` and ``pods``
+    must belong to this CD.
+    """
+    pods = list(pods)
+    if legacy:
+        live_fabric = {
+            (p.node_name, p.pod_ip) for p in pods if p.live and not p.non_fabric and p.pod_ip
+        }
+        fabric = [
+            node
+            for node in current
+            if node.clique_id != "" and (node.name, node.ip_address) in live_fabric
+        ]
+    else:
+        fabric = [_node_from_daemon(d) for clique in cliques for d in clique.daemons]
+    return _dedup([*fabric, *_non_fabric_nodes(pods)], pods)
+
+
+def nodes_equal(a: Iterable[ComputeDomainNode], b: Iterable[ComputeDomainNode]) -> bool:
+    """Equal as list-maps keyed by name (order does not matter)."""
+
+    a_list, b_list = list(a), list(b)
+    keyed_a = {n.name: n.to_dict() for n in a_list}
+    keyed_b = {n.name: n.to_dict() for n in b_list}
+    return len(a_list) == len(b_list) and keyed_a == keyed_b
+
+
+def global_status(nodes: Sequence[ComputeDomainNode], num_nodes: int) -> NodeStatus:
+    """Upstream ``status.status`` (§9.3): Ready with zero nodes when numNodes is 0 (#767)."""
+    if len(nodes) < num_nodes or any(n.status != c.STATUS_READY for n in nodes):
+        return c.STATUS_NOT_READY
+    return c.STATUS_READY
+
+
+def stale_clique_entries(clique: ComputeDomainClique, pods: Iterable[DaemonPod]) -> list[str]:
+    """Node names of clique entries that no live daemon pod backs.
+
+    Better than upstream (which accepted a daemon pod of any CD): only a pod of this clique's
+    CD on that node counts, whose clique label is this clique's ID or not yet set (a restarted
+    daemon that has not labelled itself must find its old entry and keep its index).
+    """
+    clique_obj = clique.model_dump(by_alias=True)
+    uids = set(cd_uids_of_clique(clique_obj))
+    clique_id = clique_id_of_clique(clique_obj)
+    backed = {
+        p.node_name
+        for p in pods
+        if p.live
+        and p.node_name
+        and p.cd_uid in uids
+        and (p.clique_id is None or p.clique_id == clique_id)
+    }
+    return sorted({d.node_name for d in clique.daemons if d.node_name not in backed})
+
+
+def _parse_bool(value: str) -> bool | None:
+    if value in _GO_TRUE:
+        return True
+    if value in {"0", "f", "F", "false", "FALSE", "False"}:
+        return False
+    return None
+
+
+def parse_feature_gates(text: str) -> dict[str, bool]:
+    """``A=true,B=false,`` → {"A": True, "B": False}; malformed pairs are skipped."""
+    gates: dict[str, bool] = {}
+    for item in text.split(","):
+        name, sep, raw = item.strip().partition("=")
+        value = _parse_bool(raw.strip())
+        if sep and name and value is not None:
+            gates[name.strip()] = value
+    return gates
+
+
+def _daemon_env(daemonset: Mapping[str, Any]) -> Iterable[Mapping[str, Any]]:
+    spec = ((daemonset.get("spec") or {}).get("template") or {}).get("spec") or {}
+    for container in spec.get("containers") or []:
+        if container.get("name") == c.DAEMON_CONTAINER:
+            return container.get("env") or []
+    return []
+
+
+def uses_legacy_protocol(daemonset: Mapping[str, Any]) -> bool:
+    """Whether this DS's daemons write ``CD.status.nodes`` themselves (cliques gate off).
+
+    The gates are baked into the DS's FEATURE_GATES at creation. A DS without the cliques gate
+    predates it (v25.8 and older controllers), so its daemons speak the legacy protocol.
+    """
+    for env in _daemon_env(daemonset):
+        if env.get("name") == c.FEATURE_GATES_ENV:
+            gates = parse_feature_gates(str(env.get("value") or ""))
+            return not gates.get(c.GATE_CLIQUES, False)
+    return True
