@@ -1,0 +1,205 @@
+"""Static checks of manifests/: CRD copies, least-privilege RBAC, restricted pods, env names."""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[3]
+MANIFESTS = ROOT / "manifests"
+
+# The verbs the controller's code uses (contract §12, "Ours, suggested minimum").
+EXPECTED_CLUSTER_RULES = {
+    ("resource.nvidia.com", "computedomains"): {"get", "list", "watch", "patch"},
+    ("resource.nvidia.com", "computedomains/status"): {"get", "patch", "update"},
+    ("resource.k8s.io", "resourceclaimtemplates"): {
+        "get", "list", "watch", "create", "delete", "patch",
+    },
+    ("", "nodes"): {"get", "list", "watch", "patch"},
+    ("events.k8s.io", "events"): {"create", "patch"},
+}  # fmt: skip
+EXPECTED_NAMESPACE_RULES = {
+    ("apps", "daemonsets"): {"get", "list", "watch", "create", "delete", "patch"},
+    ("resource.nvidia.com", "computedomaincliques"): {"get", "list", "watch", "update", "patch"},
+    ("", "pods"): {"get", "list", "watch"},
+}
+EXPECTED_LEADER_RULES = {("coordination.k8s.io", "leases"): {"get", "create", "update"}}
+
+
+def load(path: Path) -> dict[str, Any]:
+    document: dict[str, Any] = yaml.safe_load(path.read_text())
+    return document
+
+
+def rules_of(path: Path) -> dict[tuple[str, str], set[str]]:
+    flat: dict[tuple[str, str], set[str]] = {}
+    for rule in load(path)["rules"]:
+        for group in rule["apiGroups"]:
+            for resource in rule["resources"]:
+                flat.setdefault((group, resource), set()).update(rule["verbs"])
+    return flat
+
+
+def test_crd_copies_match_the_source_crds() -> None:
+    sources = sorted(Path(p).name for p in glob.glob(str(ROOT / "crds" / "*.yaml")))
+    assert sources, "crds/*.yaml missing"
+    kustomization = load(MANIFESTS / "crd" / "kustomization.yaml")
+    assert sorted(kustomization["resources"]) == [f"bases/{name}" for name in sources]
+    for name in sources:
+        copy = MANIFESTS / "crd" / "bases" / name
+        assert copy.read_bytes() == (ROOT / "crds" / name).read_bytes(), (
+            f"{copy} is stale: cp crds/*.yaml manifests/crd/bases/"
+        )
+
+
+@pytest.mark.parametrize(
+    ("file", "expected"),
+    [
+        ("role.yaml", EXPECTED_CLUSTER_RULES),
+        ("namespace_role.yaml", EXPECTED_NAMESPACE_RULES),
+        ("leader_election_role.yaml", EXPECTED_LEADER_RULES),
+    ],
+)
+def test_controller_rbac_grants_exactly_the_verbs_the_code_uses(
+    file: str, expected: dict[tuple[str, str], set[str]]
+) -> None:
+    assert rules_of(MANIFESTS / "rbac" / file) == expected
+
+
+def test_no_rbac_wildcards() -> None:
+    for path in (MANIFESTS / "rbac").glob("*.yaml"):
+        for rule in load(path).get("rules", []):
+            for key in ("apiGroups", "resources", "verbs"):
+                assert "*" not in rule[key], f"{path.name}: wildcard in {key}"
+
+
+def test_daemon_rbac_keeps_nvidias_names() -> None:
+    sa = load(MANIFESTS / "rbac" / "daemon_service_account.yaml")
+    assert sa["metadata"]["name"] == "compute-domain-daemon-service-account"
+    role = load(MANIFESTS / "rbac" / "daemon_role.yaml")
+    assert role["metadata"]["name"] == "compute-domain-daemon-role"
+    binding = load(MANIFESTS / "rbac" / "daemon_role_binding.yaml")
+    assert binding["roleRef"]["name"] == "compute-domain-daemon-role"
+    assert binding["subjects"][0]["name"] == "compute-domain-daemon-service-account"
+
+
+def controller_pod() -> dict[str, Any]:
+    deployment = load(MANIFESTS / "manager" / "manager.yaml")
+    pod: dict[str, Any] = deployment["spec"]["template"]["spec"]
+    return pod
+
+
+def test_pod_meets_the_restricted_pod_security_standard() -> None:
+    pod = controller_pod()
+    pod_sc = pod["securityContext"]
+    assert pod_sc["runAsNonRoot"] is True
+    assert pod_sc["runAsUser"] == 65532
+    assert pod_sc["seccompProfile"] == {"type": "RuntimeDefault"}
+    for host_namespace in ("hostNetwork", "hostPID", "hostIPC"):
+        assert not pod.get(host_namespace)
+    for container in pod["containers"]:
+        sc = container["securityContext"]
+        assert sc["allowPrivilegeEscalation"] is False
+        assert sc["readOnlyRootFilesystem"] is True
+        assert sc["capabilities"] == {"drop": ["ALL"]}
+        assert sc["runAsNonRoot"] is True
+        assert isinstance(sc["runAsUser"], int)
+        assert sc["runAsUser"] != 0
+    assert all("hostPath" not in volume for volume in pod.get("volumes", []))
+
+
+def test_probes_resources_and_replicas() -> None:
+    deployment = load(MANIFESTS / "manager" / "manager.yaml")
+    assert deployment["spec"]["replicas"] == 2
+    pod = controller_pod()
+    (container,) = pod["containers"]
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert ports == {"metrics": 8080, "probes": 8081}
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "probes"}
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "probes"}
+    assert set(container["resources"]) == {"requests", "limits"}
+    assert pod["terminationGracePeriodSeconds"] >= 10
+    assert "podAntiAffinity" in pod["affinity"]
+
+
+def test_settings_use_the_upstream_environment_names() -> None:
+    (container,) = controller_pod()["containers"]
+    env = {item["name"]: item for item in container["env"]}
+    assert env["POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
+    assert env["NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace"
+    for name in (
+        "IMAGE_NAME", "LOG_VERBOSITY_CD_DAEMON", "MAX_NODES_PER_IMEX_DOMAIN",
+        "LEADER_ELECTION_ENABLED", "HTTP_ENDPOINT", "METRICS_PATH", "KUBE_API_QPS",
+        "KUBE_API_BURST", "PROBE_ADDRESS", "LOG_FORMAT",
+    ):  # fmt: skip
+        assert name in env, name
+    assert env["LEADER_ELECTION_ENABLED"]["value"] == "true"
+    assert env["HTTP_ENDPOINT"]["value"] == ":8080"
+    assert env["PROBE_ADDRESS"]["value"] == ":8081"
+    assert "computedomain-controller" not in env["IMAGE_NAME"]["value"]
+
+
+def test_namespace_enforces_restricted_pod_security() -> None:
+    labels = load(MANIFESTS / "default" / "namespace.yaml")["metadata"]["labels"]
+    assert labels["pod-security.kubernetes.io/enforce"] == "restricted"
+
+
+def test_dashboard_is_valid_grafana_json() -> None:
+    import json
+
+    dashboard = json.loads((MANIFESTS / "dashboards" / "computedomain.json").read_text())
+    assert dashboard["panels"]
+    expressions = " ".join(
+        target["expr"] for panel in dashboard["panels"] for target in panel.get("targets", [])
+    )
+    for metric in (
+        "computedomain_status_condition",
+        "computedomain_time_to_ready_seconds_bucket",
+        "controller_runtime_reconcile_total",
+        "leader_election_master_status",
+    ):
+        assert metric in expressions
+
+
+def find_kubectl() -> str | None:
+    built = sorted(
+        glob.glob(os.path.expanduser("~/.cache/computedomain/controlplane/*/bin/kubectl"))
+    )
+    return built[-1] if built else shutil.which("kubectl")
+
+
+@pytest.mark.parametrize("overlay", ["default", "prometheus"])
+def test_kustomize_builds(overlay: str) -> None:
+    kubectl = find_kubectl()
+    if kubectl is None:
+        pytest.skip("no kubectl built yet")
+    result = subprocess.run(
+        [kubectl, "kustomize", str(MANIFESTS / overlay)],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    if result.returncode != 0 and "unknown command" in result.stderr:
+        pytest.skip(f"{kubectl} has no kustomize")
+    assert result.returncode == 0, result.stderr
+    objects = [doc for doc in yaml.safe_load_all(result.stdout) if doc]
+    kinds = {(o["kind"], o["metadata"]["name"]) for o in objects}
+    assert ("Deployment", "computedomain-controller") in kinds
+    assert ("CustomResourceDefinition", "computedomains.resource.nvidia.com") in kinds
+    assert ("ServiceAccount", "compute-domain-daemon-service-account") in kinds
+    for obj in objects:
+        namespaced = obj["kind"] not in {
+            "Namespace", "CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding",
+        }  # fmt: skip
+        if namespaced:
+            assert obj["metadata"]["namespace"] == "computedomain-system", obj["metadata"]
+        for subject in obj.get("subjects", []):
+            assert subject["namespace"] == "computedomain-system"
+    if overlay == "prometheus":
+        assert ("PrometheusRule", "computedomain-controller") in kinds
+        assert ("ServiceMonitor", "computedomain-controller") in kinds
