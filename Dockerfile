@@ -1,0 +1,33 @@
+# syntax=docker/dockerfile:1
+# The computedomain controller image. Dependencies come only from uv.lock, hash-checked; the
+# runtime stage receives nothing but the virtualenv. For releases, pin both FROM lines by digest
+# (python:3.11-slim-bookworm@sha256:...).
+ARG PYTHON_IMAGE=python:3.11-slim-bookworm
+
+FROM ${PYTHON_IMAGE} AS builder
+ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PYTHONDONTWRITEBYTECODE=1
+WORKDIR /src
+# uv only turns the lock into a hashed requirements file; pip installs it.
+RUN pip install --no-cache-dir uv==0.13.9
+COPY pyproject.toml uv.lock ./
+RUN uv export --quiet --frozen --no-dev --no-emit-project --format requirements-txt \
+        -o /tmp/requirements.txt \
+    && python -m venv /opt/venv \
+    && /opt/venv/bin/pip install --no-cache-dir --require-hashes --no-deps -r /tmp/requirements.txt
+COPY README.md ./
+COPY computedomain ./computedomain
+# The project itself, as a wheel, without touching the locked dependencies.
+RUN uv build --wheel --out-dir /tmp/dist \
+    && /opt/venv/bin/pip install --no-cache-dir --no-deps /tmp/dist/computedomain-*.whl
+
+FROM ${PYTHON_IMAGE}
+ENV PATH=/opt/venv/bin:$PATH \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1
+COPY --from=builder /opt/venv /opt/venv
+# Numeric, so the kubelet can verify runAsNonRoot without reading /etc/passwd.
+USER 65532:65532
+EXPOSE 8080 8081
+# Exec form: SIGTERM reaches Python directly for the graceful shutdown.
+ENTRYPOINT ["computedomain-controller"]
