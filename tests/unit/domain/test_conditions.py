@@ -1,0 +1,267 @@
+"""Conditions tell the truth status.status cannot (#289, #767, #804, #892)."""
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from computedomain.api import constants as c
+from computedomain.api.v1beta1 import ComputeDomainNode, Condition
+from computedomain.domain.conditions import (
+    ChildState,
+    ChildStatus,
+    DomainView,
+    conditions_for,
+    set_condition,
+    status_counts,
+)
+from computedomain.domain.projection import DaemonPod
+
+T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+T1 = T0 + timedelta(minutes=5)
+CLIQUE = "cluster.1"
+OK_CHILDREN = {
+    "daemonClaimTemplate": ChildState(ChildStatus.OK),
+    "daemonSet": ChildState(ChildStatus.OK),
+    "workloadClaimTemplate": ChildState(ChildStatus.OK),
+}
+
+
+def node(name: str, status: str = "Ready", clique: str = CLIQUE) -> ComputeDomainNode:
+    return ComputeDomainNode.model_validate(
+        {"name": name, "ipAddress": "10.0.0.1", "cliqueID": clique, "index": 0, "status": status}
+    )
+
+
+def pod(node_name: str | None, ready: bool = True, **extra: object) -> DaemonPod:
+    fields: dict[str, object] = {
+        "name": f"daemon-{node_name}",
+        "namespace": "nvidia",
+        "uid": "u",
+        "cd_uid": "cd",
+        "node_name": node_name,
+        "pod_ip": "10.0.0.1",
+        "clique_id": CLIQUE,
+        "ready": ready,
+        "phase": "Running",
+        "deleting": False,
+    }
+    fields.update(extra)
+    return DaemonPod(**fields)  # type: ignore[arg-type]
+
+
+def by_type(conds: list[Condition]) -> dict[str, Condition]:
+    return {cond.type: cond for cond in conds}
+
+
+def view(**kw: object) -> DomainView:
+    defaults: dict[str, object] = {"children": OK_CHILDREN}
+    defaults.update(kw)
+    return DomainView(**defaults)  # type: ignore[arg-type]
+
+
+# --- set_condition ------------------------------------------------------------------------
+
+
+def cond(status: str, reason: str = "R", at: datetime = T0) -> Condition:
+    return Condition(type="Ready", status=status, last_transition_time=at, reason=reason)  # type: ignore[arg-type]
+
+
+def test_set_condition_adds_with_now() -> None:
+    (added,) = set_condition([], cond("True", at=T1), T0)
+    assert added.last_transition_time == T0
+
+
+def test_set_condition_keeps_transition_time_when_status_unchanged() -> None:
+    (updated,) = set_condition([cond("False", "A")], cond("False", "B", at=T1), T1)
+    assert (updated.reason, updated.last_transition_time) == ("B", T0)
+
+
+def test_set_condition_moves_transition_time_on_flip() -> None:
+    other = Condition(type="Other", status="True", last_transition_time=T0, reason="X")
+    result = set_condition([other, cond("False")], cond("True"), T1)
+    assert result[0] == other
+    assert (result[1].status, result[1].last_transition_time) == ("True", T1)
+
+
+# --- Ready and its reasons ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("domain", "status", "reason", "in_message"),
+    [
+        (view(), "False", "WaitingForWorkload", "workload pod"),
+        (
+            view(nodes=(node("n1"),), pods=(pod("n1"),)),
+            "True",
+            "Ready",
+            "1 daemon ready in 1 clique",
+        ),
+        (
+            view(nodes=(node("n1"),), pods=(pod("n1"),), num_nodes=2),
+            "False",
+            "TooFewNodes",
+            "1 of 2 expected nodes",
+        ),
+        (
+            view(
+                nodes=(node("n1"), node("n2", "NotReady")),
+                pods=(
+                    pod("n1"),
+                    pod(
+                        "n2",
+                        ready=False,
+                        waiting_reason="CrashLoopBackOff",
+                        restart_count=3,
+                        terminated_reason="Error",
+                    ),
+                ),
+            ),
+            "False",
+            "DaemonsNotReady",
+            "n2: CrashLoopBackOff (3 restarts, last exit Error)",
+        ),
+        (
+            # A daemon pod exists but has not joined: not Ready, and the pod says why.
+            view(pods=(pod("n1", ready=False, started=False),)),
+            "False",
+            "DaemonsNotReady",
+            "n1: not joined yet (StartupProbeNotPassed)",
+        ),
+        (
+            view(pods=(pod(None, ready=False, unschedulable=True, message="0/4 nodes"),)),
+            "False",
+            "DaemonsNotReady",
+            "Unschedulable: 0/4 nodes",
+        ),
+        (
+            view(
+                nodes=(node("n1"),),
+                pods=(pod("n1"),),
+                children={**OK_CHILDREN, "daemonSet": ChildState(ChildStatus.CREATED)},
+            ),
+            "False",
+            "ChildrenNotReady",
+            "daemon DaemonSet creating",
+        ),
+        (
+            view(
+                children={
+                    **OK_CHILDREN,
+                    "workloadClaimTemplate": ChildState(
+                        ChildStatus.FOREIGN, "RCT team/x is not ours"
+                    ),
+                }
+            ),
+            "False",
+            "ForeignObject",
+            "RCT team/x is not ours",
+        ),
+        (
+            view(nodes=(node("n1"),), pods=(pod("n1", deleting=True),), deleting=True),
+            "False",
+            "Deleting",
+            "waiting for 1 daemon pod to terminate: daemon-n1",
+        ),
+    ],
+)
+def test_ready_condition(domain: DomainView, status: str, reason: str, in_message: str) -> None:
+    ready = by_type(conditions_for(domain, 7, T0))[c.CONDITION_READY]
+    assert (ready.status, ready.reason) == (status, reason)
+    assert in_message in ready.message
+    assert ready.observed_generation == 7
+
+
+def test_ready_with_zero_nodes_is_false_even_though_status_is_ready() -> None:
+    conds = by_type(conditions_for(view(num_nodes=0), 1, T0))
+    assert conds["Ready"].status == "False"
+    assert conds["DaemonsReady"].status == "Unknown"
+
+
+def test_daemons_not_ready_message_is_bounded() -> None:
+    nodes = tuple(node(f"n{i:02}", "NotReady") for i in range(12))
+    pods = tuple(pod(f"n{i:02}", ready=False, started=True) for i in range(12))
+    daemons = by_type(conditions_for(view(nodes=nodes, pods=pods), 1, T0))["DaemonsReady"]
+    assert daemons.message.startswith("0 of 12 daemons ready; n00: ReadinessProbeFailing")
+    assert "and 7 more" in daemons.message
+
+
+def test_all_condition_types_written_in_order_and_foreign_types_kept() -> None:
+    foreign = Condition(type="Audited", status="True", last_transition_time=T0, reason="X")
+    conds = conditions_for(view(), 1, T0, [foreign])
+    assert [x.type for x in conds] == [*c.CONDITION_TYPES, "Audited"]
+
+
+def test_transition_time_survives_recompute_and_moves_on_flip() -> None:
+    first = conditions_for(view(), 1, T0)
+    same = by_type(conditions_for(view(), 2, T1, first))["Ready"]
+    assert (same.last_transition_time, same.observed_generation) == (T0, 2)
+    ready = view(nodes=(node("n1"),), pods=(pod("n1"),))
+    flipped = by_type(conditions_for(ready, 2, T1, first))["Ready"]
+    assert (flipped.status, flipped.last_transition_time) == ("True", T1)
+
+
+# --- children, cliques ---------------------------------------------------------------------
+
+
+def test_children_ready() -> None:
+    assert by_type(conditions_for(view(), 1, T0))["ChildrenReady"].status == "True"
+    missing = view(children={**OK_CHILDREN, "daemonClaimTemplate": ChildState(ChildStatus.MISSING)})
+    got = by_type(conditions_for(missing, 1, T0))["ChildrenReady"]
+    assert (got.status, got.reason) == ("False", "ChildrenNotReady")
+    assert "daemon ResourceClaimTemplate missing" in got.message
+
+
+@pytest.mark.parametrize(
+    ("nodes", "cliques", "status", "reason"),
+    [
+        ((), frozenset(), "Unknown", "NoNodes"),
+        ((node("n1", clique=""),), frozenset(), "Unknown", "NoCliqueLabels"),
+        ((node("n1"), node("n2")), frozenset({CLIQUE}), "True", "SingleClique"),
+        ((node("n1"), node("n2", clique="cluster.2")), frozenset(), "False", "MultipleCliques"),
+        # Labelled nodes without a joined daemon yet still count (GFD labels).
+        ((node("n1"),), frozenset({CLIQUE, "cluster.9"}), "False", "MultipleCliques"),
+    ],
+)
+def test_single_clique(
+    nodes: tuple[ComputeDomainNode, ...], cliques: frozenset[str], status: str, reason: str
+) -> None:
+    got = by_type(conditions_for(view(nodes=nodes, cliques=cliques), 1, T0))["SingleClique"]
+    assert (got.status, got.reason) == (status, reason)
+    if reason == "MultipleCliques":
+        assert c.GPU_CLIQUE_NODE_LABEL in got.message
+
+
+def test_exclusive_clique() -> None:
+    alone = view(nodes=(node("n1"),), cliques=frozenset({CLIQUE}))
+    assert by_type(conditions_for(alone, 1, T0))["ExclusiveClique"].status == "True"
+    shared = view(
+        nodes=(node("n1"),),
+        cliques=frozenset({CLIQUE}),
+        shared_cliques={CLIQUE: frozenset({"team-b/train"})},
+    )
+    got = by_type(conditions_for(shared, 1, T0))["ExclusiveClique"]
+    assert (got.status, got.reason) == ("False", "CliqueShared")
+    assert "team-b/train" in got.message
+    assert CLIQUE in got.message
+    assert by_type(conditions_for(view(), 1, T0))["ExclusiveClique"].status == "Unknown"
+
+
+def test_conditions_fit_the_crd_patterns() -> None:
+    import re
+
+    reason_pattern = re.compile(r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$")
+    domains = [
+        view(),
+        view(deleting=True),
+        view(nodes=(node("n1", "NotReady"),), pods=(pod("n1", ready=False),)),
+    ]
+    for domain in domains:
+        for got in conditions_for(domain, 1, T0):
+            assert reason_pattern.match(got.reason), got.reason
+            assert len(got.message) <= 32768
+
+
+def test_status_counts() -> None:
+    nodes = [node("a"), node("b", "NotReady", clique="cluster.2"), node("c", clique="")]
+    assert status_counts(nodes, {CLIQUE}) == (3, 2, 2)
+    assert status_counts([], ()) == (0, 0, 0)

@@ -1,0 +1,122 @@
+"""Clique inventory from Node labels, and object → CD UID mapping for event handlers."""
+
+from typing import Any
+
+import pytest
+
+from computedomain.api import constants as c
+from computedomain.domain.mapping import (
+    cd_uid_of,
+    cd_uids_of,
+    cd_uids_of_clique,
+    cd_uids_of_update,
+    clique_id_of_clique,
+    split_clique_name,
+)
+from computedomain.domain.topology import (
+    CliqueInventory,
+    clique_of,
+    cliques_spanned,
+    shared_cliques,
+)
+
+UID = "0b7c3f4e-2a1d-4c5b-9e8f-6a7b8c9d0e1f"
+
+
+def k8s_node(name: str, clique: str | None = None, cd: str | None = None) -> dict[str, Any]:
+    labels: dict[str, str] = {}
+    if clique is not None:
+        labels[c.GPU_CLIQUE_NODE_LABEL] = clique
+    if cd is not None:
+        labels[c.CD_LABEL] = cd
+    return {"kind": "Node", "metadata": {"name": name, "labels": labels}}
+
+
+@pytest.mark.parametrize(("labels_clique", "expected"), [("u.1", "u.1"), ("", None), (None, None)])
+def test_clique_of(labels_clique: str | None, expected: str | None) -> None:
+    assert clique_of(k8s_node("n", labels_clique)) == expected
+
+
+def test_inventory() -> None:
+    inventory = CliqueInventory.from_nodes(
+        [
+            k8s_node("a1", "rack.a", cd="cd1"),
+            k8s_node("a2", "rack.a", cd="cd2"),
+            k8s_node("a3", "rack.a"),
+            k8s_node("b1", "rack.b", cd="cd1"),
+            k8s_node("x", None, cd="cd3"),
+        ]
+    )
+    assert inventory.nodes_by_clique == {
+        "rack.a": frozenset({"a1", "a2", "a3"}),
+        "rack.b": frozenset({"b1"}),
+    }
+    assert inventory.domains_in("rack.a") == {"cd1", "cd2"}
+    assert inventory.free_nodes("rack.a") == frozenset({"a3"})
+    assert inventory.domain_cliques() == {"cd1": {"rack.a", "rack.b"}, "cd2": {"rack.a"}}
+    assert shared_cliques(inventory.domain_cliques()) == {"rack.a": {"cd1", "cd2"}}
+
+
+def test_cliques_spanned_accepts_mapping_or_lookup() -> None:
+    nodes = {
+        "a": k8s_node("a", "rack.a"),
+        "b": k8s_node("b", "rack.b"),
+        "c": k8s_node("c", ""),
+    }
+    assert cliques_spanned(["a", "b", "c", "unknown"], nodes) == {"rack.a", "rack.b"}
+    assert cliques_spanned(["a"], nodes.get) == {"rack.a"}
+    assert cliques_spanned([], nodes) == set()
+
+
+def test_shared_cliques_ignores_single_users() -> None:
+    assert shared_cliques({"x": {"r1"}, "y": {"r2"}}) == {}
+    assert shared_cliques({"x": {"r1", "r2"}, "y": {"r2"}, "z": {"r2"}}) == {"r2": {"x", "y", "z"}}
+
+
+# --- mapping --------------------------------------------------------------------------------
+
+
+def labelled(kind: str, name: str, **labels: str) -> dict[str, Any]:
+    return {"kind": kind, "metadata": {"name": name, "namespace": "nvidia", "labels": labels}}
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        (f"{UID}.cluster.7", (UID, "cluster.7")),
+        (f"{UID}.", None),
+        (UID, None),
+        (".x", None),
+    ],
+)
+def test_split_clique_name(name: str, expected: tuple[str, str] | None) -> None:
+    assert split_clique_name(name) == expected
+
+
+def test_clique_maps_by_label_and_name() -> None:
+    by_label = labelled(
+        c.CLIQUE_KIND, f"{UID}.cl.1", **{c.CD_LABEL: UID, c.CLIQUE_ID_LABEL: "cl.1"}
+    )
+    assert cd_uids_of_clique(by_label) == [UID]
+    assert clique_id_of_clique(by_label) == "cl.1"
+    unlabelled = labelled(c.CLIQUE_KIND, f"{UID}.cl.1")
+    assert cd_uids_of(unlabelled) == [UID]
+    assert clique_id_of_clique(unlabelled) == "cl.1"
+    disagreeing = labelled(c.CLIQUE_KIND, "other.cl.1", **{c.CD_LABEL: UID})
+    assert cd_uids_of_clique(disagreeing) == [UID, "other"]
+
+
+def test_children_pods_and_nodes_map_by_label() -> None:
+    assert cd_uid_of(labelled("DaemonSet", "ds", **{c.CD_LABEL: UID})) == UID
+    assert cd_uid_of(labelled("Pod", "p", **{c.CD_LABEL: ""})) is None
+    assert cd_uids_of(labelled("Node", "n")) == []
+    assert cd_uids_of({"metadata": {"name": "no-labels"}}) == []
+
+
+def test_update_wakes_old_and_new_owner() -> None:
+    old = k8s_node("n", cd="cd-old")
+    new = k8s_node("n", cd="cd-new")
+    assert cd_uids_of_update(old, new) == ["cd-new", "cd-old"]
+    assert cd_uids_of_update(old, k8s_node("n")) == ["cd-old"]
+    assert cd_uids_of_update(None, new) == ["cd-new"]
+    assert cd_uids_of_update(new, new) == ["cd-new"]
