@@ -1,0 +1,321 @@
+"""Wiring: informers → signals and per-pod coroutines for the fake plugin and daemons."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Coroutine, Mapping
+from typing import Any
+
+from computedomain.runtime.client import ApiError, KubeClient
+from computedomain.runtime.clock import Clock, SystemClock
+from computedomain.runtime.informer import FunctionHandler, Informer, strip_managed_fields
+from computedomain.runtime.resources import NODES, PODS, RESOURCE_CLAIMS
+
+from .context import (
+    CLIQUES,
+    COMPUTE_DOMAINS,
+    KWOK_NODE_ANNOTATION,
+    NODE_NOT_READY_LABEL,
+    SimContext,
+    SimSettings,
+)
+from .daemon import FakeImexDaemon
+from .decisions import PodRole, classify_pod, pod_claim_refs
+from .plugin import FakeKubeletPlugin
+from .podstatus import is_pod_ready
+from .signals import claim_key, clique_key, domain_key, node_key, pod_key
+
+log = logging.getLogger("computedomain.sim")
+
+Obj = dict[str, Any]
+
+
+def _uid_index(obj: Obj) -> list[str]:
+    uid = (obj.get("metadata") or {}).get("uid")
+    return [uid] if uid else []
+
+
+def _changed_entries(old: Obj | None, new: Obj | None, path: tuple[str, ...], key: str) -> set[str]:
+    """Names whose entry differs between two versions of a list-map (added, removed or changed)."""
+
+    def entries(obj: Obj | None) -> dict[str, Any]:
+        value: Any = obj or {}
+        for part in path:
+            value = (value or {}).get(part) if isinstance(value, dict) else None
+        return {str(entry.get(key)): entry for entry in value or [] if isinstance(entry, dict)}
+
+    before, after = entries(old), entries(new)
+    return {name for name in before.keys() | after.keys() if before.get(name) != after.get(name)}
+
+
+class Simulator:
+    """Plays NVIDIA's compute-domain kubelet plugin and IMEX daemons for a kwok fleet.
+
+    ``await Simulator(client, settings).run()`` runs until cancelled.
+    """
+
+    def __init__(
+        self, client: KubeClient, settings: SimSettings | None = None, *, clock: Clock | None = None
+    ) -> None:
+        self.settings = settings or SimSettings()
+        self.clock = clock or SystemClock()
+        informers = {
+            "pods": Informer(
+                client,
+                PODS,
+                field_selector="spec.nodeName!=",
+                transform=strip_managed_fields,
+                clock=self.clock,
+                name="sim-pods",
+            ),
+            "nodes": Informer(
+                client, NODES, transform=strip_managed_fields, clock=self.clock, name="sim-nodes"
+            ),
+            "claims": Informer(
+                client,
+                RESOURCE_CLAIMS,
+                transform=strip_managed_fields,
+                clock=self.clock,
+                name="sim-claims",
+            ),
+            "computedomains": Informer(
+                client,
+                COMPUTE_DOMAINS,
+                transform=strip_managed_fields,
+                indexers={"uid": _uid_index},
+                clock=self.clock,
+                name="sim-computedomains",
+            ),
+            "cliques": Informer(
+                client,
+                CLIQUES,
+                namespace=self.settings.driver_namespace,
+                transform=strip_managed_fields,
+                clock=self.clock,
+                name="sim-cliques",
+            ),
+        }
+        self.context = SimContext(client, self.settings, self.clock, informers)
+        self.context.on_daemon_ready = self._daemon_ready
+        self.plugin = FakeKubeletPlugin(self.context)
+        self._pod_tasks: dict[str, asyncio.Task[None]] = {}
+        self._daemons: dict[str, FakeImexDaemon] = {}
+        self._background: set[asyncio.Task[None]] = set()
+        self._ready = asyncio.Event()
+
+    # -- public ---------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        informers = self.context.informers
+        runners = [
+            asyncio.create_task(inf.run(), name=f"informer-{n}") for n, inf in informers.items()
+        ]
+        try:
+            await asyncio.gather(*(informer.wait_synced() for informer in informers.values()))
+            self._install_handlers()
+            self._ready.set()
+            log.info("Simulator running", extra={"driverNamespace": self.settings.driver_namespace})
+            await asyncio.gather(*runners)
+        finally:
+            tasks = [*runners, *self._pod_tasks.values(), *self._background]
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def wait_ready(self) -> None:
+        """Caches synced and handlers installed: from now on every pod is acted on."""
+        await self._ready.wait()
+
+    def daemon(self, node_name: str) -> FakeImexDaemon | None:
+        for daemon in self._daemons.values():
+            if daemon.node_name == node_name:
+                return daemon
+        return None
+
+    def crash_daemon(self, node_name: str) -> bool:
+        """Crash the daemon container on a node now; False if no daemon runs there."""
+        daemon = self.daemon(node_name)
+        if daemon is None:
+            return False
+        daemon.request_crash()
+        return True
+
+    async def set_node_not_ready(self, node_name: str) -> None:
+        """Apply kwok's node-not-ready chaos label: the node's Ready condition turns False."""
+        patch = {"metadata": {"labels": {NODE_NOT_READY_LABEL: "true"}}}
+        await self.context.write(lambda: self.context.client.patch(NODES, node_name, patch))
+
+    async def delete_node(self, node_name: str) -> None:
+        with contextlib.suppress(ApiError):
+            await self.context.write(lambda: self.context.client.delete(NODES, node_name))
+
+    # -- handlers -------------------------------------------------------------------------
+
+    def _install_handlers(self) -> None:
+        informers = self.context.informers
+        signals = self.context.signals
+        observers = self.context.observers
+
+        def on_node(old: Obj | None, new: Obj) -> None:
+            signals.notify(node_key(new["metadata"]["name"]))
+
+        def on_claim(old: Obj | None, new: Obj) -> None:
+            signals.notify(claim_key(new["metadata"]["namespace"], new["metadata"]["name"]))
+
+        def on_domain(old: Obj | None, new: Obj) -> None:
+            signals.notify(domain_key(new["metadata"].get("uid", "")))
+            changed = _changed_entries(old, new, ("status", "nodes"), "name")
+            signals.notify(*(node_key(name) for name in changed))
+
+        def on_clique(old: Obj | None, new: Obj) -> None:
+            metadata = new["metadata"]
+            signals.notify(clique_key(metadata["namespace"], metadata["name"]))
+            changed = _changed_entries(old, new, ("daemons",), "nodeName")
+            signals.notify(*(node_key(name) for name in changed))
+
+        def on_pod(old: Obj | None, new: Obj) -> None:
+            self._pod_changed(new)
+
+        for name, handler in (
+            ("nodes", on_node),
+            ("claims", on_claim),
+            ("computedomains", on_domain),
+            ("cliques", on_clique),
+            ("pods", on_pod),
+        ):
+            observers[name] = handler
+
+            def deleted(obj: Obj, handler: Any = handler, name: str = name) -> None:
+                if name == "pods":
+                    self._pod_gone(obj)
+                else:
+                    handler(obj, {"metadata": obj.get("metadata", {})})
+
+            def added(obj: Obj, handler: Any = handler) -> None:
+                handler(None, obj)
+
+            informers[name].add_handler(FunctionHandler(add=added, update=handler, delete=deleted))
+
+    def _pod_changed(self, pod: Obj) -> None:
+        metadata, spec = pod["metadata"], pod.get("spec") or {}
+        node_name = spec.get("nodeName") or ""
+        self.context.signals.notify(
+            pod_key(metadata["namespace"], metadata["name"]), node_key(node_name)
+        )
+        if metadata.get("deletionTimestamp"):
+            self._pod_gone(pod)
+            return
+        uid = metadata.get("uid", "")
+        if uid in self._pod_tasks or not spec.get("resourceClaims") or not node_name:
+            return
+        key = f"{metadata['namespace']}/{metadata['name']}"
+        self._pod_tasks[uid] = asyncio.create_task(self._run_pod(key, uid), name=f"sim-pod-{key}")
+
+    def _pod_gone(self, pod: Obj) -> None:
+        metadata = pod["metadata"]
+        self.context.signals.notify(
+            pod_key(metadata["namespace"], metadata["name"]),
+            node_key((pod.get("spec") or {}).get("nodeName") or ""),
+        )
+        task = self._pod_tasks.pop(metadata.get("uid", ""), None)
+        if task is not None:
+            self._spawn(self._clean_up(pod, task))
+
+    async def _clean_up(self, pod: Obj, task: asyncio.Task[None]) -> None:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        uid = pod["metadata"].get("uid", "")
+        daemon = self._daemons.pop(uid, None)
+        try:
+            if daemon is not None:
+                await daemon.stop()
+            await self.plugin.unprepare(pod)
+        except ApiError as error:
+            log.warning("Clean-up after pod deletion failed", extra={"pod": uid, "err": str(error)})
+        finally:
+            self.context.forget_pod(uid)
+
+    # -- per pod --------------------------------------------------------------------------
+
+    async def _run_pod(self, key: str, uid: str) -> None:
+        while True:
+            try:
+                await self._serve_pod(key, uid)
+                return
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("Simulated pod failed; retrying", extra={"pod": key})
+                await self.clock.sleep(1.0)
+
+    async def _serve_pod(self, key: str, uid: str) -> None:
+        ctx = self.context
+        while True:
+            pod = ctx.pod(key)
+            if pod is None or pod["metadata"].get("uid") != uid:
+                return
+            namespace = pod["metadata"]["namespace"]
+            node_name = pod["spec"]["nodeName"]
+            refs = pod_claim_refs(pod)
+            keys = [pod_key(namespace, pod["metadata"]["name"]), node_key(node_name)]
+            keys += [claim_key(namespace, ref.claim_name) for ref in refs if ref.claim_name]
+            with ctx.signals.listen(keys) as waiter:
+                node = ctx.node(node_name)
+                if node is None:
+                    await waiter.wait(self.settings.recheck_interval)
+                    continue
+                if self.settings.only_kwok_nodes and not _is_kwok_node(node):
+                    return
+                claims = {
+                    ref.claim_name: ctx.claim(namespace, ref.claim_name)
+                    for ref in refs
+                    if ref.claim_name
+                }
+                classification = classify_pod(pod, claims)
+                if classification.role is PodRole.PENDING:
+                    await waiter.wait(self.settings.recheck_interval)
+                    continue
+            break
+        if classification.role is PodRole.GENERIC:
+            if not is_pod_ready(pod):
+                await self.plugin.start_generic(pod)
+        elif classification.role is PodRole.INVALID:
+            await ctx.report(
+                pod, "Warning", "FailedPrepareDynamicResources", classification.message
+            )
+        elif classification.role is PodRole.WORKLOAD:
+            await self.plugin.prepare_channel(key, classification)
+        else:
+            daemon = self._daemons.get(uid)
+            if daemon is None:
+                daemon = FakeImexDaemon(ctx, pod, classification.domain_id)
+                self._daemons[uid] = daemon
+            await daemon.run()
+
+    # -- node faults ----------------------------------------------------------------------
+
+    def _daemon_ready(self, node_name: str) -> None:
+        fate = self.context.planner.node_fate(node_name)
+        if fate.delete_after is not None:
+            self._spawn(self._later(fate.delete_after, self.delete_node(node_name)))
+        elif fate.not_ready_after is not None:
+            self._spawn(self._later(fate.not_ready_after, self.set_node_not_ready(node_name)))
+
+    async def _later(self, delay: float, action: Coroutine[Any, Any, None]) -> None:
+        try:
+            await self.clock.sleep(delay)
+            await action
+        finally:
+            action.close()
+
+    def _spawn(self, coroutine: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(coroutine)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+
+def _is_kwok_node(node: Mapping[str, Any]) -> bool:
+    annotations = (node.get("metadata") or {}).get("annotations") or {}
+    return annotations.get(KWOK_NODE_ANNOTATION) == "fake"
