@@ -58,13 +58,22 @@ class OwnerReference(KubeModel):
     block_owner_deletion: bool | None = None
 
 
+def _is_empty(value: str) -> bool:
+    return value == ""
+
+
+# Identity strings read as "" when unset (objects from the apiserver always carry them) and
+# are left out of dumps while empty, so a body built in code never sends `uid: ""`.
+_IdentityStr = Annotated[str, Field(default="", exclude_if=_is_empty)]
+
+
 class ObjectMeta(KubeModel):
-    name: str | None = None
-    generate_name: str | None = None
-    namespace: str | None = None
-    uid: str | None = None
+    name: _IdentityStr
+    generate_name: _IdentityStr
+    namespace: _IdentityStr
+    uid: _IdentityStr
     generation: int | None = None
-    resource_version: str | None = None
+    resource_version: _IdentityStr
     labels: dict[str, str] | None = None
     annotations: dict[str, str] | None = None
     finalizers: list[str] | None = None
@@ -134,15 +143,15 @@ class ComputeDomain(KubeModel):
 
     @property
     def uid(self) -> str:
-        return self.metadata.uid or ""
+        return self.metadata.uid
 
     @property
     def name(self) -> str:
-        return self.metadata.name or ""
+        return self.metadata.name
 
     @property
     def namespace(self) -> str:
-        return self.metadata.namespace or ""
+        return self.metadata.namespace
 
     @property
     def num_nodes(self) -> int:

@@ -16,6 +16,7 @@ from computedomain.api.v1beta1 import (
     ComputeDomainNode,
     ComputeDomainStatus,
     Condition,
+    ObjectMeta,
     format_time,
 )
 
@@ -140,3 +141,11 @@ def test_opaque_configs_are_exact() -> None:
 def test_daemon_config_is_strict(body: dict[str, object]) -> None:
     with pytest.raises(ValidationError):
         ComputeDomainDaemonConfig.model_validate(body)
+
+
+def test_unset_identity_is_empty_string_and_left_out_of_dumps() -> None:
+    cd = ComputeDomain(metadata=ObjectMeta(name="x", namespace="team"))
+    assert (cd.uid, cd.metadata.resource_version) == ("", "")
+    assert cd.to_dict()["metadata"] == {"name": "x", "namespace": "team"}
+    read = ComputeDomain.model_validate({"metadata": {"name": "x", "uid": "u", "generation": 0}})
+    assert read.to_dict()["metadata"] == {"name": "x", "uid": "u", "generation": 0}
