@@ -50,6 +50,8 @@ SERVICE_CIDR = "10.0.0.0/24"
 POD_CIDR = "10.128.0.0/14"
 KWOK_NODE_IP = "10.127.0.1"
 STOP_GRACE_SECONDS = 10.0
+CONTROLLER_QPS = 200
+CONTROLLER_BURST = 400
 STATE_FILE = "state.json"
 # Start order; stop runs it backwards.
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
@@ -456,6 +458,10 @@ def _kcm_args(kubeconfig: Path, pki: Pki, port: int) -> list[str]:
         "--controllers=*,-csrsigning",
         "--node-monitor-period=5s",
         "--node-monitor-grace-period=40s",
+        # The default 20 QPS per controller client makes lifting the not-ready taint from a
+        # 1,000-node fleet take a minute; big real clusters raise these limits too.
+        f"--kube-api-qps={CONTROLLER_QPS}",
+        f"--kube-api-burst={CONTROLLER_BURST}",
     ]
 
 
@@ -465,6 +471,8 @@ def _scheduler_args(kubeconfig: Path, port: int) -> list[str]:
         "--leader-elect=false",
         "--bind-address=127.0.0.1",
         f"--secure-port={port}",
+        f"--kube-api-qps={CONTROLLER_QPS}",
+        f"--kube-api-burst={CONTROLLER_BURST}",
     ]
 
 

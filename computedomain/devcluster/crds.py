@@ -13,10 +13,10 @@ from kubernetes_asyncio.client import ApiClient
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from computedomain.devcluster.assets import REPO_ROOT
+from computedomain.devcluster.rest import request_json
 
 CRD_DIR = REPO_ROOT / "crds"
 _CRD_PATH = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
-_HEADERS = {"Content-Type": "application/json", "Accept": "application/json"}
 
 
 def load_crds(directory: Path = CRD_DIR) -> list[dict[str, Any]]:
@@ -31,16 +31,7 @@ def load_crds(directory: Path = CRD_DIR) -> list[dict[str, Any]]:
 async def _call(
     api_client: ApiClient, method: str, path: str, body: dict[str, Any] | None = None
 ) -> dict[str, Any]:
-    result: dict[str, Any] = await api_client.call_api(
-        path,
-        method,
-        header_params=dict(_HEADERS),
-        body=body,
-        response_types_map={200: "object", 201: "object"},
-        auth_settings=["BearerToken"],
-        _return_http_data_only=True,
-    )
-    return result
+    return await request_json(api_client, method, path, body)
 
 
 def _established(crd: dict[str, Any]) -> bool:

@@ -1,0 +1,176 @@
+"""Integration fixtures: one real control plane per test session, a namespace per test.
+
+The control plane (etcd, kube-apiserver, KCM, scheduler, kwok) starts once, with the CRDs from
+``crds/`` applied and a modest fake fleet (4 NVL72 racks + 2 non-fabric nodes). Binaries come
+from TEST_ASSET_<NAME> / KUBEBUILDER_ASSETS / /usr/local/kubebuilder/bin / the build cache.
+Integration tests are skipped only when no binaries can be found or built, and never when
+``COMPUTEDOMAIN_REQUIRE_CONTROL_PLANE=1`` or ``CI=true`` (hack/test.sh sets the former):
+then a missing control plane fails the run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from pathlib import Path
+
+import pytest
+from kubernetes_asyncio.client import ApiClient
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from computedomain.devcluster.assets import AssetsUnavailableError, find_assets
+from computedomain.devcluster.clients import (
+    api_client_from_kubeconfig,
+    service_account_api_client,
+)
+from computedomain.devcluster.controlplane import ControlPlane, use_existing_cluster
+from computedomain.devcluster.crds import CRD_DIR, apply_crds
+from computedomain.devcluster.rest import eventually, request_json
+from computedomain.sim.fleet import FleetSpec, build_nodes, create_fleet, wait_nodes_ready
+
+TEST_FLEET = FleetSpec(racks=4, non_fabric=2, seed=1)
+# Start-up figures, shown in the terminal summary so every run reports them.
+_startup: dict[str, float] = {}
+SaClientFactory = Callable[[str, str], Awaitable[ApiClient]]
+
+
+def _control_plane_required() -> bool:
+    return (
+        os.environ.get("COMPUTEDOMAIN_REQUIRE_CONTROL_PLANE") == "1"
+        or os.environ.get("CI", "").lower() == "true"
+    )
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    if use_existing_cluster():
+        return [f"control plane: existing cluster from KUBECONFIG={os.environ.get('KUBECONFIG')}"]
+    try:
+        assets = find_assets(build=False)
+    except AssetsUnavailableError as error:
+        return [f"control plane: not built yet ({error}); will build on first use"]
+    versions = assets.versions()
+    return ["control plane binaries:"] + [
+        f"  {name}: {versions[name]}  [{assets.sources[name]}: {path}]"
+        for name, path in assets.paths.items()
+    ]
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if _startup:
+        figures = ", ".join(f"{name} {secs:.1f}s" for name, secs in _startup.items())
+        terminalreporter.write_line(f"devcluster start-up: {figures}")
+
+
+@pytest.fixture(scope="session")
+def control_plane() -> Iterator[ControlPlane]:
+    try:
+        cp = ControlPlane.start(log=lambda line: print(f"devcluster: {line}"))
+    except AssetsUnavailableError as error:
+        if _control_plane_required():
+            pytest.fail(f"control plane binaries unavailable: {error}")
+        pytest.skip(f"no control-plane binaries found or built: {error}")
+    try:
+        _startup.update({f"control plane {k}": v for k, v in cp.timings.items()})
+        begin = time.monotonic()
+        asyncio.run(_prepare_cluster(cp))
+        _startup[f"CRDs + {TEST_FLEET.total_nodes} Ready fleet nodes"] = round(
+            time.monotonic() - begin, 2
+        )
+        yield cp
+    finally:
+        cp.stop()
+
+
+async def _prepare_cluster(cp: ControlPlane) -> None:
+    api = await api_client_from_kubeconfig(cp.kubeconfig)
+    try:
+        await apply_crds(api, CRD_DIR)
+        names = await create_fleet(api, TEST_FLEET)
+        await wait_nodes_ready(api, names, timeout=60)
+    finally:
+        await api.close()
+
+
+@pytest.fixture(scope="session")
+def fleet_nodes(control_plane: ControlPlane) -> list[str]:
+    """Names of the test fleet's nodes (racks first, then non-fabric), all Ready."""
+    return [node["metadata"]["name"] for node in build_nodes(TEST_FLEET)]
+
+
+@pytest.fixture
+def kubeconfig_path(control_plane: ControlPlane) -> Path:
+    return control_plane.kubeconfig
+
+
+@pytest.fixture
+async def api_client(control_plane: ControlPlane) -> AsyncIterator[ApiClient]:
+    """An admin (system:masters) ApiClient on this test's event loop."""
+    client = await api_client_from_kubeconfig(control_plane.kubeconfig)
+    try:
+        yield client
+    finally:
+        await client.close()
+
+
+def _namespace_name(node_name: str) -> str:
+    slug = re.sub(r"[^a-z0-9-]+", "-", node_name.lower()).strip("-")[:40].strip("-")
+    return f"{slug}-{uuid.uuid4().hex[:6]}"
+
+
+@pytest.fixture
+async def namespace(request: pytest.FixtureRequest, api_client: ApiClient) -> AsyncIterator[str]:
+    """A fresh namespace, usable for pods (its ``default`` ServiceAccount exists); deleted after."""
+    name = _namespace_name(request.node.name)
+    await request_json(
+        api_client,
+        "POST",
+        "/api/v1/namespaces",
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}},
+    )
+
+    async def default_service_account() -> bool:
+        try:
+            await request_json(
+                api_client, "GET", f"/api/v1/namespaces/{name}/serviceaccounts/default"
+            )
+        except ApiException as error:
+            if error.status == 404:
+                return False
+            raise
+        return True
+
+    await eventually(default_service_account, within=30, what=f"serviceaccount/default in {name}")
+    try:
+        yield name
+    finally:
+        try:
+            await request_json(api_client, "DELETE", f"/api/v1/namespaces/{name}")
+        except ApiException as error:
+            if error.status != 404:
+                raise
+
+
+@pytest.fixture
+async def sa_api_client(
+    control_plane: ControlPlane, api_client: ApiClient
+) -> AsyncIterator[SaClientFactory]:
+    """Factory ``await sa_api_client(namespace, name)``: an ApiClient authenticated only by a
+    TokenRequest bearer token of that ServiceAccount (which must exist)."""
+    made: list[ApiClient] = []
+
+    async def make(namespace: str, name: str) -> ApiClient:
+        client = await service_account_api_client(
+            api_client, control_plane.server, control_plane.ca_file, namespace, name
+        )
+        made.append(client)
+        return client
+
+    try:
+        yield make
+    finally:
+        for client in made:
+            await client.close()
