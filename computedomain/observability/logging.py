@@ -1,9 +1,9 @@
 """Structured logging on stdlib `logging`: JSON lines or logfmt-style text, klog-like verbosity.
 
 Fields bound for the current task (e.g. one reconcile) live in the `log_context` contextvar;
-`bind(...)` adds some for a `with` block. The reconcile ID is read from
-`computedomain.runtime.controller.reconcile_id` (a ContextVar set by the controller runner) when
-that module provides one, so reconcilers need not bind it themselves.
+`bind(...)` adds some for a `with` block. `reconcileID` and `controller` come from the runtime
+controller runner's contextvars (`computedomain.runtime.controller.reconcile_id`,
+`controller_name`), so reconcilers need not bind them themselves.
 
 Verbosity follows klog: V(0) is what matters, higher numbers are chattier. `v(n)` maps V(n) to a
 stdlib level just below INFO, and `configure_logging(verbosity=n)` lets through V(0)..V(n).
@@ -11,7 +11,6 @@ stdlib level just below INFO, and `configure_logging(verbosity=n)` lets through 
 
 from __future__ import annotations
 
-import importlib
 import json
 import logging
 import sys
@@ -23,6 +22,8 @@ from datetime import UTC, datetime
 from types import MappingProxyType
 from typing import Any, Literal, TextIO
 
+from computedomain.runtime import controller as runtime_controller
+
 LogFormat = Literal["json", "text"]
 
 log_context: ContextVar[Mapping[str, Any]] = ContextVar(
@@ -31,8 +32,6 @@ log_context: ContextVar[Mapping[str, Any]] = ContextVar(
 
 _RECORD_ATTRIBUTES = frozenset(vars(logging.makeLogRecord({}))) | {"message", "asctime"}
 _CONTEXT_ATTRIBUTE = "_computedomain_context"
-_UNRESOLVED: Any = object()
-_reconcile_id_var: Any = _UNRESOLVED
 
 
 def v(level: int) -> int:
@@ -69,29 +68,17 @@ def reconcile_fields(
     }
 
 
-def _reconcile_id() -> str | None:
-    global _reconcile_id_var
-    if _reconcile_id_var is _UNRESOLVED:
-        try:
-            module = importlib.import_module("computedomain.runtime.controller")
-        except ImportError:
-            _reconcile_id_var = None
-        else:
-            candidate = getattr(module, "reconcile_id", None)
-            _reconcile_id_var = candidate if isinstance(candidate, ContextVar) else None
-    if _reconcile_id_var is None:
-        return None
-    value = _reconcile_id_var.get(None)
-    return None if value is None else str(value)
-
-
 class ContextFilter(logging.Filter):
     """Snapshots the bound fields onto each record in the emitting task's context."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         fields = dict(log_context.get())
-        reconcile_id = _reconcile_id()
-        if reconcile_id is not None:
+        # Set by the runtime's controller runner around each reconcile ("" outside one).
+        controller = runtime_controller.controller_name.get()
+        if controller:
+            fields.setdefault("controller", controller)
+        reconcile_id = runtime_controller.reconcile_id.get()
+        if reconcile_id:
             fields["reconcileID"] = reconcile_id
         setattr(record, _CONTEXT_ATTRIBUTE, fields)
         return True

@@ -7,12 +7,12 @@ import io
 import json
 import logging
 from collections.abc import Iterator
-from contextvars import ContextVar
 from typing import Any
 
 import pytest
 
 from computedomain.observability import logging as cdlog
+from computedomain.runtime import controller as runtime_controller
 
 
 @pytest.fixture
@@ -102,20 +102,22 @@ async def test_concurrent_tasks_keep_their_own_fields(logger: logging.Logger) ->
     assert sorted((r["name"], r["who"]) for r in lines(stream)) == [("a", "a"), ("b", "b")]
 
 
-def test_reconcile_id_is_read_from_the_runtime_contextvar(
-    logger: logging.Logger, monkeypatch: pytest.MonkeyPatch
+def test_reconcile_id_and_controller_come_from_the_runtime_runner(
+    logger: logging.Logger,
 ) -> None:
-    reconcile_id: ContextVar[str] = ContextVar("reconcile_id")
-    monkeypatch.setattr(cdlog, "_reconcile_id_var", reconcile_id)
     stream = io.StringIO()
     cdlog.configure_logging(stream=stream, logger=logger)
-    token = reconcile_id.set("4f1c")
+    id_token = runtime_controller.reconcile_id.set("4f1c")
+    name_token = runtime_controller.controller_name.set("computedomain")
     logger.info("Inside")
-    reconcile_id.reset(token)
+    runtime_controller.controller_name.reset(name_token)
+    runtime_controller.reconcile_id.reset(id_token)
     logger.info("Outside")
     inside, outside = lines(stream)
     assert inside["reconcileID"] == "4f1c"
+    assert inside["controller"] == "computedomain"
     assert "reconcileID" not in outside
+    assert "controller" not in outside
 
 
 def test_text_format_is_key_value(logger: logging.Logger) -> None:
