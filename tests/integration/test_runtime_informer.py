@@ -1,0 +1,182 @@
+"""Informer against the real apiserver: events, selectors, relist after 410, bookmarks."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import urllib.request
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from kubernetes_asyncio.client import ApiClient
+
+from computedomain.devcluster.controlplane import STATE_FILE, ControlPlane
+from computedomain.devcluster.rest import eventually
+from computedomain.runtime.client import KubeClient
+from computedomain.runtime.clock import SystemClock, format_microtime
+from computedomain.runtime.informer import FunctionHandler, Informer, object_key
+from computedomain.runtime.resources import EVENTS, Resource
+
+pytestmark = pytest.mark.integration
+
+CONFIG_MAPS = Resource("", "v1", "configmaps", "ConfigMap", namespaced=True)
+SELECTED = "runtime-test=informer"
+
+
+class Seen:
+    def __init__(self) -> None:
+        self.events: list[tuple[str, str, dict[str, Any]]] = []
+
+    def handler(self) -> FunctionHandler:
+        return FunctionHandler(
+            add=lambda o: self.events.append(("add", object_key(o), o)),
+            update=lambda old, new: self.events.append(("update", object_key(new), new)),
+            delete=lambda o: self.events.append(("delete", object_key(o), o)),
+        )
+
+    def kinds(self, key: str) -> list[str]:
+        return [kind for kind, k, _ in self.events if k == key]
+
+
+@contextlib.asynccontextmanager
+async def running(informer: Informer) -> AsyncIterator[asyncio.Task[None]]:
+    task = asyncio.create_task(informer.run())
+    try:
+        await asyncio.wait_for(informer.wait_synced(), 30)
+        yield task
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+@pytest.fixture
+def kube(api_client: ApiClient) -> KubeClient:
+    return KubeClient.from_api_client(api_client, field_manager="runtime-test")
+
+
+def config_map(name: str, labels: dict[str, str] | None = None, **data: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": name, "labels": labels or {}},
+        "data": data,
+    }
+
+
+def labelled() -> dict[str, str]:
+    key, value = SELECTED.split("=")
+    return {key: value}
+
+
+async def test_add_update_delete_are_delivered_and_selector_respected(
+    kube: KubeClient, namespace: str
+) -> None:
+    await kube.create(CONFIG_MAPS, config_map("before", labelled()), namespace)
+    informer = Informer(kube, CONFIG_MAPS, namespace=namespace, label_selector=SELECTED)
+    seen = Seen()
+    informer.add_handler(seen.handler())
+    async with running(informer):
+        assert informer.has_synced
+        assert informer.store.keys() == [f"{namespace}/before"]
+        await kube.create(CONFIG_MAPS, config_map("other", {"unrelated": "x"}), namespace)
+        await kube.create(CONFIG_MAPS, config_map("a", labelled(), v="1"), namespace)
+        await kube.patch(CONFIG_MAPS, "a", {"data": {"v": "2"}}, namespace)
+        await kube.delete(CONFIG_MAPS, "a", namespace)
+        key = f"{namespace}/a"
+
+        async def all_seen() -> bool:
+            return seen.kinds(key) == ["add", "update", "delete"]
+
+        await eventually(all_seen, within=20, what="add/update/delete of configmap a")
+        update = next(o for kind, k, o in seen.events if k == key and kind == "update")
+        assert update["data"] == {"v": "2"}
+        assert update["kind"] == "ConfigMap"
+        assert not seen.kinds(f"{namespace}/other")
+        assert key not in informer.store
+        assert seen.kinds(f"{namespace}/before") == ["add"]
+
+
+def event(name: str, namespace: str, labels: dict[str, str]) -> dict[str, Any]:
+    return {
+        "apiVersion": "events.k8s.io/v1",
+        "kind": "Event",
+        "metadata": {"name": name, "labels": labels},
+        "eventTime": format_microtime(SystemClock().wall()),
+        "reportingController": "example.com/runtime-test",
+        "reportingInstance": "runtime-test",
+        "action": "Testing",
+        "reason": "Tested",
+        "type": "Normal",
+        "note": "x",
+        "regarding": {"kind": "ConfigMap", "namespace": namespace, "name": "x", "apiVersion": "v1"},
+    }
+
+
+async def compact_etcd(control_plane: ControlPlane, kube: KubeClient) -> None:
+    """Compact etcd up to the current revision, so any older RV is gone (410)."""
+    if control_plane.workdir is None:
+        pytest.skip("needs our own etcd (not an existing cluster)")
+    state = json.loads((control_plane.workdir / STATE_FILE).read_text())
+    current = (await kube.list(CONFIG_MAPS, "default", limit=1))["metadata"]["resourceVersion"]
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{state['ports']['etcd']}/v3/kv/compaction",
+        data=json.dumps({"revision": current, "physical": True}).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(request, timeout=10) as response:
+        assert response.status == 200
+
+
+async def test_relist_after_410_delivers_tombstones_and_missed_adds(
+    kube: KubeClient, namespace: str, control_plane: ControlPlane
+) -> None:
+    # Events are served from etcd (no watch cache), so compaction makes our RV really stale.
+    await kube.create(EVENTS, event("kept", namespace, labelled()), namespace)
+    await kube.create(EVENTS, event("vanishes", namespace, labelled()), namespace)
+    informer = Informer(kube, EVENTS, namespace=namespace, label_selector=SELECTED)
+    seen = Seen()
+    informer.add_handler(seen.handler())
+    async with running(informer):
+        assert sorted(informer.store.keys()) == [f"{namespace}/kept", f"{namespace}/vanishes"]
+    last_state = informer.store.get(f"{namespace}/vanishes")
+
+    # While nobody watches: one object goes, one comes, and history is compacted away.
+    await kube.delete(EVENTS, "vanishes", namespace)
+    await kube.create(EVENTS, event("arrives", namespace, labelled()), namespace)
+    await kube.create(CONFIG_MAPS, config_map("bump"), namespace)
+    await compact_etcd(control_plane, kube)
+    seen.events.clear()
+
+    async with running(informer):
+
+        async def relisted() -> bool:
+            return informer.relists >= 1 and f"{namespace}/arrives" in informer.store
+
+        await eventually(relisted, within=30, what="relist after 410")
+    assert seen.kinds(f"{namespace}/vanishes") == ["delete"]
+    tombstone = next(o for kind, k, o in seen.events if kind == "delete")
+    assert tombstone == last_state
+    assert seen.kinds(f"{namespace}/arrives") == ["add"]
+    assert seen.kinds(f"{namespace}/kept") == []
+    assert sorted(informer.store.keys()) == [f"{namespace}/arrives", f"{namespace}/kept"]
+
+
+async def test_bookmarks_advance_the_resource_version(kube: KubeClient, namespace: str) -> None:
+    # A short server timeout makes the apiserver send a bookmark shortly before it expires.
+    informer = Informer(
+        kube, CONFIG_MAPS, namespace=namespace, label_selector=SELECTED, watch_timeout=(5, 5)
+    )
+    async with running(informer):
+        start = int(informer.resource_version or 0)
+        unrelated = await kube.create(CONFIG_MAPS, config_map("unrelated"), namespace)
+        target = int(unrelated["metadata"]["resourceVersion"])
+        assert target > start
+
+        async def advanced() -> bool:
+            return int(informer.resource_version or 0) >= target
+
+        await eventually(advanced, within=20, what="a bookmark past the unrelated write")
+        assert len(informer.store) == 0
