@@ -102,8 +102,11 @@ async def wait_for(
     namespace: str | None = None,
     within: float = 60.0,
     what: str = "",
-) -> dict[str, Any] | None:
-    """Watch one object until ``predicate`` holds (it gets None while the object is absent)."""
+) -> dict[str, Any]:
+    """Watch one object until ``predicate`` holds (it gets None while the object is absent).
+
+    Returns the object, or ``{}`` when the predicate was satisfied by its absence.
+    """
     found: list[dict[str, Any] | None] = []
 
     def check(objects: dict[str, dict[str, Any]]) -> bool:
@@ -122,7 +125,7 @@ async def wait_for(
         within=within,
         what=what or name,
     )
-    return found[-1]
+    return found[-1] or {}
 
 
 def pod_ready(pod: dict[str, Any] | None) -> bool:
@@ -555,6 +558,7 @@ async def test_legacy_daemons_write_cd_status_nodes_and_erase_added_fields(
         )
         assert cd is not None
         entry = entry_for(cd["status"]["nodes"], "name", node_name)
+        assert entry is not None
         assert entry == {
             "name": node_name,
             "ipAddress": entry["ipAddress"],
@@ -701,9 +705,11 @@ async def test_crashed_daemon_restarts_with_a_new_ip_and_keeps_its_index(
             name,
             lambda cl: (
                 ready(second)(cl)
-                and entry_for(cl["daemons"], "nodeName", second)["ipAddress"]
+                and (entry_for((cl or {}).get("daemons"), "nodeName", second) or {}).get(
+                    "ipAddress"
+                )
                 == crashed["status"]["podIP"]
-            ),  # type: ignore[index, union-attr]
+            ),
             namespace=namespace,
             what="entry with the new IP",
         )
