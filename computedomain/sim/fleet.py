@@ -81,6 +81,19 @@ def _network_node_id(rng: random.Random) -> str:
     return f"nn-{rng.getrandbits(68):017x}"
 
 
+def _with_legacy_labels(labels: dict[str, str]) -> dict[str, str]:
+    # Kubelets and EKS still set the beta twins; without them KCM's node-lifecycle controller
+    # spends one extra update per node adding them, which slows a large fleet's start.
+    return {
+        **labels,
+        "beta.kubernetes.io/arch": labels["kubernetes.io/arch"],
+        "beta.kubernetes.io/os": labels["kubernetes.io/os"],
+        "beta.kubernetes.io/instance-type": labels["node.kubernetes.io/instance-type"],
+        "failure-domain.beta.kubernetes.io/region": labels["topology.kubernetes.io/region"],
+        "failure-domain.beta.kubernetes.io/zone": labels["topology.kubernetes.io/zone"],
+    }
+
+
 def _node(name: str, labels: dict[str, str], cpu: str, memory: str) -> dict[str, Any]:
     resources = {"cpu": cpu, "memory": memory, "pods": "110", "ephemeral-storage": "1Ti"}
     return {
@@ -88,7 +101,7 @@ def _node(name: str, labels: dict[str, str], cpu: str, memory: str) -> dict[str,
         "kind": "Node",
         "metadata": {
             "name": name,
-            "labels": {"kubernetes.io/hostname": name, **labels},
+            "labels": {"kubernetes.io/hostname": name, **_with_legacy_labels(labels)},
             "annotations": {KWOK_ANNOTATION: "fake", "node.alpha.kubernetes.io/ttl": "0"},
         },
         "spec": {},
