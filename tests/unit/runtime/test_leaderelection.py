@@ -1,0 +1,218 @@
+"""Timing decisions of the elector on a FakeClock, against an in-memory Lease store."""
+
+import asyncio
+import copy
+import random
+from typing import Any
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from computedomain.runtime.client import ApiError
+from computedomain.runtime.clock import FakeClock, settle
+from computedomain.runtime.leaderelection import LeaderElector, LeadershipLost
+from computedomain.runtime.metrics import RuntimeMetrics
+from computedomain.runtime.resources import LEASES, Resource
+
+
+class LeaseStore:
+    """Enough of the apiserver for one Lease: RVs, 404, 409 AlreadyExists/Conflict, outages."""
+
+    def __init__(self) -> None:
+        self.lease: dict[str, Any] | None = None
+        self.rv = 0
+        self.down = False
+        self.writes: list[dict[str, Any]] = []
+
+    def _check(self) -> None:
+        if self.down:
+            raise ApiError(503, "ServiceUnavailable", "down")
+
+    async def get(self, res: Resource, name: str, namespace: str | None = None) -> dict[str, Any]:
+        self._check()
+        if self.lease is None:
+            raise ApiError(404, "NotFound", "no lease")
+        return copy.deepcopy(self.lease)
+
+    async def create(
+        self, res: Resource, body: dict[str, Any], namespace: str | None = None
+    ) -> dict[str, Any]:
+        self._check()
+        assert res == LEASES
+        if self.lease is not None:
+            raise ApiError(409, "AlreadyExists", "exists")
+        return self._write(body)
+
+    async def replace(
+        self,
+        res: Resource,
+        body: dict[str, Any],
+        namespace: str | None = None,
+        subresource: str | None = None,
+    ) -> dict[str, Any]:
+        self._check()
+        assert self.lease is not None
+        if body["metadata"].get("resourceVersion") != self.lease["metadata"]["resourceVersion"]:
+            raise ApiError(409, "Conflict", "stale")
+        return self._write(body)
+
+    def _write(self, body: dict[str, Any]) -> dict[str, Any]:
+        self.rv += 1
+        stored = copy.deepcopy(body)
+        stored["metadata"]["resourceVersion"] = str(self.rv)
+        self.lease = stored
+        self.writes.append(copy.deepcopy(stored["spec"]))
+        return copy.deepcopy(stored)
+
+    @property
+    def holder(self) -> str:
+        return str((self.lease or {}).get("spec", {}).get("holderIdentity") or "")
+
+
+def elector(
+    store: LeaseStore, clock: FakeClock, identity: str, registry: CollectorRegistry | None = None
+) -> LeaderElector:
+    return LeaderElector(
+        store,
+        "ns",
+        "lock",
+        identity,
+        clock=clock,
+        metrics=RuntimeMetrics(registry or CollectorRegistry()),
+        rng=random.Random(0),
+    )
+
+
+async def forever() -> None:
+    await asyncio.Event().wait()
+
+
+def test_timings_are_validated() -> None:
+    with pytest.raises(ValueError, match="lease_duration"):
+        LeaderElector(LeaseStore(), "ns", "l", "me", lease_duration=10, renew_deadline=10)
+    with pytest.raises(ValueError, match=r"1\.2"):
+        LeaderElector(LeaseStore(), "ns", "l", "me", renew_deadline=2.3, retry_period=2)
+
+
+async def test_acquires_an_absent_lease_and_renews_it() -> None:
+    clock, store, registry = FakeClock(), LeaseStore(), CollectorRegistry()
+    a = elector(store, clock, "a", registry)
+    started = asyncio.Event()
+
+    async def lead() -> None:
+        started.set()
+        await forever()
+
+    task = asyncio.create_task(a.run(lead))
+    await settle()
+    assert started.is_set()
+    assert a.is_leader
+    assert registry.get_sample_value("leader_election_master_status", {"name": "lock"}) == 1
+    first = store.writes[0]
+    assert first["holderIdentity"] == "a"
+    assert first["leaseDurationSeconds"] == 15
+    assert first["leaseTransitions"] == 0
+    assert first["renewTime"].endswith("Z")
+    assert len(first["renewTime"].split(".")[1]) == 7  # six digits + Z
+
+    await clock.advance(10)
+    renewals = len(store.writes) - 1
+    assert 3 <= renewals <= 5  # every 2-2.4 s
+    assert store.writes[-1]["acquireTime"] == first["acquireTime"]
+    assert store.writes[-1]["renewTime"] != first["renewTime"]
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert registry.get_sample_value("leader_election_master_status", {"name": "lock"}) == 0
+
+
+async def test_standby_waits_for_the_lease_duration_of_silence_then_takes_over() -> None:
+    clock, store = FakeClock(), LeaseStore()
+    a = elector(store, clock, "a")
+    b = elector(store, clock, "b")
+    a.release_on_cancel = False
+    leader_a = asyncio.create_task(a.run(forever))
+    await settle()
+    standby = asyncio.create_task(b.run(forever))
+    await clock.advance(30)
+    assert a.is_leader
+    assert not b.is_leader, "a renewing lease must not be taken"
+
+    leader_a.cancel()  # dies without releasing
+    with pytest.raises(asyncio.CancelledError):
+        await leader_a
+    died_at = clock.now()
+    while not b.is_leader:
+        await clock.advance(0.5)
+    waited = clock.now() - died_at
+    assert 13 <= waited <= 15 + 2.4 + 0.5
+    assert store.holder == "b"
+    assert store.writes[-1]["leaseTransitions"] == 1
+    standby.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await standby
+
+
+async def test_release_on_cancel_lets_the_standby_in_within_a_retry_period() -> None:
+    clock, store = FakeClock(), LeaseStore()
+    a = elector(store, clock, "a")
+    b = elector(store, clock, "b")
+    leader_a = asyncio.create_task(a.run(forever))
+    await settle()
+    standby = asyncio.create_task(b.run(forever))
+    await clock.advance(5)
+    leader_a.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await leader_a
+    released = store.writes[-1]
+    assert released["holderIdentity"] == ""
+    assert released["leaseDurationSeconds"] == 1
+    released_at = clock.now()
+    while not b.is_leader:
+        await clock.advance(0.1)
+    assert clock.now() - released_at <= 2 * 1.2 + 0.1
+    standby.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await standby
+
+
+async def test_failing_renewals_lose_leadership_after_the_renew_deadline() -> None:
+    clock, store, registry = FakeClock(), LeaseStore(), CollectorRegistry()
+    a = elector(store, clock, "a", registry)
+    work_cancelled = asyncio.Event()
+
+    async def lead() -> None:
+        try:
+            await forever()
+        finally:
+            work_cancelled.set()
+
+    task = asyncio.create_task(a.run(lead))
+    await settle()
+    await clock.advance(3)
+    last_renew = clock.now()
+    store.down = True
+    while not task.done():
+        await clock.advance(0.5)
+    with pytest.raises(LeadershipLost):
+        await task
+    lost_after = clock.now() - last_renew
+    assert 10 <= lost_after <= 10 + 2.4 + 0.5
+    assert work_cancelled.is_set()
+    assert not a.is_leader
+    assert registry.get_sample_value("leader_election_master_status", {"name": "lock"}) == 0
+    assert registry.get_sample_value("leader_election_slowpath_total", {"name": "lock"}) >= 1
+
+
+async def test_callback_returning_ends_run() -> None:
+    clock, store = FakeClock(), LeaseStore()
+    a = elector(store, clock, "a")
+    done: list[bool] = []
+
+    async def lead() -> None:
+        done.append(True)
+
+    task = asyncio.create_task(a.run(lead))
+    await clock.advance(3)
+    await asyncio.wait_for(task, 1)
+    assert done == [True]
