@@ -53,6 +53,8 @@ STOP_GRACE_SECONDS = 10.0
 CONTROLLER_QPS = 200
 CONTROLLER_BURST = 400
 STATE_FILE = "state.json"
+ETCD_DIR_PREFIX = "computedomain-etcd-"
+OWNER_FILE = "etcd.pid"
 # Start order; stop runs it backwards.
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
 
@@ -161,7 +163,9 @@ class ControlPlane:
 
         ``workdir`` holds PKI, kubeconfigs, logs and state; a temporary directory is made and
         removed on stop when it is not given. ``detach`` keeps the children alive after this
-        process exits (for the ``up`` command); otherwise they die with it.
+        process exits (for the ``up`` command); otherwise they die with it. Without
+        ``detach``, call this from a long-lived thread (e.g. the main thread): the kernel's
+        parent-death signal fires when the *thread* that started the children exits.
         """
         if use_existing_cluster():
             return cls.existing()
@@ -213,9 +217,9 @@ class ControlPlane:
         begin = time.monotonic()
         logs = self.workdir / "logs"
         logs.mkdir(exist_ok=True)
-        self._data_dir = Path(
-            tempfile.mkdtemp(prefix="computedomain-etcd-", dir=_tmpfs_or(self.workdir))
-        )
+        data_root = _tmpfs_or(self.workdir)
+        sweep_stale_etcd_dirs(data_root)
+        self._data_dir = Path(tempfile.mkdtemp(prefix=ETCD_DIR_PREFIX, dir=data_root))
         pki = generate_pki(self.workdir / "pki")
         ports = {
             name: free_port() for name in ("etcd", "etcd-peer", "apiserver", "kcm", "scheduler")
@@ -243,7 +247,9 @@ class ControlPlane:
             log(f"{name} ready in {self.timings[name]:.1f}s")
 
         t = time.monotonic()
-        spawn("etcd", _etcd_args(self._data_dir, ports["etcd"], ports["etcd-peer"]))
+        spawn("etcd", _etcd_args(self._data_dir / "data", ports["etcd"], ports["etcd-peer"]))
+        # Lets a later run sweep this tmpfs dir if we die without stopping (memory-backed).
+        (self._data_dir / OWNER_FILE).write_text(str(self._processes[-1].pid))
         etcd_health = f"http://127.0.0.1:{ports['etcd']}/health"
         self._wait(lambda: _http_ok(etcd_health, None), "etcd /health", timeout, begin)
         step("etcd", t)
@@ -400,6 +406,20 @@ def _terminate(process: _Process, grace: float) -> None:
 
 
 # ---- component arguments ----------------------------------------------------------------
+
+
+def sweep_stale_etcd_dirs(root: Path) -> list[Path]:
+    """Remove etcd data dirs under ``root`` whose etcd no longer runs (a killed harness)."""
+    removed: list[Path] = []
+    for directory in root.glob(f"{ETCD_DIR_PREFIX}*"):
+        try:
+            pid = int((directory / OWNER_FILE).read_text())
+        except (OSError, ValueError):
+            continue  # being set up right now, or not ours
+        if not _pid_runs(pid, "etcd"):
+            shutil.rmtree(directory, ignore_errors=True)
+            removed.append(directory)
+    return removed
 
 
 def _tmpfs_or(fallback: Path) -> Path:

@@ -51,7 +51,9 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     try:
         assets = find_assets(build=False)
     except AssetsUnavailableError as error:
-        return [f"control plane: not built yet ({error}); will build on first use"]
+        return [
+            f"control plane: {error}; hack/controlplane/build.sh will provide them on first use"
+        ]
     versions = assets.versions()
     return ["control plane binaries:"] + [
         f"  {name}: {versions[name]}  [{assets.sources[name]}: {path}]"

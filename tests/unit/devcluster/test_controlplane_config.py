@@ -1,4 +1,5 @@
 import ipaddress
+import os
 from pathlib import Path
 
 import pytest
@@ -6,12 +7,15 @@ import yaml
 from cryptography import x509
 
 from computedomain.devcluster.controlplane import (
+    ETCD_DIR_PREFIX,
     KWOK_STAGE_DIR,
+    OWNER_FILE,
     POD_CIDR,
     SERVICE_CIDR,
     ControlPlane,
     free_port,
     kwok_configuration_yaml,
+    sweep_stale_etcd_dirs,
     use_existing_cluster,
 )
 from computedomain.devcluster.pki import generate_pki, kubeconfig_yaml
@@ -88,3 +92,20 @@ def test_existing_cluster_is_read_from_kubeconfig(
 
 def test_plain_kubeconfig_does_not_switch_to_an_existing_cluster() -> None:
     assert not use_existing_cluster({"KUBECONFIG": "/somewhere"})
+
+
+def test_stale_etcd_dirs_are_swept_but_live_and_foreign_ones_kept(tmp_path: Path) -> None:
+    stale = tmp_path / f"{ETCD_DIR_PREFIX}dead"
+    stale.mkdir()
+    (stale / OWNER_FILE).write_text("999999999")  # no such pid
+    live = tmp_path / f"{ETCD_DIR_PREFIX}live"
+    live.mkdir()
+    (live / OWNER_FILE).write_text(str(os.getpid()))  # alive, but not an etcd: stale too
+    starting = tmp_path / f"{ETCD_DIR_PREFIX}starting"  # no owner file yet
+    starting.mkdir()
+    foreign = tmp_path / "something-else"
+    foreign.mkdir()
+    removed = sweep_stale_etcd_dirs(tmp_path)
+    assert sorted(removed) == sorted([stale, live])
+    assert starting.exists()
+    assert foreign.exists()
