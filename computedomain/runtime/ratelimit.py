@@ -19,11 +19,28 @@ class TokenBucket:
         self._tokens = float(burst)
         self._last = self._clock.now()
 
-    def reserve(self) -> float:
-        """Take one token; return the seconds to wait before it may be used (0 if available)."""
+    def _refill(self) -> None:
         now = self._clock.now()
         self._tokens = min(float(self.burst), self._tokens + (now - self._last) * self.qps)
         self._last = now
+
+    def allow(self) -> bool:
+        """Take a token only if one is available now."""
+        self._refill()
+        if self._tokens < 1.0:
+            return False
+        self._tokens -= 1.0
+        return True
+
+    @property
+    def full(self) -> bool:
+        """True when the whole burst is available again (the bucket carries no history)."""
+        self._refill()
+        return self._tokens >= self.burst
+
+    def reserve(self) -> float:
+        """Take one token; return the seconds to wait before it may be used (0 if available)."""
+        self._refill()
         self._tokens -= 1.0
         if self._tokens >= 0:
             return 0.0

@@ -1,0 +1,187 @@
+"""Recorder decisions (spam bound, overflow, naming, series) on a FakeClock.
+
+The writer here only records calls; the apiserver's side is covered by the integration test.
+"""
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from computedomain.runtime.clock import FakeClock, settle
+from computedomain.runtime.events import EventRecorder, object_reference
+from computedomain.runtime.metrics import RuntimeMetrics
+from computedomain.runtime.resources import Resource
+
+CD = {
+    "apiVersion": "resource.nvidia.com/v1beta1",
+    "kind": "ComputeDomain",
+    "metadata": {"name": "cd1", "namespace": "team", "uid": "u-1", "resourceVersion": "9"},
+}
+NODE = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-1", "uid": "u-n"}}
+
+
+class Writer:
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str, str, Any]] = []
+
+    async def create(
+        self, res: Resource, body: dict[str, Any], namespace: str | None = None
+    ) -> dict[str, Any]:
+        self.calls.append(("create", namespace or "", body["metadata"]["name"], body))
+        return body
+
+    async def patch(
+        self,
+        res: Resource,
+        name: str,
+        patch: Any,
+        namespace: str | None = None,
+        patch_type: str = "merge",
+    ) -> dict[str, Any]:
+        self.calls.append(("patch", namespace or "", name, patch))
+        return {}
+
+
+class Setup:
+    def __init__(self, **options: Any) -> None:
+        self.clock = FakeClock()
+        self.registry = CollectorRegistry()
+        self.writer = Writer()
+        self.recorder = EventRecorder(
+            self.writer,  # type: ignore[arg-type]
+            "example.com/controller",
+            "controller-pod-1",
+            clock=self.clock,
+            metrics=RuntimeMetrics(self.registry),
+            **options,
+        )
+
+    def dropped(self, reason: str) -> float | None:
+        return self.registry.get_sample_value(
+            "event_recorder_dropped_events_total", {"reason": reason}
+        )
+
+
+@contextlib.asynccontextmanager
+async def running(setup: Setup) -> AsyncIterator[None]:
+    task = asyncio.create_task(setup.recorder.run())
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+def test_references_leave_out_the_resource_version() -> None:
+    assert object_reference(CD) == {
+        "apiVersion": "resource.nvidia.com/v1beta1",
+        "kind": "ComputeDomain",
+        "namespace": "team",
+        "name": "cd1",
+        "uid": "u-1",
+    }
+    assert object_reference({"kind": "Node", "name": "n"}) == {"kind": "Node", "name": "n"}
+
+
+async def test_first_event_is_created_with_the_conventional_shape() -> None:
+    setup = Setup()
+    async with running(setup):
+        setup.recorder.record(CD, "Normal", "Created", "Reconciling", "n" * 2000, related=NODE)
+        await setup.recorder.wait_idle()
+    ((kind, namespace, name, body),) = setup.writer.calls
+    assert kind == "create"
+    assert namespace == "team"
+    prefix, _, nanos = name.partition(".")
+    assert prefix == "cd1"
+    assert int(nanos, 16) > 0
+    assert body["eventTime"].endswith("Z")
+    assert len(body["eventTime"].split(".")[1]) == 7
+    assert body["reportingController"] == "example.com/controller"
+    assert body["reportingInstance"] == "controller-pod-1"
+    assert len(body["note"]) == 1024
+    assert body["related"]["kind"] == "Node"
+
+
+async def test_cluster_scoped_regarding_goes_to_default() -> None:
+    setup = Setup()
+    async with running(setup):
+        setup.recorder.record(NODE, "Warning", "Unhealthy", "Checking", "x")
+        await setup.recorder.wait_idle()
+    assert setup.writer.calls[0][1] == "default"
+
+
+async def test_second_occurrence_patches_the_series_later_ones_are_flushed() -> None:
+    setup = Setup(series_refresh=60, housekeeping_interval=30)
+    async with running(setup):
+        for note in ("first", "second", "third", "fourth"):
+            setup.recorder.record(CD, "Normal", "Waiting", "Reconciling", note)
+            await setup.recorder.wait_idle()
+            await setup.clock.advance(1)
+        kinds = [call[0] for call in setup.writer.calls]
+        assert kinds == ["create", "patch"]
+        name = setup.writer.calls[0][2]
+        assert setup.writer.calls[1][2] == name
+        assert setup.writer.calls[1][3]["series"]["count"] == 2
+        await setup.clock.advance(50)
+        assert len(setup.writer.calls) == 2, "later counts wait for the refresh"
+        await setup.clock.advance(50)
+        await settle()
+        assert setup.writer.calls[-1][0] == "patch"
+        assert setup.writer.calls[-1][3]["series"]["count"] == 4
+
+
+async def test_a_different_reason_or_object_is_not_isomorphic() -> None:
+    setup = Setup()
+    async with running(setup):
+        setup.recorder.record(CD, "Normal", "A", "Reconciling", "x")
+        setup.recorder.record(CD, "Normal", "B", "Reconciling", "x")
+        setup.recorder.record(NODE, "Normal", "A", "Reconciling", "x")
+        await setup.recorder.wait_idle()
+    assert [call[0] for call in setup.writer.calls] == ["create"] * 3
+
+
+async def test_series_ends_after_six_quiet_minutes() -> None:
+    setup = Setup()
+    async with running(setup):
+        setup.recorder.record(CD, "Normal", "Waiting", "Reconciling", "x")
+        await setup.recorder.wait_idle()
+        await setup.clock.advance(361)
+        setup.recorder.record(CD, "Normal", "Waiting", "Reconciling", "x")
+        await setup.recorder.wait_idle()
+    assert [call[0] for call in setup.writer.calls] == ["create", "create"]
+    assert setup.writer.calls[0][2] != setup.writer.calls[1][2]
+
+
+async def test_spam_bound_allows_a_burst_then_one_per_interval() -> None:
+    setup = Setup(spam_burst=25, spam_interval=300)
+    accepted = [setup.recorder.record(CD, "Normal", "R", "A", "x") for _ in range(30)]
+    assert accepted == [True] * 25 + [False] * 5
+    assert setup.dropped("spam") == 5
+    await setup.clock.advance(299)
+    assert not setup.recorder.record(CD, "Normal", "R", "A", "x")
+    await setup.clock.advance(2)
+    assert setup.recorder.record(CD, "Normal", "R", "A", "x")
+    assert setup.recorder.record(NODE, "Normal", "R", "A", "x"), "other keys are unaffected"
+
+
+def test_full_queue_drops_and_counts() -> None:
+    setup = Setup(queue_size=3, spam_burst=100)
+    accepted = [setup.recorder.record(CD, "Normal", f"R{i}", "A", "x") for i in range(5)]
+    assert accepted == [True, True, True, False, False]
+    assert setup.dropped("queue_full") == 2
+
+
+@pytest.mark.parametrize("count", [2])
+async def test_names_are_unique_even_on_a_frozen_clock(count: int) -> None:
+    setup = Setup()
+    async with running(setup):
+        setup.recorder.record(CD, "Normal", "A", "X", "x")
+        setup.recorder.record(CD, "Normal", "B", "X", "x")
+        await setup.recorder.wait_idle()
+    names = {call[2] for call in setup.writer.calls}
+    assert len(names) == count
