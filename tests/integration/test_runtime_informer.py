@@ -165,7 +165,8 @@ async def test_relist_after_410_delivers_tombstones_and_missed_adds(
 
 
 async def test_bookmarks_advance_the_resource_version(kube: KubeClient, namespace: str) -> None:
-    # A short server timeout makes the apiserver send a bookmark shortly before it expires.
+    # A short server timeout makes the apiserver send a bookmark shortly before it expires,
+    # but only when the cache moved on while the watch was open: keep writing unselected data.
     informer = Informer(
         kube, CONFIG_MAPS, namespace=namespace, label_selector=SELECTED, watch_timeout=(5, 5)
     )
@@ -174,9 +175,17 @@ async def test_bookmarks_advance_the_resource_version(kube: KubeClient, namespac
         unrelated = await kube.create(CONFIG_MAPS, config_map("unrelated"), namespace)
         target = int(unrelated["metadata"]["resourceVersion"])
         assert target > start
+        writes = 0
 
         async def advanced() -> bool:
-            return int(informer.resource_version or 0) >= target
+            nonlocal writes
+            if int(informer.resource_version or 0) >= target:
+                return True
+            writes += 1
+            await kube.patch(CONFIG_MAPS, "unrelated", {"data": {"n": str(writes)}}, namespace)
+            return False
 
-        await eventually(advanced, within=20, what="a bookmark past the unrelated write")
+        await eventually(
+            advanced, within=20, what="a bookmark past the unrelated write", interval=1
+        )
         assert len(informer.store) == 0
