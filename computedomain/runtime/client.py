@@ -187,16 +187,22 @@ class KubeClient:
         started = time.monotonic()
         code = "<error>"
         try:
-            response: aiohttp.ClientResponse = await self.api_client.call_api(
-                path,
-                method,
-                query_params=query or [],
-                header_params=headers,
-                body=body,
-                auth_settings=["BearerToken"],
-                _preload_content=False,
-                _request_timeout=client_timeout
-                or aiohttp.ClientTimeout(total=self.request_timeout),
+            params = list(query or [])
+            await self.api_client.update_params_for_auth(headers, params, ["BearerToken"])
+            # Serialise compactly ourselves: kubernetes-asyncio's json.dumps adds spaces, and
+            # the apiserver keeps opaque RawExtension bytes (DRA config parameters) verbatim, so
+            # spaced bytes would make every later metadata patch of an RCT fail as a change to
+            # its immutable spec. Compact bytes match what Go clients send and re-marshal.
+            data = None if body is None else json.dumps(body, separators=(",", ":")).encode()
+            response: aiohttp.ClientResponse = (
+                await self.api_client.rest_client.pool_manager.request(
+                    method,
+                    (self.api_client.configuration.host or "") + path,
+                    params=params,
+                    headers=headers,
+                    data=data,
+                    timeout=client_timeout or aiohttp.ClientTimeout(total=self.request_timeout),
+                )
             )
             code = str(response.status)
             return response

@@ -95,11 +95,16 @@ class FunctionHandler:
             self.delete(obj)
 
 
+MAX_DELETED_REMEMBERED = 10_000
+
+
 class Store:
     """Objects by key, with secondary indexes. Readers must not mutate what they get."""
 
     def __init__(self, indexers: Mapping[str, Indexer] | None = None) -> None:
         self._items: dict[str, Obj] = {}
+        # Last RV seen per deleted key, so a late read-your-writes response cannot resurrect it.
+        self._deleted: dict[str, Obj] = {}
         self._indexers: dict[str, Indexer] = dict(indexers or {})
         self._indices: dict[str, dict[str, set[str]]] = {name: {} for name in self._indexers}
 
@@ -132,7 +137,10 @@ class Store:
         with an unchanged RV and is skipped.
         """
         key = object_key(obj)
-        if not is_newer(obj, self._items.get(key)):
+        metadata = obj.get("metadata") or {}
+        if metadata.get("deletionTimestamp") and not metadata.get("finalizers"):
+            return False  # the apiserver removed it as it answered
+        if not is_newer(obj, self._items.get(key) or self._deleted.get(key)):
             return False
         self.upsert(obj)
         return True
@@ -146,8 +154,13 @@ class Store:
         self._index(key, obj)
         return old
 
-    def remove(self, key: str) -> Obj | None:
+    def remove(self, key: str, last: Obj | None = None) -> Obj | None:
+        """Drop ``key``; ``last`` (the DELETED event's object) guards against resurrection."""
         old = self._items.pop(key, None)
+        if last is not None or old is not None:
+            if len(self._deleted) >= MAX_DELETED_REMEMBERED:
+                self._deleted.clear()
+            self._deleted[key] = last if last is not None else old  # type: ignore[assignment]
         if old is not None:
             self._unindex(key, old)
         return old
@@ -375,7 +388,7 @@ class Informer:
         if event_type in ("ADDED", "MODIFIED"):
             self._apply_upsert(obj)
         elif event_type == "DELETED":
-            old = self.store.remove(object_key(obj))
+            old = self.store.remove(object_key(obj), obj)
             self._notify_delete(obj if old is None or is_newer(obj, old) else old)
         else:
             log.warning(
