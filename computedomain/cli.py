@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 from computedomain.app import run_controller
 from computedomain.config import ConfigError, Settings, parse_settings
-from computedomain.observability.logging import setup_logging
+from computedomain.observability.logging import configure_logging
 from computedomain.runtime.leaderelection import LeadershipLost
 
 log = logging.getLogger("computedomain")
@@ -29,8 +29,10 @@ async def _main(settings: Settings) -> int:
     except* LeadershipLost:
         # Exit at once: a restart gets a clean cache, and the new leader owns all writes.
         log.error("Lost leadership, exiting")
-        return EXIT_LEADERSHIP_LOST
-    return 0
+        lost = True
+    else:
+        lost = False
+    return EXIT_LEADERSHIP_LOST if lost else 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -39,7 +41,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as err:
         print(f"computedomain-controller: {err}", file=sys.stderr)
         return EXIT_CONFIG
-    setup_logging(settings.log_format, settings.log_verbosity)
+    configure_logging(log_format=settings.log_format, verbosity=settings.log_verbosity)  # type: ignore[arg-type]
     log.info(
         "Starting",
         extra={

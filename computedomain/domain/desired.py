@@ -81,7 +81,12 @@ def _claim_template(
                     "config": [
                         {
                             "requests": [request],
-                            "opaque": {"driver": c.DRIVER_NAME, "parameters": parameters},
+                            # Sorted keys: the apiserver keeps these bytes verbatim and compares
+                            # them on every update; a merge patch re-marshals them sorted.
+                            "opaque": {
+                                "driver": c.DRIVER_NAME,
+                                "parameters": dict(sorted(parameters.items())),
+                            },
                         }
                     ],
                 }

@@ -1,0 +1,233 @@
+"""The informers the controller reads from, their trimming and their indexes.
+
+Children live in the driver namespace while CDs live in user namespaces, so owner references
+cannot link them: every child, daemon pod, clique and Node is indexed by the CD UID it names.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from computedomain.api import constants as c
+from computedomain.domain.mapping import cd_uids_of_clique
+from computedomain.runtime import resources as r
+from computedomain.runtime.client import KubeClient
+from computedomain.runtime.informer import Informer, Store, strip_managed_fields
+from computedomain.runtime.resources import Resource
+
+COMPUTE_DOMAINS = Resource(c.GROUP, c.VERSION, c.CD_PLURAL, c.CD_KIND, namespaced=True)
+CLIQUES = Resource(c.GROUP, c.VERSION, c.CLIQUE_PLURAL, c.CLIQUE_KIND, namespaced=True)
+
+BY_UID = "uid"
+BY_CD = "cd"
+BY_GPU_CLIQUE = "gpuClique"
+CD_LABEL_EXISTS = c.CD_LABEL
+
+
+def _label(obj: Mapping[str, Any], key: str) -> str | None:
+    labels = (obj.get("metadata") or {}).get("labels") or {}
+    value = labels.get(key)
+    return value if isinstance(value, str) else None
+
+
+def _by_uid(obj: Mapping[str, Any]) -> Iterable[str]:
+    uid = (obj.get("metadata") or {}).get("uid")
+    return [uid] if uid else []
+
+
+def _by_cd_label(obj: Mapping[str, Any]) -> Iterable[str]:
+    uid = _label(obj, c.CD_LABEL)
+    return [uid] if uid else []
+
+
+def _by_clique_owner(obj: Mapping[str, Any]) -> Iterable[str]:
+    return cd_uids_of_clique(obj)
+
+
+def _by_gpu_clique(obj: Mapping[str, Any]) -> Iterable[str]:
+    clique = _label(obj, c.GPU_CLIQUE_NODE_LABEL)
+    return [clique] if clique else []
+
+
+def trim_node(node: dict[str, Any]) -> dict[str, Any]:
+    """Keep what we read of a Node: identity, labels, and the Ready condition.
+
+    With thousands of Nodes, their images, addresses and heartbeats would dominate memory.
+    """
+    meta = node.get("metadata") or {}
+    conditions = (node.get("status") or {}).get("conditions") or []
+    ready = [
+        {"type": "Ready", "status": cond.get("status")}
+        for cond in conditions
+        if cond.get("type") == "Ready"
+    ]
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            key: meta[key]
+            for key in ("name", "uid", "resourceVersion", "labels", "deletionTimestamp")
+            if key in meta
+        },
+        "status": {"conditions": ready},
+    }
+
+
+def trim_pod(pod: dict[str, Any]) -> dict[str, Any]:
+    """Daemon pods: drop managed fields and the bulky spec parts we never read."""
+    pod = strip_managed_fields(pod)
+    spec = pod.get("spec") or {}
+    containers = spec.get("containers") or []
+    pod["spec"] = {
+        "nodeName": spec.get("nodeName"),
+        # FEATURE_GATES of the daemon tells which status protocol it speaks.
+        "containers": [{"name": ctr.get("name"), "env": ctr.get("env")} for ctr in containers],
+    }
+    return pod
+
+
+def trim_daemonset(ds: dict[str, Any]) -> dict[str, Any]:
+    ds = strip_managed_fields(ds)
+    template_spec = ((ds.get("spec") or {}).get("template") or {}).get("spec") or {}
+    containers = template_spec.get("containers") or []
+    ds["spec"] = {
+        "template": {
+            "spec": {
+                "containers": [
+                    {"name": ctr.get("name"), "env": ctr.get("env")} for ctr in containers
+                ]
+            }
+        }
+    }
+    return ds
+
+
+@dataclass
+class Caches:
+    """Read-only views the reconciler works from; writes go to the API, never here."""
+
+    compute_domains: Informer
+    daemonsets: list[Informer]
+    claim_templates: Informer
+    daemon_pods: list[Informer]
+    cliques: list[Informer]
+    nodes: Informer
+
+    @property
+    def all(self) -> list[Informer]:
+        return [
+            self.compute_domains,
+            *self.daemonsets,
+            self.claim_templates,
+            *self.daemon_pods,
+            *self.cliques,
+            self.nodes,
+        ]
+
+    @property
+    def synced(self) -> bool:
+        return all(informer.has_synced for informer in self.all)
+
+    @property
+    def cds(self) -> Store:
+        return self.compute_domains.store
+
+    def daemonsets_of(self, uid: str) -> list[dict[str, Any]]:
+        return [ds for inf in self.daemonsets for ds in inf.store.by_index(BY_CD, uid)]
+
+    def daemonset(self, namespace: str, name: str) -> dict[str, Any] | None:
+        for inf in self.daemonsets:
+            found = inf.store.get(f"{namespace}/{name}")
+            if found is not None:
+                return found
+        return None
+
+    def pods_of(self, uid: str) -> list[dict[str, Any]]:
+        return [pod for inf in self.daemon_pods for pod in inf.store.by_index(BY_CD, uid)]
+
+    def cliques_of(self, uid: str) -> list[dict[str, Any]]:
+        return [cl for inf in self.cliques for cl in inf.store.by_index(BY_CD, uid)]
+
+    def known_uids(self) -> set[str]:
+        return {uid for cd in self.cds.list() if (uid := (cd.get("metadata") or {}).get("uid"))}
+
+    def labelled_uids(self) -> set[str]:
+        """Every CD UID some child, pod, clique or Node still names."""
+        stores = [
+            *(inf.store for inf in self.daemonsets),
+            self.claim_templates.store,
+            self.nodes.store,
+        ]
+        uids = {uid for store in stores for obj in store.list() for uid in _by_cd_label(obj)}
+        uids.update(
+            uid
+            for inf in self.cliques
+            for clique in inf.store.list()
+            for uid in _by_clique_owner(clique)
+        )
+        return uids
+
+
+def build_caches(client: KubeClient, managed_namespaces: Iterable[str]) -> Caches:
+    namespaces = list(managed_namespaces)
+    return Caches(
+        compute_domains=Informer(
+            client,
+            COMPUTE_DOMAINS,
+            transform=strip_managed_fields,
+            indexers={BY_UID: _by_uid},
+            name="computedomains",
+        ),
+        daemonsets=[
+            Informer(
+                client,
+                r.DAEMONSETS,
+                namespace=ns,
+                label_selector=CD_LABEL_EXISTS,
+                transform=trim_daemonset,
+                indexers={BY_CD: _by_cd_label},
+                name=f"daemonsets/{ns}",
+            )
+            for ns in namespaces
+        ],
+        claim_templates=Informer(
+            client,
+            r.RESOURCE_CLAIM_TEMPLATES,
+            label_selector=CD_LABEL_EXISTS,
+            transform=strip_managed_fields,
+            indexers={BY_CD: _by_cd_label},
+            name="resourceclaimtemplates",
+        ),
+        daemon_pods=[
+            Informer(
+                client,
+                r.PODS,
+                namespace=ns,
+                label_selector=CD_LABEL_EXISTS,
+                transform=trim_pod,
+                indexers={BY_CD: _by_cd_label},
+                name=f"pods/{ns}",
+            )
+            for ns in namespaces
+        ],
+        cliques=[
+            Informer(
+                client,
+                CLIQUES,
+                namespace=ns,
+                transform=strip_managed_fields,
+                indexers={BY_CD: _by_clique_owner},
+                name=f"computedomaincliques/{ns}",
+            )
+            for ns in namespaces
+        ],
+        nodes=Informer(
+            client,
+            r.NODES,
+            transform=trim_node,
+            indexers={BY_CD: _by_cd_label, BY_GPU_CLIQUE: _by_gpu_clique},
+            name="nodes",
+        ),
+    )

@@ -1,0 +1,37 @@
+"""What the domain logic needs from the outside world, as protocols.
+
+The reconciler reports to these; observability implements them. Keeping the protocol here
+lets the domain layer stay free of prometheus-client.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Protocol
+
+
+class DomainMetricsSink(Protocol):
+    def observe_domain(
+        self,
+        namespace: str,
+        name: str,
+        *,
+        conditions: Mapping[str, str],
+        nodes_by_status: Mapping[str, int],
+        cliques: int,
+        global_status: str,
+    ) -> None: ...
+
+    def forget_domain(self, namespace: str, name: str) -> None: ...
+
+    def observe_time_to_ready(self, seconds: float) -> None: ...
+
+    def observe_daemon_ready_latency(self, seconds: float) -> None: ...
+
+    def set_clique_inventory(
+        self, nodes_per_clique: Mapping[str, int], in_use: Mapping[str, int]
+    ) -> None: ...
+
+    def inc_orphan_cleanup(self, kind: str) -> None: ...
+
+    def inc_foreign_refused(self, kind: str) -> None: ...

@@ -1,0 +1,169 @@
+"""Runs our controller in the test's event loop against the real control plane, and waits on
+objects through watches (never fixed sleeps)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from prometheus_client import CollectorRegistry
+
+from computedomain.app import ControllerProcess, run_controller
+from computedomain.config import parse_settings
+from computedomain.domain.caches import COMPUTE_DOMAINS
+from computedomain.observability.logging import configure_logging
+from computedomain.runtime.client import ApiError, KubeClient
+from computedomain.runtime.resources import Resource
+
+TEST_IMAGE = "nvcr.io/nvidia/k8s-dra-driver-gpu:v0.4.0"
+WRITE_METHODS = ("POST", "PUT", "PATCH", "DELETE")
+
+Predicate = Callable[[dict[str, Any] | None], bool]
+
+
+@dataclass
+class RunningController:
+    process: ControllerProcess
+    registry: CollectorRegistry
+    stop: asyncio.Event
+    task: asyncio.Task[None]
+
+    def writes(self) -> float:
+        """API write requests this replica has sent so far (rest_client_requests_total)."""
+        total = 0.0
+        for metric in self.registry.collect():
+            if metric.name != "rest_client_requests":
+                continue
+            for sample in metric.samples:
+                if sample.name.endswith("_total") and sample.labels.get("method") in WRITE_METHODS:
+                    total += sample.value
+        return total
+
+    async def shutdown(self) -> None:
+        self.stop.set()
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.wait_for(self.task, timeout=30)
+
+
+@dataclass
+class ControllerFactory:
+    kubeconfig: Path
+    driver_namespace: str
+    running: list[RunningController] = field(default_factory=list)
+
+    async def start(self, **env: str) -> RunningController:
+        environ = {
+            "IMAGE_NAME": TEST_IMAGE,
+            "NAMESPACE": self.driver_namespace,
+            "KUBECONFIG": str(self.kubeconfig),
+            "LEADER_ELECTION_ENABLED": "false",
+            "HTTP_ENDPOINT": "127.0.0.1:0",
+            "PROBE_ADDRESS": "127.0.0.1:0",
+            "ORPHAN_GRACE_PERIOD": "1s",
+            "DAEMON_POD_WAIT_TIMEOUT": "20s",
+            "LOG_FORMAT": "text",
+            **env,
+        }
+        settings = parse_settings([], environ)
+        configure_logging(log_format="text", verbosity=0)
+        registry = CollectorRegistry()
+        stop = asyncio.Event()
+        ready: asyncio.Future[ControllerProcess] = asyncio.get_running_loop().create_future()
+
+        async def on_ready(process: ControllerProcess) -> None:
+            ready.set_result(process)
+
+        task = asyncio.create_task(
+            run_controller(settings, stop, registry=registry, on_ready=on_ready)
+        )
+        process = await asyncio.wait_for(asyncio.shield(ready), timeout=30)
+        await asyncio.wait_for(
+            asyncio.gather(*(inf.wait_synced() for inf in process.caches.all)), timeout=60
+        )
+        running = RunningController(process, registry, stop, task)
+        self.running.append(running)
+        return running
+
+    async def stop_all(self) -> None:
+        for running in self.running:
+            await running.shutdown()
+        self.running.clear()
+
+
+async def watch_until(
+    client: KubeClient,
+    res: Resource,
+    name: str,
+    namespace: str | None,
+    predicate: Predicate,
+    *,
+    timeout: float = 30.0,
+    what: str = "",
+) -> dict[str, Any] | None:
+    """GET, then WATCH from that resourceVersion until `predicate(obj)` holds (obj is None
+    once deleted). Raises TimeoutError naming `what` and the last state seen."""
+    last: dict[str, Any] | None = None
+
+    async def run() -> dict[str, Any] | None:
+        nonlocal last
+        while True:
+            try:
+                last = await client.get(res, name, namespace)
+                rv = last["metadata"]["resourceVersion"]
+            except ApiError as err:
+                if not err.is_not_found:
+                    raise
+                last = None
+                listing = await client.list(res, namespace=namespace)
+                rv = listing["metadata"]["resourceVersion"]
+            if predicate(last):
+                return last
+            async for event_type, obj in client.watch(
+                res,
+                namespace=namespace,
+                field_selector=f"metadata.name={name}",
+                resource_version=rv,
+                timeout_seconds=60,
+            ):
+                if event_type == "BOOKMARK":
+                    continue
+                last = None if event_type == "DELETED" else obj
+                if predicate(last):
+                    return last
+
+    try:
+        return await asyncio.wait_for(run(), timeout)
+    except TimeoutError:
+        raise TimeoutError(f"timed out waiting for {what or name}; last seen: {last}") from None
+
+
+def condition(obj: Mapping[str, Any] | None, ctype: str) -> Mapping[str, Any]:
+    for cond in ((obj or {}).get("status") or {}).get("conditions") or []:
+        if cond.get("type") == ctype:
+            return dict(cond)
+    return {}
+
+
+async def create_cd(
+    client: KubeClient,
+    namespace: str,
+    name: str,
+    rct_name: str = "imex-channel-0",
+    num_nodes: int = 0,
+) -> dict[str, Any]:
+    body = {
+        "apiVersion": "resource.nvidia.com/v1beta1",
+        "kind": "ComputeDomain",
+        "metadata": {"name": name},
+        "spec": {"numNodes": num_nodes, "channel": {"resourceClaimTemplate": {"name": rct_name}}},
+    }
+    return await client.create(COMPUTE_DOMAINS, body, namespace)
+
+
+@contextlib.asynccontextmanager
+async def kube_client(api_client: Any) -> AsyncIterator[KubeClient]:
+    yield KubeClient.from_api_client(api_client)

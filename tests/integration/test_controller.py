@@ -1,0 +1,477 @@
+"""The controller on the real control plane: children, status projection, foreign objects,
+deletion (including the awkward cases) and orphan cleanup."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes_asyncio.client import ApiClient
+
+from computedomain.api import constants as c
+from computedomain.domain.caches import CLIQUES, COMPUTE_DOMAINS
+from computedomain.runtime import resources as r
+from computedomain.runtime.client import ApiError, KubeClient
+from tests.integration.controller_harness import (
+    TEST_IMAGE,
+    ControllerFactory,
+    condition,
+    create_cd,
+    watch_until,
+)
+
+LABEL_PATH = "/metadata/labels/" + c.CD_LABEL.replace("/", "~1")
+
+
+@pytest.fixture
+async def kube(api_client: ApiClient) -> KubeClient:
+    return KubeClient.from_api_client(api_client)
+
+
+@pytest.fixture
+async def driver_namespace(kube: KubeClient) -> AsyncIterator[str]:
+    body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"generateName": "driver-"}}
+    created = await kube.create(r.NAMESPACES, body)
+    name = created["metadata"]["name"]
+    # NVIDIA's chart creates the daemon ServiceAccount; without it the DS cannot make pods.
+    sa = {
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": {"name": c.DAEMON_SERVICE_ACCOUNT},
+    }
+    await kube.create(r.SERVICE_ACCOUNTS, sa, name)
+    yield name
+    await kube.delete(r.NAMESPACES, name)
+
+
+@pytest.fixture
+async def controllers(
+    kubeconfig_path: Path, driver_namespace: str, kube: KubeClient, namespace: str
+) -> AsyncIterator[ControllerFactory]:
+    factory = ControllerFactory(kubeconfig_path, driver_namespace)
+    yield factory
+    # Let a running controller finalize what the test left, so no CD outlives its test.
+    if factory.running:
+        listing = await kube.list(COMPUTE_DOMAINS, namespace=namespace)
+        for item in listing["items"]:
+            name = item["metadata"]["name"]
+            try:
+                await kube.delete(COMPUTE_DOMAINS, name, namespace)
+            except ApiError as err:
+                if not err.is_not_found:
+                    raise
+            await watch_until(
+                kube, COMPUTE_DOMAINS, name, namespace, lambda o: o is None, timeout=60
+            )
+    await factory.stop_all()
+
+
+def _labels(obj: dict[str, Any] | None) -> dict[str, str]:
+    return dict(((obj or {}).get("metadata") or {}).get("labels") or {})
+
+
+async def _ready_children(kube: KubeClient, cd: dict[str, Any], driver_ns: str) -> None:
+    uid = cd["metadata"]["uid"]
+    name = c.daemon_name(uid)
+    for res, ns, child in (
+        (r.DAEMONSETS, driver_ns, name),
+        (r.RESOURCE_CLAIM_TEMPLATES, driver_ns, name),
+        (r.RESOURCE_CLAIM_TEMPLATES, cd["metadata"]["namespace"], "imex-channel-0"),
+    ):
+        await watch_until(kube, res, child, ns, lambda o: o is not None, what=f"{res.kind} {child}")
+
+
+async def test_upstream_example_gets_all_three_children(
+    kube: KubeClient, controllers: ControllerFactory, namespace: str, driver_namespace: str
+) -> None:
+    await controllers.start()
+    cd = await create_cd(kube, namespace, "imex-channel-injection", num_nodes=1)
+    uid = cd["metadata"]["uid"]
+    await _ready_children(kube, cd, driver_namespace)
+
+    cd = await kube.get(COMPUTE_DOMAINS, "imex-channel-injection", namespace)
+    assert c.FINALIZER in cd["metadata"]["finalizers"]
+
+    ds = await kube.get(r.DAEMONSETS, c.daemon_name(uid), driver_namespace)
+    assert ds["metadata"]["labels"] == {c.CD_LABEL: uid}
+    assert ds["metadata"]["finalizers"] == [c.FINALIZER]
+    pod_spec = ds["spec"]["template"]["spec"]
+    assert pod_spec["nodeSelector"] == {c.CD_LABEL: uid}
+    assert pod_spec["serviceAccountName"] == c.DAEMON_SERVICE_ACCOUNT
+    assert {t["effect"] for t in pod_spec["tolerations"]} == {
+        "NoSchedule",
+        "NoExecute",
+        "PreferNoSchedule",
+    }
+    container = pod_spec["containers"][0]
+    assert container["image"] == TEST_IMAGE
+    env = {e["name"]: e for e in container["env"]}
+    assert env["MAX_NODES_PER_IMEX_DOMAIN"]["value"] == "18"
+    assert (
+        env["FEATURE_GATES"]["value"] == "ComputeDomainCliques=true,IMEXDaemonsWithDNSNames=true,"
+    )
+    assert env["POD_IP"]["valueFrom"]["fieldRef"]["fieldPath"] == "status.podIP"
+    assert pod_spec["resourceClaims"] == [
+        {"name": c.DAEMON_POD_CLAIM, "resourceClaimTemplateName": c.daemon_name(uid)}
+    ]
+
+    daemon_rct = await kube.get(r.RESOURCE_CLAIM_TEMPLATES, c.daemon_name(uid), driver_namespace)
+    assert _labels(daemon_rct) == {c.CD_LABEL: uid, c.TARGET_LABEL: c.TARGET_DAEMON}
+    devices = daemon_rct["spec"]["spec"]["devices"]
+    assert devices["requests"] == [{"name": "daemon", "exactly": devices["requests"][0]["exactly"]}]
+    assert devices["requests"][0]["exactly"]["deviceClassName"] == c.DAEMON_DEVICE_CLASS
+    assert devices["config"][0]["opaque"]["parameters"] == {
+        "apiVersion": c.API_VERSION,
+        "kind": c.DAEMON_CONFIG_KIND,
+        "domainID": uid,
+    }
+
+    workload = await kube.get(r.RESOURCE_CLAIM_TEMPLATES, "imex-channel-0", namespace)
+    assert _labels(workload) == {c.CD_LABEL: uid, c.TARGET_LABEL: c.TARGET_WORKLOAD}
+    params = workload["spec"]["spec"]["devices"]["config"][0]["opaque"]["parameters"]
+    assert params == {
+        "apiVersion": c.API_VERSION,
+        "kind": c.CHANNEL_CONFIG_KIND,
+        "domainID": uid,
+        "allocationMode": "Single",
+    }
+
+    # No daemon has joined: upstream status semantics say NotReady (numNodes 1), and the
+    # Ready condition says why.
+    cd = await watch_until(
+        kube,
+        COMPUTE_DOMAINS,
+        "imex-channel-injection",
+        namespace,
+        lambda o: condition(o, "Ready").get("reason") == "WaitingForWorkload",
+    )
+    assert cd is not None
+    assert cd["status"]["status"] == "NotReady"
+    assert condition(cd, "Ready")["status"] == "False"
+    assert condition(cd, "ChildrenReady")["status"] == "True"
+    assert cd["status"]["observedGeneration"] == cd["metadata"]["generation"]
+
+
+async def test_zero_nodes_is_not_ready_in_conditions(
+    kube: KubeClient, controllers: ControllerFactory, namespace: str
+) -> None:
+    """#767: upstream calls a numNodes=0 CD with no daemon Ready; our condition does not."""
+    await controllers.start()
+    await create_cd(kube, namespace, "empty")
+    cd = await watch_until(
+        kube, COMPUTE_DOMAINS, "empty", namespace, lambda o: bool(condition(o, "Ready"))
+    )
+    assert cd is not None
+    assert cd["status"]["status"] == "Ready"  # kept for compatibility
+    assert condition(cd, "Ready")["status"] == "False"
+
+
+async def _daemon_pod(
+    kube: KubeClient, driver_ns: str, uid: str, node: str, clique_id: str, ip: str
+) -> dict[str, Any]:
+    """Plays the kubelet plugin and the daemon just enough for the real DaemonSet controller's
+    pod on `node` to look like a running IMEX daemon: label the node (which makes the DS place
+    a pod there), then give that pod the daemon's clique label, an IP and Ready."""
+    await _label_node(kube, node, uid)
+    found: dict[str, Any] = {}
+
+    async def scheduled() -> None:
+        listing = await kube.list(
+            r.PODS, namespace=driver_ns, field_selector=f"spec.nodeName={node}"
+        )
+        rv = listing["metadata"]["resourceVersion"]
+        if listing["items"]:
+            found.update(listing["items"][0])
+            return
+        async for kind, pod in kube.watch(
+            r.PODS,
+            namespace=driver_ns,
+            field_selector=f"spec.nodeName={node}",
+            resource_version=rv,
+            timeout_seconds=60,
+        ):
+            if kind in ("ADDED", "MODIFIED"):
+                found.update(pod)
+                return
+
+    await asyncio.wait_for(scheduled(), 60)
+    name = found["metadata"]["name"]
+    await kube.patch(
+        r.PODS, name, {"metadata": {"labels": {c.CLIQUE_ID_LABEL: clique_id}}}, driver_ns
+    )
+    status = {
+        "phase": "Running",
+        "podIP": ip,
+        "podIPs": [{"ip": ip}],
+        "conditions": [{"type": "Ready", "status": "True"}],
+    }
+    return await kube.patch(r.PODS, name, {"status": status}, driver_ns, subresource="status")
+
+
+async def test_cliques_project_into_status_and_conditions(
+    kube: KubeClient,
+    controllers: ControllerFactory,
+    namespace: str,
+    driver_namespace: str,
+    fleet_nodes: list[str],
+) -> None:
+    await controllers.start(ORPHAN_GRACE_PERIOD="30s")
+    cd = await create_cd(kube, namespace, "cliques", num_nodes=2)
+    uid = cd["metadata"]["uid"]
+    node_a, node_b = fleet_nodes[0], fleet_nodes[1]
+    nodes = {n: await kube.get(r.NODES, n) for n in (node_a, node_b)}
+    clique_id = nodes[node_a]["metadata"]["labels"][c.GPU_CLIQUE_NODE_LABEL]
+    ips = {node_a: "10.222.0.1", node_b: "10.222.0.2"}
+    pods = {n: await _daemon_pod(kube, driver_namespace, uid, n, clique_id, ips[n]) for n in nodes}
+
+    def entry(node: str, index: int, status: str) -> dict[str, Any]:
+        ip = pods[node]["status"]["podIP"]
+        return {
+            "nodeName": node,
+            "ipAddress": ip,
+            "cliqueID": clique_id,
+            "index": index,
+            "status": status,
+        }
+
+    # Written the way the upstream daemon writes it: a full object with two labels.
+    clique = await kube.create(
+        CLIQUES,
+        {
+            "apiVersion": c.API_VERSION,
+            "kind": c.CLIQUE_KIND,
+            "metadata": {
+                "name": c.clique_name(uid, clique_id),
+                "labels": {c.CD_LABEL: uid, c.CLIQUE_ID_LABEL: clique_id},
+            },
+            "daemons": [entry(node_a, 0, "NotReady")],
+        },
+        driver_namespace,
+    )
+    cd = await watch_until(
+        kube,
+        COMPUTE_DOMAINS,
+        "cliques",
+        namespace,
+        lambda o: len((o or {}).get("status", {}).get("nodes") or []) == 1,
+        what="node A in status.nodes",
+    )
+    assert cd is not None
+    assert cd["status"]["nodes"] == [
+        {
+            "name": node_a,
+            "ipAddress": entry(node_a, 0, "")["ipAddress"],
+            "cliqueID": clique_id,
+            "index": 0,
+            "status": "NotReady",
+        }
+    ]
+    assert condition(cd, "Ready")["reason"] == "DaemonsNotReady"
+
+    clique["daemons"] = [entry(node_a, 0, "Ready"), entry(node_b, 1, "Ready")]
+    await kube.replace(CLIQUES, clique, driver_namespace)
+    cd = await watch_until(
+        kube,
+        COMPUTE_DOMAINS,
+        "cliques",
+        namespace,
+        lambda o: condition(o, "Ready").get("status") == "True",
+        what="Ready=True",
+    )
+    assert cd is not None
+    assert cd["status"]["status"] == "Ready"
+    assert {n["name"]: n["index"] for n in cd["status"]["nodes"]} == {node_a: 0, node_b: 1}
+    assert (cd["status"]["nodeCount"], cd["status"]["readyNodeCount"]) == (2, 2)
+    assert condition(cd, "SingleClique")["status"] == "True"
+
+
+async def test_legacy_protocol_keeps_daemon_entries_and_reasserts_conditions(
+    kube: KubeClient,
+    controllers: ControllerFactory,
+    namespace: str,
+    driver_namespace: str,
+    fleet_nodes: list[str],
+) -> None:
+    """Gate off: daemons PUT status.nodes, erasing our additive fields; we re-assert them and
+    prune entries whose daemon pod is gone."""
+    await controllers.start(FEATURE_GATES="ComputeDomainCliques=false")
+    cd = await create_cd(kube, namespace, "legacy", num_nodes=1)
+    uid = cd["metadata"]["uid"]
+    ds = await watch_until(
+        kube, r.DAEMONSETS, c.daemon_name(uid), driver_namespace, lambda o: o is not None
+    )
+    assert ds is not None
+    env = {
+        e["name"]: e.get("value") for e in ds["spec"]["template"]["spec"]["containers"][0]["env"]
+    }
+    assert env["FEATURE_GATES"] == "ComputeDomainCliques=false,IMEXDaemonsWithDNSNames=true,"
+    node = fleet_nodes[2]
+    clique_id = (await kube.get(r.NODES, node))["metadata"]["labels"][c.GPU_CLIQUE_NODE_LABEL]
+    pod = await _daemon_pod(kube, driver_namespace, uid, node, clique_id, "10.222.1.1")
+    cd = await watch_until(
+        kube, COMPUTE_DOMAINS, "legacy", namespace, lambda o: bool(condition(o, "Ready"))
+    )
+    assert cd is not None
+    # What a legacy daemon's typed UpdateStatus sends: only upstream fields.
+    stale = {
+        "name": fleet_nodes[3],
+        "ipAddress": "10.9.9.9",
+        "cliqueID": clique_id,
+        "index": 1,
+        "status": "Ready",
+    }
+    live = {
+        "name": node,
+        "ipAddress": pod["status"]["podIP"],
+        "cliqueID": clique_id,
+        "index": 0,
+        "status": "Ready",
+    }
+    while True:  # a legacy daemon retries its PUT on conflict; so do we
+        cd = await kube.get(COMPUTE_DOMAINS, "legacy", namespace)
+        cd["status"] = {"status": "NotReady", "nodes": [live, stale]}
+        try:
+            await kube.replace(COMPUTE_DOMAINS, cd, namespace, subresource="status")
+            break
+        except ApiError as err:
+            if not err.is_conflict:
+                raise
+    cd = await watch_until(
+        kube,
+        COMPUTE_DOMAINS,
+        "legacy",
+        namespace,
+        lambda o: (
+            [n["name"] for n in (o or {}).get("status", {}).get("nodes") or []] == [node]
+            and condition(o, "Ready").get("status") == "True"
+        ),
+        what="stale entry pruned and conditions re-asserted",
+    )
+    assert cd is not None
+    assert cd["status"]["nodes"] == [live]
+
+
+async def test_foreign_object_is_left_untouched_and_reported(
+    kube: KubeClient, controllers: ControllerFactory, namespace: str
+) -> None:
+    foreign = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": "taken", "labels": {"team": "someone-else"}},
+        "spec": {
+            "spec": {
+                "devices": {
+                    "requests": [
+                        {"name": "gpu", "exactly": {"deviceClassName": c.CHANNEL_DEVICE_CLASS}}
+                    ]
+                }
+            }
+        },
+    }
+    before = await kube.create(r.RESOURCE_CLAIM_TEMPLATES, foreign, namespace)
+    await controllers.start()
+    await create_cd(kube, namespace, "clash", rct_name="taken")
+    cd = await watch_until(
+        kube,
+        COMPUTE_DOMAINS,
+        "clash",
+        namespace,
+        lambda o: condition(o, "Ready").get("reason") == "ForeignObject",
+        what="ForeignObject reason",
+    )
+    assert condition(cd, "ChildrenReady")["status"] == "False"
+    after = await kube.get(r.RESOURCE_CLAIM_TEMPLATES, "taken", namespace)
+    assert after["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]
+    events = await kube.list(r.EVENTS, namespace=namespace)
+    reasons = {(e["reason"], e["type"]) for e in events["items"]}
+    assert ("ForeignObject", "Warning") in reasons
+
+
+async def _label_node(kube: KubeClient, node: str, uid: str) -> None:
+    await kube.patch(r.NODES, node, {"metadata": {"labels": {c.CD_LABEL: uid}}})
+
+
+async def test_deletion_removes_children_labels_and_finalizers_even_without_daemonset(
+    kube: KubeClient,
+    controllers: ControllerFactory,
+    namespace: str,
+    driver_namespace: str,
+    fleet_nodes: list[str],
+) -> None:
+    await controllers.start()
+    cd = await create_cd(kube, namespace, "doomed")
+    uid = cd["metadata"]["uid"]
+    await _ready_children(kube, cd, driver_namespace)
+    node = fleet_nodes[4]
+    await _label_node(kube, node, uid)
+
+    # The awkward case upstream hangs on: the DaemonSet removed by hand (finalizer and all).
+    ds_name = c.daemon_name(uid)
+    await kube.patch(r.DAEMONSETS, ds_name, {"metadata": {"finalizers": None}}, driver_namespace)
+    await kube.delete(r.DAEMONSETS, ds_name, driver_namespace)
+    await watch_until(kube, r.DAEMONSETS, ds_name, driver_namespace, lambda o: o is None)
+
+    await kube.delete(COMPUTE_DOMAINS, "doomed", namespace)
+    await watch_until(kube, COMPUTE_DOMAINS, "doomed", namespace, lambda o: o is None, timeout=60)
+    for res, ns, name in (
+        (r.RESOURCE_CLAIM_TEMPLATES, driver_namespace, ds_name),
+        (r.RESOURCE_CLAIM_TEMPLATES, namespace, "imex-channel-0"),
+    ):
+        await watch_until(kube, res, name, ns, lambda o: o is None, what=f"{name} gone")
+    assert c.CD_LABEL not in _labels(await kube.get(r.NODES, node))
+
+
+async def test_node_label_of_another_domain_is_not_removed(
+    kube: KubeClient,
+    controllers: ControllerFactory,
+    namespace: str,
+    driver_namespace: str,
+    fleet_nodes: list[str],
+) -> None:
+    await controllers.start()
+    cd = await create_cd(kube, namespace, "short-lived")
+    await _ready_children(kube, cd, driver_namespace)
+    node = fleet_nodes[5]
+    await _label_node(kube, node, "someone-else-uid")
+    await kube.delete(COMPUTE_DOMAINS, "short-lived", namespace)
+    await watch_until(kube, COMPUTE_DOMAINS, "short-lived", namespace, lambda o: o is None)
+    assert _labels(await kube.get(r.NODES, node)).get(c.CD_LABEL) == "someone-else-uid"
+    await kube.patch(r.NODES, node, {"metadata": {"labels": {c.CD_LABEL: None}}})
+
+
+async def test_domain_deleted_while_controller_down_is_cleaned_up_on_start(
+    kube: KubeClient,
+    controllers: ControllerFactory,
+    namespace: str,
+    driver_namespace: str,
+    fleet_nodes: list[str],
+) -> None:
+    first = await controllers.start()
+    cd = await create_cd(kube, namespace, "while-down")
+    uid = cd["metadata"]["uid"]
+    await _ready_children(kube, cd, driver_namespace)
+    node = fleet_nodes[6]
+    await _label_node(kube, node, uid)
+    await first.shutdown()
+    controllers.running.clear()
+
+    # Gone while no controller ran: strip the CD's finalizer by hand, as an impatient admin would.
+    await kube.patch(COMPUTE_DOMAINS, "while-down", {"metadata": {"finalizers": None}}, namespace)
+    await kube.delete(COMPUTE_DOMAINS, "while-down", namespace)
+    await watch_until(kube, COMPUTE_DOMAINS, "while-down", namespace, lambda o: o is None)
+
+    await controllers.start()
+    ds_name = c.daemon_name(uid)
+    await watch_until(kube, r.DAEMONSETS, ds_name, driver_namespace, lambda o: o is None)
+    await watch_until(
+        kube, r.RESOURCE_CLAIM_TEMPLATES, ds_name, driver_namespace, lambda o: o is None
+    )
+    await watch_until(
+        kube, r.RESOURCE_CLAIM_TEMPLATES, "imex-channel-0", namespace, lambda o: o is None
+    )
+    await watch_until(
+        kube, r.NODES, node, None, lambda o: c.CD_LABEL not in _labels(o), what="label removed"
+    )
