@@ -8,6 +8,8 @@ import signal
 import sys
 from collections.abc import Sequence
 
+from prometheus_client import disable_created_metrics
+
 from computedomain.app import run_controller
 from computedomain.config import ConfigError, Settings, parse_settings
 from computedomain.observability.logging import configure_logging
@@ -41,6 +43,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as err:
         print(f"computedomain-controller: {err}", file=sys.stderr)
         return EXIT_CONFIG
+    # Go controllers expose no *_created series; dashboards and alerts expect the same.
+    disable_created_metrics()  # type: ignore[no-untyped-call]
     configure_logging(log_format=settings.log_format, verbosity=settings.log_verbosity)  # type: ignore[arg-type]
     log.info(
         "Starting",

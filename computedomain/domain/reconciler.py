@@ -193,7 +193,6 @@ class ComputeDomainReconciler:
                 cd, obj, r.DAEMONSETS, desired.daemon_daemonset(cd, s.daemon)
             )
 
-        workload = desired.workload_resource_claim_template(cd)
         workload_ns = cd.metadata.namespace
         workload_existing = [
             rct
@@ -202,9 +201,18 @@ class ComputeDomainReconciler:
         ]
         if workload_existing:
             states["workloadClaimTemplate"] = ChildState(ChildStatus.OK)
+        elif cd.spec is None:
+            # The CRD lets an object without spec through; it names no template to create.
+            states["workloadClaimTemplate"] = ChildState(
+                ChildStatus.MISSING, "spec.channel.resourceClaimTemplate.name is not set"
+            )
         else:
             states["workloadClaimTemplate"] = await self._create_child(
-                cd, obj, r.RESOURCE_CLAIM_TEMPLATES, workload, namespace=workload_ns
+                cd,
+                obj,
+                r.RESOURCE_CLAIM_TEMPLATES,
+                desired.workload_resource_claim_template(cd),
+                namespace=workload_ns,
             )
 
         if any(state.status is ChildStatus.FOREIGN for state in states.values()):

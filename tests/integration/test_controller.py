@@ -475,3 +475,22 @@ async def test_domain_deleted_while_controller_down_is_cleaned_up_on_start(
     await watch_until(
         kube, r.NODES, node, None, lambda o: c.CD_LABEL not in _labels(o), what="label removed"
     )
+
+
+async def test_domain_without_spec_is_reported_not_crashed_on(
+    kube: KubeClient, controllers: ControllerFactory, namespace: str
+) -> None:
+    """The CRD admits an object without spec (upstream schema); the controller must cope."""
+    await controllers.start()
+    body = {"apiVersion": c.API_VERSION, "kind": c.CD_KIND, "metadata": {"name": "bare"}}
+    await kube.create(COMPUTE_DOMAINS, body, namespace)
+    cd = await watch_until(
+        kube,
+        COMPUTE_DOMAINS,
+        "bare",
+        namespace,
+        lambda o: condition(o, "ChildrenReady").get("status") == "False",
+        what="ChildrenReady=False",
+    )
+    assert "resourceClaimTemplate.name is not set" in condition(cd, "ChildrenReady")["message"]
+    assert condition(cd, "Ready")["status"] == "False"
