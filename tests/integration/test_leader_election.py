@@ -1,0 +1,317 @@
+"""Two controller replicas as real processes (the console script) on one Lease: exactly one
+leads and writes, the standby stays warm and ready, and takes over when the leader dies
+(SIGKILL: after the lease expires) or stops (SIGTERM: at once, because the lease is released).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import socket
+import sys
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from kubernetes_asyncio.client import ApiClient
+from prometheus_client.parser import text_string_to_metric_families
+
+from computedomain.api import constants as c
+from computedomain.devcluster.rest import eventually
+from computedomain.domain.caches import COMPUTE_DOMAINS
+from computedomain.runtime import resources as r
+from computedomain.runtime.client import ApiError, KubeClient
+from tests.integration.controller_harness import (
+    TEST_IMAGE,
+    WRITE_METHODS,
+    condition,
+    create_cd,
+    watch_until,
+)
+
+CONTROLLER_SCRIPT = Path(sys.executable).with_name("computedomain-controller")
+# The flag defaults, i.e. what a real install runs with.
+LEASE_DURATION, RETRY_PERIOD = 15.0, 2.0
+JITTERED_RETRY = RETRY_PERIOD * 1.2
+REPORTING_INSTANCE_PREFIX = "computedomain-controller-"
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class Replica:
+    pod_name: str
+    process: asyncio.subprocess.Process
+    metrics_port: int
+    probe_port: int
+    log_path: Path
+
+    async def _get(self, port: int, path: str) -> tuple[int, str]:
+        async with (
+            aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as session,
+            session.get(f"http://127.0.0.1:{port}{path}") as response,
+        ):
+            return response.status, await response.text()
+
+    async def ready(self) -> bool:
+        with contextlib.suppress(aiohttp.ClientError, OSError, TimeoutError):
+            status, _ = await self._get(self.probe_port, "/readyz")
+            return status == 200
+        return False
+
+    async def samples(self, sample_name: str) -> list[tuple[dict[str, str], float]]:
+        """(labels, value) of every sample called `sample_name` on /metrics."""
+        status, text = await self._get(self.metrics_port, "/metrics")
+        assert status == 200, text
+        return [
+            (dict(sample.labels), sample.value)
+            for family in text_string_to_metric_families(text)
+            for sample in family.samples
+            if sample.name == sample_name
+        ]
+
+    async def master_status(self, lease_name: str) -> float | None:
+        for labels, value in await self.samples("leader_election_master_status"):
+            if labels.get("name") == lease_name:
+                return value
+        return None
+
+    async def writes(self) -> dict[tuple[str, str], float]:
+        """Non-GET API requests sent so far, by (method, HTTP code)."""
+        return {
+            (labels["method"], labels["code"]): value
+            for labels, value in await self.samples("rest_client_requests_total")
+            if labels.get("method") in WRITE_METHODS and value
+        }
+
+    def log_tail(self, lines: int = 40) -> str:
+        text = self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+        return "\n".join(text.splitlines()[-lines:])
+
+
+Launcher = Callable[[str], Awaitable[Replica]]
+
+
+@pytest.fixture
+async def kube(api_client: ApiClient) -> KubeClient:
+    return KubeClient.from_api_client(api_client)
+
+
+@pytest.fixture
+async def driver_namespace(kube: KubeClient) -> AsyncIterator[str]:
+    body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"generateName": "driver-"}}
+    name = (await kube.create(r.NAMESPACES, body))["metadata"]["name"]
+    # NVIDIA's chart creates the daemon ServiceAccount; without it the DS cannot make pods.
+    sa = {
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": {"name": c.DAEMON_SERVICE_ACCOUNT},
+    }
+    await kube.create(r.SERVICE_ACCOUNTS, sa, name)
+    yield name
+    await kube.delete(r.NAMESPACES, name)
+
+
+@pytest.fixture
+def lease_name() -> str:
+    return f"cd-controller-test-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture
+async def replicas(
+    kubeconfig_path: Path,
+    driver_namespace: str,
+    lease_name: str,
+    kube: KubeClient,
+    namespace: str,
+    tmp_path: Path,
+) -> AsyncIterator[Launcher]:
+    """`await start(pod_name)` runs one controller process; all are killed at teardown."""
+    started: list[Replica] = []
+
+    async def start(pod_name: str) -> Replica:
+        metrics_port, probe_port = _free_port(), _free_port()
+        env = {
+            **os.environ,
+            "KUBECONFIG": str(kubeconfig_path),
+            "NAMESPACE": driver_namespace,
+            "IMAGE_NAME": TEST_IMAGE,
+            "LEADER_ELECTION_ENABLED": "true",
+            "LEADER_ELECTION_LEASE_LOCK_NAME": lease_name,
+            "LEADER_ELECTION_LEASE_LOCK_NAMESPACE": driver_namespace,
+            "POD_NAME": pod_name,
+            "HTTP_ENDPOINT": f"127.0.0.1:{metrics_port}",
+            "PROBE_ADDRESS": f"127.0.0.1:{probe_port}",
+            "LOG_FORMAT": "json",
+            "ORPHAN_GRACE_PERIOD": "1s",
+            "DAEMON_POD_WAIT_TIMEOUT": "20s",
+        }
+        log_path = tmp_path / f"{pod_name}.log"
+        with log_path.open("wb") as log_file:
+            process = await asyncio.create_subprocess_exec(
+                str(CONTROLLER_SCRIPT), env=env, stdout=log_file, stderr=asyncio.subprocess.STDOUT
+            )
+        replica = Replica(pod_name, process, metrics_port, probe_port, log_path)
+        started.append(replica)
+        return replica
+
+    try:
+        yield start
+        # A live leader finalizes the test's CDs, so none outlives the test.
+        if any(rep.process.returncode is None for rep in started):
+            for item in (await kube.list(COMPUTE_DOMAINS, namespace=namespace))["items"]:
+                name = item["metadata"]["name"]
+                with contextlib.suppress(ApiError):
+                    await kube.delete(COMPUTE_DOMAINS, name, namespace)
+                await watch_until(
+                    kube, COMPUTE_DOMAINS, name, namespace, lambda o: o is None, timeout=60
+                )
+    finally:
+        for rep in started:
+            if rep.process.returncode is None:
+                rep.process.kill()
+            await rep.process.wait()
+            print(f"--- {rep.pod_name} (exit {rep.process.returncode}) ---\n{rep.log_tail()}")
+
+
+async def _holder(kube: KubeClient, namespace: str, lease_name: str) -> str:
+    try:
+        lease = await kube.get(r.LEASES, lease_name, namespace)
+    except ApiError as err:
+        if err.is_not_found:
+            return ""
+        raise
+    return str((lease.get("spec") or {}).get("holderIdentity") or "")
+
+
+async def _wait_holder(
+    kube: KubeClient, namespace: str, lease_name: str, replica: Replica, timeout: float
+) -> None:
+    def held_by(lease: dict[str, Any] | None) -> bool:
+        holder = ((lease or {}).get("spec") or {}).get("holderIdentity") or ""
+        return str(holder).startswith(f"{replica.pod_name}-")
+
+    await watch_until(
+        kube,
+        r.LEASES,
+        lease_name,
+        namespace,
+        held_by,
+        timeout=timeout,
+        what=f"lease {lease_name} held by {replica.pod_name}",
+    )
+
+
+async def _children_and_status(
+    kube: KubeClient, namespace: str, driver_namespace: str, name: str
+) -> dict[str, Any]:
+    """Waits until the CD `name` has its three children and a Ready condition."""
+    cd = await kube.get(COMPUTE_DOMAINS, name, namespace)
+    uid = cd["metadata"]["uid"]
+    for res, ns, child in (
+        (r.DAEMONSETS, driver_namespace, c.daemon_name(uid)),
+        (r.RESOURCE_CLAIM_TEMPLATES, driver_namespace, c.daemon_name(uid)),
+        (r.RESOURCE_CLAIM_TEMPLATES, namespace, f"{name}-channel"),
+    ):
+        await watch_until(
+            kube, res, child, ns, lambda o: o is not None, timeout=60, what=f"{res.kind} {child}"
+        )
+    settled = await watch_until(
+        kube,
+        COMPUTE_DOMAINS,
+        name,
+        namespace,
+        lambda o: bool(condition(o, "Ready")),
+        timeout=60,
+        what=f"{name} status conditions",
+    )
+    assert settled is not None
+    return settled
+
+
+@pytest.mark.parametrize("stop_signal", [signal.SIGKILL, signal.SIGTERM], ids=["kill", "term"])
+async def test_one_replica_leads_and_the_standby_takes_over(
+    replicas: Launcher,
+    kube: KubeClient,
+    namespace: str,
+    driver_namespace: str,
+    lease_name: str,
+    stop_signal: signal.Signals,
+) -> None:
+    a, b = await replicas("replica-a"), await replicas("replica-b")
+    by_prefix = {rep.pod_name: rep for rep in (a, b)}
+
+    # Both become ready: a standby's caches sync too, so it is ready to take over.
+    for rep in (a, b):
+        await eventually(rep.ready, within=60, what=f"{rep.pod_name} /readyz 200")
+
+    async def leader_elected() -> str:
+        return await _holder(kube, driver_namespace, lease_name)
+
+    holder = await eventually(leader_elected, within=30, what="a lease holder")
+    matching = [rep for name, rep in by_prefix.items() if holder.startswith(f"{name}-")]
+    assert len(matching) == 1, f"holder {holder!r} is neither replica"
+    leader = matching[0]
+    standby = b if leader is a else a
+
+    async def statuses() -> tuple[float | None, float | None] | None:
+        got = (await leader.master_status(lease_name), await standby.master_status(lease_name))
+        return got if got == (1.0, 0.0) else None
+
+    await eventually(statuses, within=10, what="leader_election_master_status 1 and 0")
+
+    # Only the leader writes: children, status and events all come from it.
+    await create_cd(kube, namespace, "before", rct_name="before-channel")
+    await _children_and_status(kube, namespace, driver_namespace, "before")
+
+    async def events() -> list[dict[str, Any]] | None:
+        return (await kube.list(r.EVENTS, namespace=namespace))["items"] or None
+
+    instances = {
+        e.get("reportingInstance") for e in await eventually(events, within=15, what="an event")
+    }
+    assert instances == {f"{REPORTING_INSTANCE_PREFIX}{leader.pod_name}"}, instances
+    standby_writes = await standby.writes()
+    print(f"standby write requests by (method, code): {standby_writes}")
+    # The standby only reads the Lease; at most its lost create race (409) shows up here.
+    assert all(not code.startswith("2") for _, code in standby_writes), standby_writes
+    assert set(standby_writes) <= {("POST", "409")}, standby_writes
+    assert await leader.writes(), "the leader wrote nothing"
+    assert await standby.ready(), "a standby must stay ready"
+
+    stopped_at = time.monotonic()
+    leader.process.send_signal(stop_signal)
+    bound = LEASE_DURATION + JITTERED_RETRY + 3 if stop_signal == signal.SIGKILL else 6
+    await _wait_holder(kube, driver_namespace, lease_name, standby, timeout=bound + 10)
+    handover = time.monotonic() - stopped_at
+    print(f"handover after {stop_signal.name}: {handover:.1f}s")
+    if stop_signal == signal.SIGKILL:
+        # The standby must respect the dead leader's lease until it expires...
+        assert handover >= LEASE_DURATION - JITTERED_RETRY - 1.0, handover
+        assert handover < bound, handover
+    else:
+        # ...but a released lease is free at the standby's next retry.
+        assert handover < JITTERED_RETRY + 2.0, handover
+        assert await asyncio.wait_for(leader.process.wait(), 15) == 0, leader.log_tail()
+
+    async def new_leader_status() -> bool:
+        return await standby.master_status(lease_name) == 1.0
+
+    await eventually(new_leader_status, within=10, what="new leader's master status 1")
+    # The new leader reconciles: a CD made after the handover gets its children and status.
+    await create_cd(kube, namespace, "after", rct_name="after-channel")
+    await _children_and_status(kube, namespace, driver_namespace, "after")
+    cd = await kube.get(COMPUTE_DOMAINS, "before", namespace)
+    assert condition(cd, "Ready"), "the first CD lost its conditions across the handover"
+    assert standby.process.returncode is None, standby.log_tail()
