@@ -1,0 +1,261 @@
+"""Once every ComputeDomain has settled, the controller is quiet: no API writes, no events,
+no reconcile errors, although kwok keeps renewing Node heartbeats (Node updates reach the
+controller's node informer all the time)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes_asyncio.client import ApiClient
+
+from computedomain.api import constants as c
+from computedomain.devcluster.rest import eventually
+from computedomain.domain.caches import CLIQUES, COMPUTE_DOMAINS
+from computedomain.runtime import resources as r
+from computedomain.runtime.client import ApiError, KubeClient
+from computedomain.runtime.resources import Resource
+from tests.integration.controller_harness import (
+    ControllerFactory,
+    RunningController,
+    condition,
+    create_cd,
+    watch_until,
+)
+
+DOMAINS = 30
+JOINED = 2  # of which this many get one Ready IMEX daemon each
+QUIET_WINDOW = 60.0
+
+
+@pytest.fixture
+async def kube(api_client: ApiClient) -> KubeClient:
+    return KubeClient.from_api_client(api_client)
+
+
+@pytest.fixture
+async def driver_namespace(kube: KubeClient) -> AsyncIterator[str]:
+    body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"generateName": "driver-"}}
+    name = (await kube.create(r.NAMESPACES, body))["metadata"]["name"]
+    # NVIDIA's chart creates the daemon ServiceAccount; without it the DS cannot make pods.
+    sa = {
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": {"name": c.DAEMON_SERVICE_ACCOUNT},
+    }
+    await kube.create(r.SERVICE_ACCOUNTS, sa, name)
+    yield name
+    await kube.delete(r.NAMESPACES, name)
+
+
+@pytest.fixture
+async def controllers(
+    kubeconfig_path: Path, driver_namespace: str, kube: KubeClient, namespace: str
+) -> AsyncIterator[ControllerFactory]:
+    factory = ControllerFactory(kubeconfig_path, driver_namespace)
+    yield factory
+    # The running controller finalizes every CD (and unlabels its nodes) before it stops.
+    if factory.running:
+        names = [
+            item["metadata"]["name"]
+            for item in (await kube.list(COMPUTE_DOMAINS, namespace=namespace))["items"]
+        ]
+        for name in names:
+            try:
+                await kube.delete(COMPUTE_DOMAINS, name, namespace)
+            except ApiError as err:
+                if not err.is_not_found:
+                    raise
+        for name in names:
+            await watch_until(
+                kube, COMPUTE_DOMAINS, name, namespace, lambda o: o is None, timeout=60
+            )
+    await factory.stop_all()
+
+
+async def _list_watch_until(
+    kube: KubeClient,
+    res: Resource,
+    namespace: str | None,
+    check: Callable[[dict[str, dict[str, Any]]], bool],
+    *,
+    field_selector: str | None = None,
+    timeout: float = 60.0,
+    what: str,
+) -> dict[str, dict[str, Any]]:
+    """LIST, then WATCH from there until `check(objects by name)` holds; returns the objects."""
+    objects: dict[str, dict[str, Any]] = {}
+
+    async def run() -> dict[str, dict[str, Any]]:
+        while True:
+            listing = await kube.list(res, namespace=namespace, field_selector=field_selector)
+            objects.clear()
+            objects.update({o["metadata"]["name"]: o for o in listing["items"]})
+            if check(objects):
+                return objects
+            try:
+                async for kind, obj in kube.watch(
+                    res,
+                    namespace=namespace,
+                    field_selector=field_selector,
+                    resource_version=listing["metadata"]["resourceVersion"],
+                    timeout_seconds=int(timeout) + 5,
+                ):
+                    if kind == "BOOKMARK":
+                        continue
+                    if kind == "DELETED":
+                        objects.pop(obj["metadata"]["name"], None)
+                    else:
+                        objects[obj["metadata"]["name"]] = obj
+                    if check(objects):
+                        return objects
+            except ApiError as err:
+                if not err.is_gone:
+                    raise
+
+    try:
+        return await asyncio.wait_for(run(), timeout)
+    except TimeoutError:
+        raise TimeoutError(f"timed out waiting for {what}; last seen: {objects}") from None
+
+
+async def _join_daemon(
+    kube: KubeClient, driver_ns: str, cd: dict[str, Any], node: str, ip: str
+) -> None:
+    """Plays NVIDIA's kubelet plugin and IMEX daemon for one node: label the node (the real
+    DaemonSet controller then places a daemon pod there), make that pod Running and Ready with
+    its clique label, and report the daemon Ready in the CD's clique object."""
+    uid = cd["metadata"]["uid"]
+    await kube.patch(r.NODES, node, {"metadata": {"labels": {c.CD_LABEL: uid}}})
+    clique_id = (await kube.get(r.NODES, node))["metadata"]["labels"][c.GPU_CLIQUE_NODE_LABEL]
+    pods = await _list_watch_until(
+        kube,
+        r.PODS,
+        driver_ns,
+        bool,
+        field_selector=f"spec.nodeName={node}",
+        what=f"daemon pod on {node}",
+    )
+    pod_name = next(iter(pods))
+    await kube.patch(
+        r.PODS, pod_name, {"metadata": {"labels": {c.CLIQUE_ID_LABEL: clique_id}}}, driver_ns
+    )
+    status = {
+        "phase": "Running",
+        "podIP": ip,
+        "podIPs": [{"ip": ip}],
+        "conditions": [{"type": "Ready", "status": "True"}],
+    }
+    await kube.patch(r.PODS, pod_name, {"status": status}, driver_ns, subresource="status")
+    clique = {
+        "apiVersion": c.API_VERSION,
+        "kind": c.CLIQUE_KIND,
+        "metadata": {
+            "name": c.clique_name(uid, clique_id),
+            "labels": {c.CD_LABEL: uid, c.CLIQUE_ID_LABEL: clique_id},
+        },
+        "daemons": [
+            {
+                "nodeName": node,
+                "ipAddress": ip,
+                "cliqueID": clique_id,
+                "index": 0,
+                "status": "Ready",
+            }
+        ],
+    }
+    await kube.create(CLIQUES, clique, driver_ns)
+
+
+def _settled(cd: dict[str, Any], joined: bool) -> bool:
+    ready = condition(cd, "Ready")
+    if not ready or cd.get("status", {}).get("observedGeneration") != cd["metadata"]["generation"]:
+        return False
+    return ready.get("status") == ("True" if joined else "False")
+
+
+async def _event_versions(kube: KubeClient, namespaces: tuple[str, ...]) -> dict[str, str]:
+    versions: dict[str, str] = {}
+    for ns in namespaces:
+        for event in (await kube.list(r.EVENTS, namespace=ns))["items"]:
+            versions[f"{ns}/{event['metadata']['name']}"] = event["metadata"]["resourceVersion"]
+    return versions
+
+
+async def _idle(running: RunningController) -> None:
+    """Every enqueued reconcile has run and every recorded event is written."""
+    queue = running.process.queue
+
+    async def quiet() -> bool:
+        return len(queue) == 0 and not queue.processing
+
+    await eventually(quiet, within=60, what="an empty work queue")
+    await asyncio.wait_for(running.process.recorder.wait_idle(), 60)
+
+
+async def _node_versions(kube: KubeClient) -> dict[str, str]:
+    items = (await kube.list(r.NODES))["items"]
+    return {node["metadata"]["name"]: node["metadata"]["resourceVersion"] for node in items}
+
+
+def _reconcile_errors(running: RunningController) -> float:
+    value = running.registry.get_sample_value(
+        "controller_runtime_reconcile_errors_total", {"controller": "computedomain"}
+    )
+    return value or 0.0
+
+
+async def test_settled_domains_cause_no_writes(
+    kube: KubeClient,
+    controllers: ControllerFactory,
+    namespace: str,
+    driver_namespace: str,
+    fleet_nodes: list[str],
+) -> None:
+    running = await controllers.start()
+    names = [f"quiet-{i:02d}" for i in range(DOMAINS)]
+    cds = [
+        await create_cd(kube, namespace, name, rct_name=f"{name}-channel", num_nodes=1)
+        for name in names
+    ]
+    joined = set(names[:JOINED])
+    # One node per rack, so no two joined domains share a node.
+    nodes = fleet_nodes[0:72:18]
+    for index, cd in enumerate(cds[:JOINED]):
+        await _join_daemon(kube, driver_namespace, cd, nodes[index], f"10.223.0.{index + 1}")
+
+    await _list_watch_until(
+        kube,
+        COMPUTE_DOMAINS,
+        namespace,
+        lambda objs: (
+            len(objs) == DOMAINS and all(_settled(cd, name in joined) for name, cd in objs.items())
+        ),
+        timeout=120,
+        what="every ComputeDomain settled",
+    )
+    await _idle(running)
+    assert _reconcile_errors(running) == 0
+
+    writes_before = running.writes()
+    events_before = await _event_versions(kube, (namespace, driver_namespace))
+    nodes_before = await _node_versions(kube)
+    started = time.monotonic()
+    # A quiet window is measured, not awaited: nothing may happen in it.
+    await asyncio.sleep(QUIET_WINDOW)
+    elapsed = time.monotonic() - started
+
+    new_writes = running.writes() - writes_before
+    print(f"writes in a {elapsed:.0f}s quiet window over {DOMAINS} settled domains: {new_writes}")
+    assert new_writes == 0
+    assert await _event_versions(kube, (namespace, driver_namespace)) == events_before
+    assert _reconcile_errors(running) == 0
+    # The window only means something if Nodes did change in it (kwok heartbeats).
+    after = await _node_versions(kube)
+    changed = sum(1 for name, rv in after.items() if nodes_before.get(name) != rv)
+    print(f"nodes updated during the window: {changed} of {len(after)}")
+    assert changed > 0
