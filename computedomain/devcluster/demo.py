@@ -1,0 +1,631 @@
+"""The one-command demo: a local control plane with a simulated NVL72 fleet, our controller under
+its real RBAC, the fleet simulator, and NVIDIA's example ComputeDomain with a multi-node workload.
+
+``hack/demo.sh [--racks N] [--keep] ...`` runs ``python -m computedomain.devcluster.demo``.
+Progress is printed from watches, one line per change, until the ComputeDomain is Ready and
+every workload pod Runs (or ``--timeout`` passes).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import ctypes
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from kubernetes_asyncio.client import ApiClient
+
+from computedomain.api import constants as c
+from computedomain.devcluster.__main__ import populate
+from computedomain.devcluster.assets import REPO_ROOT, Assets, AssetsUnavailableError, find_assets
+from computedomain.devcluster.clients import (
+    api_client_from_kubeconfig,
+    request_service_account_token,
+)
+from computedomain.devcluster.controlplane import (
+    STATE_FILE,
+    ControlPlane,
+    ControlPlaneError,
+    free_port,
+)
+from computedomain.runtime.client import ApiError, KubeClient
+from computedomain.runtime.resources import EVENTS, NAMESPACES, PODS, SERVICE_ACCOUNTS, Resource
+from computedomain.sim.fleet import FleetSpec
+
+DRIVER_NAMESPACE = "nvidia-dra-driver-gpu"
+DEMO_NAMESPACE = "demo"
+IMAGE_NAME = "nvcr.io/nvidia/k8s-dra-driver-gpu:v0.4.0"
+CONTROLLER_SERVICE_ACCOUNT = "computedomain-controller"
+RBAC_DIR = REPO_ROOT / "manifests" / "rbac"
+SAMPLES_DIR = REPO_ROOT / "manifests" / "samples"
+SAMPLE_FILES = ("computedomain.yaml", "workload-multinode.yaml")
+DEFAULT_STATE_DIR = REPO_ROOT / ".devcluster" / "demo"
+# The controller keeps this token for its whole life; a kept demo cluster should outlive a day.
+TOKEN_SECONDS = 7 * 24 * 3600
+STOP_GRACE_SECONDS = 10.0
+COMPUTE_DOMAINS = Resource(c.GROUP, c.VERSION, c.CD_PLURAL, c.CD_KIND, namespaced=True)
+NAMESPACED_RBAC_KINDS = {"ServiceAccount", "Role", "RoleBinding"}
+
+_started = time.monotonic()
+
+
+def say(line: str) -> None:
+    print(f"[{time.monotonic() - _started:6.1f}s] {line}", flush=True)
+
+
+class DemoError(RuntimeError):
+    """The demo cannot go on; the message says why."""
+
+
+# ---- child processes ------------------------------------------------------------------------
+
+
+def _die_with_parent() -> None:
+    # Between fork and exec: without --keep, the controller and simulator die with the demo.
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+@dataclass
+class Child:
+    name: str
+    popen: subprocess.Popen[bytes]
+    log: Path
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def stop(self, grace: float = STOP_GRACE_SECONDS) -> int | None:
+        if self.alive():
+            self.popen.send_signal(signal.SIGTERM)
+            try:
+                self.popen.wait(timeout=grace)
+            except subprocess.TimeoutExpired:
+                self.popen.kill()
+                self.popen.wait()
+        return self.popen.returncode
+
+
+def spawn_console_script(
+    script: str, args: Sequence[str], env: dict[str, str], log: Path, keep: bool
+) -> Child:
+    """Run a console script of this venv with the script's path as argv[0], so that
+    ``devcluster down`` recognises the process by name in ``state.json`` (it checks argv[0])."""
+    path = Path(sys.executable).parent / script
+    if not path.is_file():
+        raise DemoError(f"{path} not found: run `uv sync --locked --all-groups` first")
+    with log.open("wb") as out:
+        popen = subprocess.Popen(
+            [str(path), str(path), *args],
+            executable=sys.executable,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, **env},
+            start_new_session=True,
+            preexec_fn=None if keep else _die_with_parent,
+        )
+    return Child(script, popen, log)
+
+
+def record_children(state_dir: Path, children: Sequence[Child]) -> None:
+    """Add our children to the control plane's state.json: `down` stops them first, by PID."""
+    path = state_dir / STATE_FILE
+    state = json.loads(path.read_text())
+    # `down` stops in reverse order, so appending makes these go before the control plane.
+    state["pids"] = {**state["pids"], **{child.name: child.popen.pid for child in children}}
+    path.write_text(json.dumps(state, indent=2) + "\n")
+
+
+def tail(path: Path, lines: int = 15) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+# ---- cluster set-up -------------------------------------------------------------------------
+
+
+def rbac_documents(namespace: str, directory: Path = RBAC_DIR) -> list[dict[str, Any]]:
+    """The kustomization's resources, placed in ``namespace`` (subjects too), as
+    ``kubectl apply -k`` with ``namespace:`` would."""
+    kustomization = yaml.safe_load((directory / "kustomization.yaml").read_text())
+    documents: list[dict[str, Any]] = []
+    for name in kustomization["resources"]:
+        for doc in yaml.safe_load_all((directory / name).read_text()):
+            if not doc:
+                continue
+            if doc["kind"] in NAMESPACED_RBAC_KINDS:
+                doc["metadata"]["namespace"] = namespace
+            for subject in doc.get("subjects") or []:
+                if subject.get("kind") == "ServiceAccount":
+                    subject["namespace"] = namespace
+            documents.append(doc)
+    return documents
+
+
+async def kubectl(assets: Assets, kubeconfig: Path, *args: str, stdin: str | None = None) -> str:
+    process = await asyncio.create_subprocess_exec(
+        str(assets["kubectl"]),
+        f"--kubeconfig={kubeconfig}",
+        *args,
+        stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    out, err = await process.communicate(stdin.encode() if stdin is not None else None)
+    if process.returncode != 0:
+        raise DemoError(f"kubectl {' '.join(args)} failed: {err.decode().strip()}")
+    return out.decode()
+
+
+async def ensure_namespace(kube: KubeClient, name: str) -> None:
+    body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
+    with contextlib.suppress(ApiError):
+        await kube.create(NAMESPACES, body)
+
+
+async def wait_service_account(kube: KubeClient, namespace: str, name: str) -> None:
+    """Pods cannot be admitted before the namespace's ServiceAccount exists."""
+    listing = await kube.list(SERVICE_ACCOUNTS, namespace=namespace)
+    if any(sa["metadata"]["name"] == name for sa in listing["items"]):
+        return
+    async for kind, sa in kube.watch(
+        SERVICE_ACCOUNTS,
+        namespace=namespace,
+        resource_version=listing["metadata"]["resourceVersion"],
+        timeout_seconds=60,
+    ):
+        if kind == "ADDED" and sa["metadata"]["name"] == name:
+            return
+    raise DemoError(f"serviceaccount {namespace}/{name} did not appear")
+
+
+def controller_kubeconfig(cp: ControlPlane, token: str) -> str:
+    cluster: dict[str, Any] = {"server": cp.server}
+    if cp.ca_file is not None:
+        cluster["certificate-authority"] = str(cp.ca_file)
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "demo", "cluster": cluster}],
+        "users": [{"name": CONTROLLER_SERVICE_ACCOUNT, "user": {"token": token}}],
+        "contexts": [
+            {
+                "name": CONTROLLER_SERVICE_ACCOUNT,
+                "context": {
+                    "cluster": "demo",
+                    "user": CONTROLLER_SERVICE_ACCOUNT,
+                    "namespace": DRIVER_NAMESPACE,
+                },
+            }
+        ],
+        "current-context": CONTROLLER_SERVICE_ACCOUNT,
+    }
+    return yaml.safe_dump(config, sort_keys=False)
+
+
+def sample_replicas(directory: Path = SAMPLES_DIR) -> int:
+    """Workload pods the samples ask for (sum of StatefulSet replicas)."""
+    total = 0
+    for name in SAMPLE_FILES:
+        for doc in yaml.safe_load_all((directory / name).read_text()):
+            if doc and doc.get("kind") == "StatefulSet":
+                total += int(doc["spec"].get("replicas", 1))
+    return total
+
+
+# ---- live progress --------------------------------------------------------------------------
+
+
+def _condition(cd: dict[str, Any], ctype: str) -> dict[str, Any]:
+    for cond in (cd.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == ctype:
+            return dict(cond)
+    return {}
+
+
+def clique_progress(cd: dict[str, Any]) -> dict[str, tuple[int, int]]:
+    """cliqueID (or "none") -> (nodes joined, nodes Ready), from status.nodes."""
+    progress: dict[str, tuple[int, int]] = {}
+    for node in (cd.get("status") or {}).get("nodes") or []:
+        clique = node.get("cliqueID") or "none"
+        joined, ready = progress.get(clique, (0, 0))
+        progress[clique] = (joined + 1, ready + (node.get("status") == c.STATUS_READY))
+    return progress
+
+
+def _short_clique(clique: str) -> str:
+    # "<clusterUUID>.<cliqueID>": the UUID's first block is enough to tell racks apart.
+    uuid_part, _, index = clique.rpartition(".")
+    return f"{uuid_part.split('-')[0]}….{index}" if uuid_part else clique
+
+
+@dataclass
+class Progress:
+    """What the watches have seen; prints a line whenever something a person cares about
+    changes, and tells when the demo is done."""
+
+    expected_pods: int
+    printer: Callable[[str], None] = say
+    cd_ready: bool = False
+    cd_ready_line: str = ""
+    cliques: dict[str, tuple[int, int]] = field(default_factory=dict)
+    pod_phases: dict[str, str] = field(default_factory=dict)
+    seen_events: set[str] = field(default_factory=set)
+    changed: asyncio.Event = field(default_factory=asyncio.Event)
+
+    @property
+    def running_pods(self) -> int:
+        return sum(phase == "Running" for phase in self.pod_phases.values())
+
+    @property
+    def done(self) -> bool:
+        return self.cd_ready and self.running_pods >= self.expected_pods
+
+    def on_cd(self, kind: str, cd: dict[str, Any]) -> None:
+        name = cd["metadata"]["name"]
+        if kind == "DELETED":
+            self.printer(f"ComputeDomain {name} deleted")
+            self.cd_ready = False
+            return
+        cliques = clique_progress(cd)
+        if cliques != self.cliques:
+            for clique in sorted(cliques.keys() | self.cliques.keys()):
+                if cliques.get(clique) != self.cliques.get(clique):
+                    joined, ready = cliques.get(clique, (0, 0))
+                    self.printer(
+                        f"clique {_short_clique(clique)}: {joined} nodes joined, {ready} ready"
+                    )
+            self.cliques = cliques
+        cond = _condition(cd, "Ready")
+        line = f"{cond.get('status', '?')} {cond.get('reason', '')}: {cond.get('message', '')}"
+        if cond and line != self.cd_ready_line:
+            self.cd_ready_line = line
+            self.printer(f"ComputeDomain {name} Ready={line}")
+        self.cd_ready = cond.get("status") == "True"
+        self.changed.set()
+
+    def on_pod(self, kind: str, pod: dict[str, Any]) -> None:
+        name = pod["metadata"]["name"]
+        before = self.running_pods
+        if kind == "DELETED":
+            self.pod_phases.pop(name, None)
+        else:
+            self.pod_phases[name] = (pod.get("status") or {}).get("phase") or "Pending"
+        if self.running_pods != before:
+            self.printer(f"workload pods Running: {self.running_pods}/{self.expected_pods}")
+        self.changed.set()
+
+    def on_event(self, kind: str, event: dict[str, Any]) -> None:
+        uid = event["metadata"].get("uid", "")
+        if kind == "DELETED" or uid in self.seen_events:
+            return
+        self.seen_events.add(uid)
+        regarding = event.get("regarding") or {}
+        note = (event.get("note") or "").strip()
+        self.printer(
+            f"event {event.get('type', '')} {event.get('reason', '')} "
+            f"({regarding.get('kind', '?')}/{regarding.get('name', '?')}): {note}"
+        )
+
+
+async def follow(
+    kube: KubeClient,
+    res: Resource,
+    namespace: str,
+    handle: Callable[[str, dict[str, Any]], None],
+) -> None:
+    """List, then watch from the list's resourceVersion; relist on 410 or a closed watch."""
+    while True:
+        listing = await kube.list(res, namespace=namespace)
+        for item in listing["items"]:
+            handle("ADDED", item)
+        try:
+            async for kind, obj in kube.watch(
+                res,
+                namespace=namespace,
+                resource_version=listing["metadata"]["resourceVersion"],
+                timeout_seconds=300,
+            ):
+                if kind != "BOOKMARK":
+                    handle(kind, obj)
+        except ApiError as err:
+            if not err.is_gone:
+                raise
+
+
+async def watch_progress(kube: KubeClient, progress: Progress, within: float) -> None:
+    """Returns once the demo is done; raises TimeoutError after ``within`` seconds."""
+    followers = [
+        asyncio.create_task(follow(kube, COMPUTE_DOMAINS, DEMO_NAMESPACE, progress.on_cd)),
+        asyncio.create_task(follow(kube, PODS, DEMO_NAMESPACE, progress.on_pod)),
+        asyncio.create_task(follow(kube, EVENTS, DEMO_NAMESPACE, progress.on_event)),
+    ]
+    try:
+        async with asyncio.timeout(within):
+            while not progress.done:
+                progress.changed.clear()
+                waiter = asyncio.create_task(progress.changed.wait())
+                finished, _ = await asyncio.wait(
+                    [waiter, *followers], return_when=asyncio.FIRST_COMPLETED
+                )
+                waiter.cancel()
+                for task in finished:
+                    if task is not waiter:
+                        task.result()  # a watch failed for good: raise it
+    finally:
+        for task in followers:
+            task.cancel()
+        await asyncio.gather(*followers, return_exceptions=True)
+
+
+# ---- the demo -------------------------------------------------------------------------------
+
+
+@dataclass
+class Demo:
+    args: argparse.Namespace
+    assets: Assets
+    cp: ControlPlane
+    children: list[Child] = field(default_factory=list)
+
+    @property
+    def state_dir(self) -> Path:
+        path: Path = self.args.state_dir
+        return path
+
+    async def run(self) -> None:
+        args = self.args
+        spec = FleetSpec(
+            racks=args.racks,
+            nodes_per_rack=args.nodes_per_rack,
+            non_fabric=args.non_fabric,
+            seed=args.seed,
+        )
+        await populate(self.cp, spec, ready_timeout=120.0)
+        say(f"fleet Ready: {spec.racks} NVL72 racks x {spec.nodes_per_rack} + {spec.non_fabric}")
+        admin = await api_client_from_kubeconfig(self.cp.kubeconfig)
+        kube = KubeClient.from_api_client(admin, field_manager="computedomain-demo")
+        try:
+            await self._install_driver(admin, kube)
+            await self._start_processes()
+            await self._apply_samples(kube)
+        finally:
+            await kube.close()
+
+    async def _install_driver(self, admin: ApiClient, kube: KubeClient) -> None:
+        await ensure_namespace(kube, DRIVER_NAMESPACE)
+        documents = rbac_documents(DRIVER_NAMESPACE)
+        await kubectl(
+            self.assets,
+            self.cp.kubeconfig,
+            "apply",
+            "--server-side",
+            "--field-manager=computedomain-demo",
+            "-f",
+            "-",
+            stdin=yaml.safe_dump_all(documents, sort_keys=False),
+        )
+        say(
+            f"namespace {DRIVER_NAMESPACE}: applied {len(documents)} RBAC objects from "
+            f"{RBAC_DIR.relative_to(REPO_ROOT)}/ (controller + daemon ServiceAccounts)"
+        )
+        token = await request_service_account_token(
+            admin, DRIVER_NAMESPACE, CONTROLLER_SERVICE_ACCOUNT, TOKEN_SECONDS
+        )
+        path = self.state_dir / "controller.kubeconfig"
+        path.write_text(controller_kubeconfig(self.cp, token))
+        path.chmod(0o600)
+        say(f"controller kubeconfig (TokenRequest for {CONTROLLER_SERVICE_ACCOUNT}): {path}")
+
+    async def _start_processes(self) -> None:
+        logs = self.state_dir / "logs"
+        controller_env = {
+            "KUBECONFIG": str(self.state_dir / "controller.kubeconfig"),
+            "NAMESPACE": DRIVER_NAMESPACE,
+            "IMAGE_NAME": IMAGE_NAME,
+            "LEADER_ELECTION_ENABLED": "true",
+            "LOG_FORMAT": "text",
+            "POD_NAME": "demo-controller",
+            "HTTP_ENDPOINT": f"127.0.0.1:{free_port()}",
+            "PROBE_ADDRESS": f"127.0.0.1:{free_port()}",
+        }
+        controller = spawn_console_script(
+            "computedomain-controller",
+            [],
+            controller_env,
+            logs / "computedomain-controller.log",
+            self.args.keep,
+        )
+        self.children.append(controller)
+        say(
+            f"controller started (pid {controller.popen.pid}, metrics "
+            f"http://{controller_env['HTTP_ENDPOINT']}/metrics, log {controller.log})"
+        )
+        sim = spawn_console_script(
+            "computedomain-sim",
+            [
+                "--kubeconfig",
+                str(self.cp.kubeconfig),
+                "--driver-namespace",
+                DRIVER_NAMESPACE,
+                "--daemon-delay",
+                self.args.daemon_delay,
+                "--seed",
+                str(self.args.seed),
+            ],
+            {"LOG_FORMAT": "text"},
+            logs / "computedomain-sim.log",
+            self.args.keep,
+        )
+        self.children.append(sim)
+        record_children(self.state_dir, self.children)
+        say(f"simulator started (pid {sim.popen.pid}, log {sim.log})")
+
+    async def _apply_samples(self, kube: KubeClient) -> None:
+        await ensure_namespace(kube, DEMO_NAMESPACE)
+        await wait_service_account(kube, DEMO_NAMESPACE, "default")
+        files = [SAMPLES_DIR / name for name in SAMPLE_FILES]
+        flags = [arg for path in files for arg in ("-f", str(path))]
+        out = await kubectl(self.assets, self.cp.kubeconfig, "apply", "-n", DEMO_NAMESPACE, *flags)
+        for line in out.strip().splitlines():
+            say(f"kubectl: {line}")
+        applied = time.monotonic()
+        progress = Progress(expected_pods=sample_replicas())
+        try:
+            await watch_progress(kube, progress, self.args.timeout)
+        except TimeoutError:
+            raise DemoError(self._timeout_message(progress)) from None
+        finally:
+            self._check_children()
+        say(
+            f"DONE: ComputeDomain Ready and {progress.running_pods} workload pods Running "
+            f"{time.monotonic() - applied:.1f}s after apply "
+            f"({time.monotonic() - _started:.1f}s in total)"
+        )
+
+    def _timeout_message(self, progress: Progress) -> str:
+        logs = "\n".join(
+            f"--- last lines of {child.log}:\n{tail(child.log)}" for child in self.children
+        )
+        return (
+            f"the ComputeDomain was not Ready with all workload pods Running within "
+            f"{self.args.timeout:.0f}s (Ready={progress.cd_ready_line or 'not reported'}; "
+            f"pods Running {progress.running_pods}/{progress.expected_pods})\n{logs}"
+        )
+
+    def _check_children(self) -> None:
+        for child in self.children:
+            if not child.alive():
+                raise DemoError(
+                    f"{child.name} exited with code {child.popen.returncode}; "
+                    f"last lines of {child.log}:\n{tail(child.log)}"
+                )
+
+    def stop(self) -> None:
+        for child in reversed(self.children):
+            code = child.stop()
+            say(f"{child.name} stopped (exit code {code})")
+        self.cp.stop()
+        say("control plane stopped")
+
+
+def print_access(cp: ControlPlane, assets: Assets, kept: bool) -> None:
+    when = "" if kept else " (next time: the cluster stops now unless you pass --keep)"
+    print(
+        f"\nTo look around with kubectl{when}:\n"
+        f"  export KUBECONFIG={cp.kubeconfig}\n"
+        f"  {assets['kubectl']} get computedomains -A -o wide\n"
+        f"  (kubectl: {assets['kubectl']})",
+        flush=True,
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="hack/demo.sh",
+        description=(
+            "Start a local control plane with a simulated fleet of NVL72 racks, run the "
+            "computedomain controller (under its own RBAC, with leader election) and the fleet "
+            "simulator, apply NVIDIA's example ComputeDomain and a 4-node workload, and follow "
+            "them live until the ComputeDomain is Ready and every workload pod Runs."
+        ),
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    parser.add_argument(
+        "--racks", type=int, default=2, help="NVL72 racks, 18 nodes each, one NVLink clique each"
+    )
+    parser.add_argument(
+        "--nodes-per-rack", type=int, default=18, help="p6e-gb200.36xlarge nodes per rack"
+    )
+    parser.add_argument(
+        "--non-fabric",
+        type=int,
+        default=2,
+        help="GPU nodes outside any NVLink clique (no nvidia.com/gpu.clique label)",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=180.0,
+        help="seconds from applying the samples until the ComputeDomain must be Ready and all "
+        "workload pods Running; otherwise the demo fails with exit code 1",
+    )
+    parser.add_argument(
+        "--keep",
+        action="store_true",
+        help="leave the control plane, controller and simulator running at the end and print "
+        "how to stop them; without it everything is stopped",
+    )
+    parser.add_argument(
+        "--state-dir",
+        type=Path,
+        default=DEFAULT_STATE_DIR,
+        help="directory for PKI, kubeconfigs, state.json and the logs of every component",
+    )
+    parser.add_argument(
+        "--daemon-delay",
+        default="0.5-2s",
+        help="simulated IMEX daemon start-up time (from joining its clique to Ready)",
+    )
+    parser.add_argument(
+        "--seed", type=int, default=0, help="seed of the fleet's IDs and the simulator's choices"
+    )
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.racks < 1 or args.nodes_per_rack < 4:
+        print("demo: the workload needs at least 1 rack of at least 4 nodes", file=sys.stderr)
+        return 2
+    args.state_dir = args.state_dir.resolve()
+    down = f"{sys.executable} -m computedomain.devcluster down --state-dir {args.state_dir}"
+    if (args.state_dir / STATE_FILE).exists():
+        previous = ControlPlane.attach(args.state_dir)
+        if any(previous.running().values()):
+            print(f"demo: a demo cluster still runs from {args.state_dir}; stop it: {down}")
+            return 1
+        previous.stop()  # stale state of a killed run
+    try:
+        assets = find_assets()
+        cp = ControlPlane.start(args.state_dir, assets=assets, detach=args.keep, log=say)
+    except (AssetsUnavailableError, ControlPlaneError) as error:
+        print(f"demo: FAILED to start the control plane: {error}", file=sys.stderr)
+        return 1
+    demo = Demo(args, assets, cp)
+    failed: str | None = None
+    try:
+        asyncio.run(demo.run())
+    except DemoError as error:
+        failed = str(error)
+    except KeyboardInterrupt:
+        failed = "interrupted"
+    except BaseException:
+        demo.stop()
+        raise
+    print_access(cp, assets, args.keep)
+    if args.keep:
+        print(f"\nLeft running (logs in {args.state_dir / 'logs'}). Stop it with:\n  {down}")
+    else:
+        demo.stop()
+    if failed is not None:
+        print(f"demo: FAILED: {failed}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
