@@ -1,0 +1,1049 @@
+"""Benchmark of the ComputeDomain controller on a real local control plane.
+
+Starts etcd, kube-apiserver, KCM, scheduler and kwok with a simulated GB200 fleet (64 NVL72
+racks = 1,152 nodes by default), runs our controller in this process, and measures:
+
+1. projection latency: a ComputeDomainClique entry (full Update, NotReady→Ready, the way
+   NVIDIA's daemon writes it) until the CD's ``status.nodes`` shows it;
+2. burst: N CDs created at once until each has its three children and conditions, and the
+   controller's API writes per CD;
+3. end-to-end with the fleet simulator: M CDs x K StatefulSet workers until every CD is Ready,
+   and the 409 conflicts the controller saw;
+4. idle: controller writes over a quiet window while every kwok node heartbeats;
+5. memory: process RSS before the controller starts and after it synced the fleet (and CDs).
+
+Everything runs in one event loop on a shared machine, so the figures are for comparison
+within one run and against upstream's design limits, not absolute. Usage: ``hack/bench.sh
+[--quick] [--racks N] [--cds N] ...``; prints a table and writes ``bench-results/<time>.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import gc
+import json
+import logging
+import math
+import os
+import platform
+import resource
+import statistics
+import sys
+import time
+from collections import Counter
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from prometheus_client import CollectorRegistry
+
+from computedomain.api import constants as c
+from computedomain.app import REPORTING_CONTROLLER, ControllerProcess, run_controller
+from computedomain.config import parse_settings
+from computedomain.devcluster.clients import api_client_from_kubeconfig
+from computedomain.devcluster.controlplane import ControlPlane
+from computedomain.devcluster.crds import CRD_DIR, apply_crds
+from computedomain.domain.caches import CLIQUES, COMPUTE_DOMAINS
+from computedomain.observability.logging import configure_logging
+from computedomain.runtime import resources as r
+from computedomain.runtime.client import ApiError, KubeClient
+from computedomain.runtime.resources import Resource
+from computedomain.sim.context import SimSettings
+from computedomain.sim.faults import FaultSettings
+from computedomain.sim.fleet import (
+    RACK_LABEL,
+    FleetSpec,
+    build_nodes,
+    create_fleet,
+    wait_nodes_ready,
+)
+from computedomain.sim.simulator import Simulator
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+RESULTS_DIR = REPO_ROOT / "bench-results"
+IMAGE = "nvcr.io/nvidia/k8s-dra-driver-gpu:v0.4.0"
+WORKLOAD_IMAGE = "registry.k8s.io/pause:3.10"
+DRIVER_NAMESPACE = "nvidia-dra-driver-gpu"
+WRITE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+STATEFULSETS = Resource("apps", "v1", "statefulsets", "StatefulSet", namespaced=True)
+PROJECTION_TARGET_S = 0.250
+BURST_WRITES_TARGET = 5.0
+
+# Upstream v0.4.0 figures (contract §17); no upstream binary runs here, so these are context.
+UPSTREAM = {
+    "status_poll_s": 2.0,
+    "client_qps": 5.0,
+    "client_burst": 10,
+    "workers": 1,
+    "job_256_pods_start_s": 8 * 60.0,
+    "writes_per_cd_before_daemons": 5,
+}
+
+log = logging.getLogger("bench")
+Obj = dict[str, Any]
+
+
+# -- small helpers --------------------------------------------------------------------------------
+
+
+def now() -> float:
+    return time.monotonic()
+
+
+def rss_mb() -> float:
+    """Current resident set size of this process (VmRSS), in MiB."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024.0
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def settled_rss_mb() -> float:
+    gc.collect()
+    return rss_mb()
+
+
+def percentile(values: Sequence[float], p: float) -> float:
+    """Nearest-rank percentile (no interpolation: every figure is an observed sample)."""
+    ordered = sorted(values)
+    rank = max(1, math.ceil(p / 100.0 * len(ordered)))
+    return ordered[rank - 1]
+
+
+def summary(values: Sequence[float]) -> dict[str, float]:
+    if not values:
+        return {}
+    return {
+        "n": len(values),
+        "min": min(values),
+        "p50": percentile(values, 50),
+        "p95": percentile(values, 95),
+        "max": max(values),
+        "mean": statistics.fmean(values),
+    }
+
+
+def labels_of(obj: Obj | None) -> dict[str, str]:
+    return dict(((obj or {}).get("metadata") or {}).get("labels") or {})
+
+
+def condition(obj: Obj | None, ctype: str) -> Obj:
+    for cond in ((obj or {}).get("status") or {}).get("conditions") or []:
+        if cond.get("type") == ctype:
+            return dict(cond)
+    return {}
+
+
+def cd_ready(cd: Obj | None) -> bool:
+    status = (cd or {}).get("status") or {}
+    return status.get("status") == c.STATUS_READY and condition(cd, "Ready").get("status") == "True"
+
+
+def pod_ready(pod: Obj | None) -> bool:
+    return condition(pod, "Ready").get("status") == "True"
+
+
+# -- what the controller writes, by resource ----------------------------------------------------
+
+
+class WriteTally:
+    """Counts the controller's write calls by verb and resource (the REST metric has neither).
+
+    Wraps the bound write methods of the controller's own KubeClient instance; measurement only.
+    """
+
+    VERBS = ("create", "replace", "patch", "delete")
+
+    def __init__(self) -> None:
+        self.counts: Counter[str] = Counter()
+
+    def install(self, client: KubeClient) -> None:
+        for verb in self.VERBS:
+            setattr(client, verb, self._wrap(verb, getattr(client, verb)))
+
+    def _wrap(self, verb: str, call: Callable[..., Awaitable[Any]]) -> Callable[..., Any]:
+        async def counted(res: Resource, *args: Any, **kwargs: Any) -> Any:
+            sub = kwargs.get("subresource")
+            self.counts[f"{verb} {res.plural}{'/' + sub if sub else ''}"] += 1
+            return await call(res, *args, **kwargs)
+
+        return counted
+
+    def snapshot(self) -> Counter[str]:
+        return Counter(self.counts)
+
+
+# -- controller metrics --------------------------------------------------------------------------
+
+
+@dataclass
+class ControllerUnderTest:
+    process: ControllerProcess
+    registry: CollectorRegistry
+    stop: asyncio.Event
+    task: asyncio.Task[None]
+    tally: WriteTally
+
+    def writes_since(self, before: Counter[str], per: int) -> dict[str, float]:
+        delta = self.tally.snapshot()
+        delta.subtract(before)
+        return {key: round(v / per, 2) for key, v in sorted(delta.items()) if v}
+
+    def requests(self, predicate: Callable[[dict[str, str]], bool]) -> float:
+        """Sum of rest_client_requests_total samples whose labels satisfy `predicate`."""
+        total = 0.0
+        for metric in self.registry.collect():
+            if metric.name != "rest_client_requests":
+                continue
+            for sample in metric.samples:
+                if sample.name.endswith("_total") and predicate(sample.labels):
+                    total += sample.value
+        return total
+
+    def writes(self) -> float:
+        return self.requests(lambda labels: labels.get("method") in WRITE_METHODS)
+
+    def writes_by_method(self) -> dict[str, float]:
+        totals = dict.fromkeys(sorted(WRITE_METHODS), 0.0)
+        for metric in self.registry.collect():
+            if metric.name != "rest_client_requests":
+                continue
+            for sample in metric.samples:
+                method = sample.labels.get("method", "")
+                if sample.name.endswith("_total") and method in totals:
+                    totals[method] += sample.value
+        return totals
+
+    def reads(self) -> float:
+        return self.requests(lambda labels: labels.get("method") == "GET")
+
+    def conflicts(self) -> float:
+        return self.requests(lambda labels: labels.get("code") == "409")
+
+    def counter(self, name: str) -> float:
+        total = 0.0
+        for metric in self.registry.collect():
+            if metric.name == name:
+                total += sum(s.value for s in metric.samples if s.name.endswith("_total"))
+        return total
+
+    def reconciles(self) -> float:
+        return self.counter("controller_runtime_reconcile")
+
+    def cache_sizes(self) -> dict[str, dict[str, int]]:
+        """Objects and their JSON bytes per informer: what the RSS growth is made of."""
+        sizes: dict[str, dict[str, int]] = {}
+        for informer in self.process.caches.all:
+            items = informer.store.list()
+            name = getattr(informer, "name", None) or informer.__class__.__name__
+            entry = sizes.setdefault(str(name), {"objects": 0, "json_bytes": 0})
+            entry["objects"] += len(items)
+            entry["json_bytes"] += sum(len(json.dumps(o, separators=(",", ":"))) for o in items)
+        return sizes
+
+    async def settle(self, quiet: float = 3.0, limit: float = 90.0) -> float:
+        """Wait until the controller sent no write for `quiet` seconds; returns seconds waited.
+
+        Reads the in-process counter (no API polling); bounded by `limit`.
+        """
+        begin = now()
+        last, since = self.writes(), now()
+        while now() - since < quiet and now() - begin < limit:
+            await asyncio.sleep(0.25)
+            current = self.writes()
+            if current != last:
+                last, since = current, now()
+        return now() - begin
+
+    async def shutdown(self) -> None:
+        self.stop.set()
+        with contextlib.suppress(asyncio.CancelledError, TimeoutError):
+            await asyncio.wait_for(self.task, timeout=30)
+
+
+async def start_controller(kubeconfig: Path, verbosity: int, **env: str) -> ControllerUnderTest:
+    environ = {
+        "IMAGE_NAME": IMAGE,
+        "NAMESPACE": DRIVER_NAMESPACE,
+        "KUBECONFIG": str(kubeconfig),
+        "LEADER_ELECTION_ENABLED": "false",
+        "HTTP_ENDPOINT": "127.0.0.1:0",
+        "PROBE_ADDRESS": "127.0.0.1:0",
+        "LOG_FORMAT": "text",
+        # Clique entries of the latency phase have no daemon pod behind them; keep them.
+        "ORPHAN_GRACE_PERIOD": "30m",
+        **env,
+    }
+    settings = parse_settings([], environ)
+    registry = CollectorRegistry()
+    stop = asyncio.Event()
+    ready: asyncio.Future[ControllerProcess] = asyncio.get_running_loop().create_future()
+
+    tally = WriteTally()
+
+    async def on_ready(process: ControllerProcess) -> None:
+        tally.install(process.client)
+        ready.set_result(process)
+
+    task = asyncio.create_task(run_controller(settings, stop, registry=registry, on_ready=on_ready))
+    process = await asyncio.wait_for(asyncio.shield(ready), timeout=60)
+    await asyncio.wait_for(
+        asyncio.gather(*(inf.wait_synced() for inf in process.caches.all)), timeout=300
+    )
+    return ControllerUnderTest(process, registry, stop, task, tally)
+
+
+# -- watching the API (list, then watch from its resourceVersion; no polling) ---------------------
+
+
+async def watch_until(
+    client: KubeClient,
+    res: Resource,
+    check: Callable[[dict[str, Obj]], bool],
+    *,
+    namespace: str | None = None,
+    label_selector: str | None = None,
+    field_selector: str | None = None,
+    within: float = 300.0,
+    what: str = "",
+) -> float:
+    """Keep a name→object map of `res` until `check(map)` holds; returns the monotonic time
+    of the event that satisfied it."""
+    objects: dict[str, Obj] = {}
+
+    async def run() -> float:
+        while True:
+            listing = await client.list(
+                res, namespace, label_selector=label_selector, field_selector=field_selector
+            )
+            objects.clear()
+            objects.update({obj["metadata"]["name"]: obj for obj in listing["items"]})
+            if check(objects):
+                return now()
+            try:
+                async for kind, obj in client.watch(
+                    res,
+                    namespace,
+                    label_selector=label_selector,
+                    field_selector=field_selector,
+                    resource_version=listing["metadata"]["resourceVersion"],
+                    timeout_seconds=int(within) + 30,
+                ):
+                    if kind == "BOOKMARK":
+                        continue
+                    if kind == "DELETED":
+                        objects.pop(obj["metadata"]["name"], None)
+                    else:
+                        objects[obj["metadata"]["name"]] = obj
+                    if check(objects):
+                        return now()
+            except ApiError as err:
+                if not err.is_gone:
+                    raise
+
+    try:
+        return await asyncio.wait_for(run(), within)
+    except TimeoutError:
+        raise TimeoutError(f"timed out after {within:.0f}s waiting for {what}") from None
+
+
+class ObjectWatch:
+    """Watches one object and lets callers await a predicate, timestamped at event receipt."""
+
+    def __init__(self, client: KubeClient, res: Resource, name: str, namespace: str) -> None:
+        self.client, self.res, self.name, self.namespace = client, res, name, namespace
+        self.latest: Obj | None = None
+        self.received_at = 0.0
+        self._changed = asyncio.Condition()
+        self._task: asyncio.Task[None] | None = None
+
+    async def __aenter__(self) -> ObjectWatch:
+        self.latest = await self.client.get(self.res, self.name, self.namespace)
+        self.received_at = now()
+        self._task = asyncio.create_task(self._run(self.latest["metadata"]["resourceVersion"]))
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+
+    async def _run(self, rv: str) -> None:
+        while True:
+            try:
+                async for kind, obj in self.client.watch(
+                    self.res,
+                    self.namespace,
+                    field_selector=f"metadata.name={self.name}",
+                    resource_version=rv,
+                    timeout_seconds=600,
+                ):
+                    if kind == "BOOKMARK":
+                        rv = obj["metadata"]["resourceVersion"]
+                        continue
+                    received = now()
+                    rv = obj["metadata"]["resourceVersion"]
+                    async with self._changed:
+                        self.latest, self.received_at = obj, received
+                        self._changed.notify_all()
+            except ApiError as err:
+                if not err.is_gone:
+                    raise
+                rv = (await self.client.get(self.res, self.name, self.namespace))["metadata"][
+                    "resourceVersion"
+                ]
+
+    async def wait(self, predicate: Callable[[Obj | None], bool], within: float = 30.0) -> float:
+        """Monotonic receipt time of the first state (current or later) satisfying it."""
+        async with asyncio.timeout(within), self._changed:
+            await self._changed.wait_for(lambda: predicate(self.latest))
+            return self.received_at
+
+
+# -- objects -------------------------------------------------------------------------------------
+
+
+def compute_domain(name: str, rct_name: str, num_nodes: int) -> Obj:
+    return {
+        "apiVersion": c.API_VERSION,
+        "kind": c.CD_KIND,
+        "metadata": {"name": name},
+        "spec": {"numNodes": num_nodes, "channel": {"resourceClaimTemplate": {"name": rct_name}}},
+    }
+
+
+def worker_statefulset(name: str, rct_name: str, rack: str, replicas: int) -> Obj:
+    """A job of `replicas` workers in one NVL72 rack, one per node, each with a channel claim."""
+    app = {"app": name}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "StatefulSet",
+        "metadata": {"name": name},
+        "spec": {
+            "serviceName": name,
+            "replicas": replicas,
+            "podManagementPolicy": "Parallel",
+            "selector": {"matchLabels": app},
+            "template": {
+                "metadata": {"labels": app},
+                "spec": {
+                    "nodeSelector": {RACK_LABEL: rack},
+                    "affinity": {
+                        "podAntiAffinity": {
+                            "requiredDuringSchedulingIgnoredDuringExecution": [
+                                {
+                                    "labelSelector": {"matchLabels": app},
+                                    "topologyKey": "kubernetes.io/hostname",
+                                }
+                            ]
+                        }
+                    },
+                    "resourceClaims": [{"name": "channel", "resourceClaimTemplateName": rct_name}],
+                    "containers": [
+                        {
+                            "name": "worker",
+                            "image": WORKLOAD_IMAGE,
+                            "resources": {"claims": [{"name": "channel"}]},
+                        }
+                    ],
+                },
+            },
+        },
+    }
+
+
+async def create_namespace(client: KubeClient, name: str) -> None:
+    body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
+    await client.create(r.NAMESPACES, body)
+
+
+# -- phases --------------------------------------------------------------------------------------
+
+
+@dataclass
+class Bench:
+    args: argparse.Namespace
+    client: KubeClient
+    kubeconfig: Path
+    nodes: list[Obj]
+    results: dict[str, Any] = field(default_factory=dict)
+    controller: ControllerUnderTest | None = None
+
+    @property
+    def ctl(self) -> ControllerUnderTest:
+        assert self.controller is not None
+        return self.controller
+
+    def say(self, text: str) -> None:
+        print(f"[{datetime.now(UTC):%H:%M:%S}] {text}", flush=True)
+
+    async def memory_and_start(self) -> None:
+        baseline = settled_rss_mb()
+        begin = now()
+        self.controller = await start_controller(self.kubeconfig, self.args.verbosity)
+        synced = now() - begin
+        after_sync = settled_rss_mb()
+        nodes = len(self.nodes)
+        self.results["memory"] = {
+            "rss_before_controller_mb": round(baseline, 1),
+            "rss_after_fleet_sync_mb": round(after_sync, 1),
+            "controller_fleet_mb": round(after_sync - baseline, 1),
+            "per_node_kb": round((after_sync - baseline) * 1024 / nodes, 2),
+            "nodes": nodes,
+            "cache_sync_s": round(synced, 2),
+        }
+        self.say(
+            f"controller synced {nodes} nodes in {synced:.1f}s; RSS {baseline:.0f} → "
+            f"{after_sync:.0f} MiB"
+        )
+
+    async def burst(self) -> None:
+        n = self.args.cds
+        ns = "bench-burst"
+        await create_namespace(self.client, ns)
+        await self.ctl.settle(quiet=2.0, limit=30)
+        writes_before, by_method_before = self.ctl.writes(), self.ctl.writes_by_method()
+        conflicts_before, tally_before = self.ctl.conflicts(), self.ctl.tally.snapshot()
+        uids: set[str] = set()
+        names = [f"burst-{i:04d}" for i in range(n)]
+
+        def has_children(target: str) -> Callable[[dict[str, Obj]], bool]:
+            def check(objects: dict[str, Obj]) -> bool:
+                if len(uids) < n:
+                    return False
+                seen = {
+                    labels_of(o).get(c.CD_LABEL)
+                    for o in objects.values()
+                    if target == "" or labels_of(o).get(c.TARGET_LABEL) == target
+                }
+                return uids <= seen
+
+            return check
+
+        def cds_with_conditions(objects: dict[str, Obj]) -> bool:
+            return all(bool(condition(objects.get(name), "Ready")) for name in names)
+
+        def workload_rcts(objects: dict[str, Obj]) -> bool:
+            return all(f"{name}-channel" in objects for name in names)
+
+        begin = now()
+        waiters = {
+            "daemonsets": watch_until(
+                self.client,
+                r.DAEMONSETS,
+                has_children(""),
+                namespace=DRIVER_NAMESPACE,
+                label_selector=c.CD_LABEL,
+                what="DaemonSets",
+            ),
+            "daemon_rcts": watch_until(
+                self.client,
+                r.RESOURCE_CLAIM_TEMPLATES,
+                has_children(c.TARGET_DAEMON),
+                namespace=DRIVER_NAMESPACE,
+                label_selector=c.CD_LABEL,
+                what="daemon RCTs",
+            ),
+            "workload_rcts": watch_until(
+                self.client, r.RESOURCE_CLAIM_TEMPLATES, workload_rcts, namespace=ns, what="RCTs"
+            ),
+            "conditions": watch_until(
+                self.client, COMPUTE_DOMAINS, cds_with_conditions, namespace=ns, what="conditions"
+            ),
+        }
+        tasks = {key: asyncio.create_task(w) for key, w in waiters.items()}
+
+        async def create(name: str) -> None:
+            cd = await self.client.create(
+                COMPUTE_DOMAINS, compute_domain(name, f"{name}-channel", 0), ns
+            )
+            uids.add(cd["metadata"]["uid"])
+
+        slots = asyncio.Semaphore(64)
+
+        async def create_bounded(name: str) -> None:
+            async with slots:
+                await create(name)
+
+        await asyncio.gather(*(create_bounded(name) for name in names))
+        created = now() - begin
+        done = {
+            key: t - begin
+            for key, t in zip(tasks, await asyncio.gather(*tasks.values()), strict=True)
+        }
+        complete = max(done.values())
+        writes_at_complete = self.ctl.writes() - writes_before
+        settle = await self.ctl.settle(quiet=3.0)
+        writes = self.ctl.writes() - writes_before
+        by_method = {
+            m: (v - by_method_before[m]) / n for m, v in self.ctl.writes_by_method().items()
+        }
+        events, reasons = await self._count_events([ns, DRIVER_NAMESPACE])
+        self.results["burst"] = {
+            "cds": n,
+            "creates_sent_s": round(created, 2),
+            "all_children_and_conditions_s": round(complete, 2),
+            "per_kind_s": {k: round(v, 2) for k, v in done.items()},
+            "cds_per_s": round(n / complete, 1),
+            "writes_per_cd": round(writes / n, 2),
+            "writes_per_cd_at_complete": round(writes_at_complete / n, 2),
+            "writes_per_cd_by_method": {m: round(v, 2) for m, v in by_method.items()},
+            "writes_per_cd_by_call": self.ctl.writes_since(tally_before, n),
+            "event_objects_per_cd": round(events / n, 2),
+            "event_reasons_per_cd": {k: round(v / n, 2) for k, v in sorted(reasons.items())},
+            "writes_per_cd_excluding_events": round((writes - events) / n, 2),
+            "conflicts_409": self.ctl.conflicts() - conflicts_before,
+            "settle_s": round(settle, 1),
+        }
+        self.say(
+            f"burst: {n} CDs complete in {complete:.1f}s, {writes / n:.2f} writes/CD "
+            f"({(writes - events) / n:.2f} without events)"
+        )
+        after = settled_rss_mb()
+        memory = self.results["memory"]
+        memory["rss_after_burst_mb"] = round(after, 1)
+        memory["burst_cds_mb"] = round(after - memory["rss_after_fleet_sync_mb"], 1)
+        memory["per_cd_kb"] = round((after - memory["rss_after_fleet_sync_mb"]) * 1024 / n, 1)
+        memory["caches"] = self.ctl.cache_sizes()
+
+    async def _count_events(self, namespaces: Sequence[str]) -> tuple[int, Counter[str]]:
+        """Event objects our controller wrote, and how many by reason."""
+        reasons: Counter[str] = Counter()
+        for ns in namespaces:
+            listing = await self.client.list(r.EVENTS, ns)
+            for event in listing["items"]:
+                if event.get("reportingController") == REPORTING_CONTROLLER:
+                    reasons[str(event.get("reason"))] += 1
+        return sum(reasons.values()), reasons
+
+    async def projection(self) -> None:
+        changes = self.args.changes
+        ns = "bench-latency"
+        await create_namespace(self.client, ns)
+        entries_needed = math.ceil(changes / 2)
+        fabric = [n for n in self.nodes if labels_of(n).get(c.GPU_CLIQUE_NODE_LABEL)]
+        chosen = fabric[:entries_needed]
+        cd = await self.client.create(
+            COMPUTE_DOMAINS, compute_domain("latency", "latency-channel", len(chosen)), ns
+        )
+        uid = cd["metadata"]["uid"]
+        await watch_until(
+            self.client,
+            COMPUTE_DOMAINS,
+            lambda objs: bool(condition(objs.get("latency"), "Ready")),
+            namespace=ns,
+            what="latency CD status",
+        )
+        await self.ctl.settle(quiet=1.0, limit=30)
+        cliques: dict[str, Obj] = {}
+        latencies: list[float] = []
+        put_latencies: list[float] = []
+        async with ObjectWatch(self.client, COMPUTE_DOMAINS, "latency", ns) as cd_watch:
+            for i, node in enumerate(chosen):
+                node_name = node["metadata"]["name"]
+                clique_id = labels_of(node)[c.GPU_CLIQUE_NODE_LABEL]
+                for status in (c.STATUS_NOT_READY, c.STATUS_READY):
+                    if len(latencies) >= changes:
+                        break
+                    clique = cliques.get(clique_id)
+                    entry = {
+                        "nodeName": node_name,
+                        "ipAddress": f"10.222.{i // 250}.{i % 250 + 1}",
+                        "cliqueID": clique_id,
+                        "index": sum(
+                            1
+                            for d in (clique or {}).get("daemons") or []
+                            if d["nodeName"] != node_name
+                        ),
+                        "status": status,
+                    }
+                    sent = now()
+                    if clique is None:
+                        body = {
+                            "apiVersion": c.API_VERSION,
+                            "kind": c.CLIQUE_KIND,
+                            "metadata": {
+                                "name": c.clique_name(uid, clique_id),
+                                "labels": {c.CD_LABEL: uid, c.CLIQUE_ID_LABEL: clique_id},
+                            },
+                            "daemons": [entry],
+                        }
+                        written = await self.client.create(CLIQUES, body, DRIVER_NAMESPACE)
+                    else:
+                        others = [d for d in clique["daemons"] if d["nodeName"] != node_name]
+                        if status == c.STATUS_READY:
+                            entry["index"] = next(
+                                d["index"] for d in clique["daemons"] if d["nodeName"] == node_name
+                            )
+                        clique["daemons"] = [*others, entry]
+                        written = await self.client.replace(CLIQUES, clique, DRIVER_NAMESPACE)
+                    put_latencies.append(now() - sent)
+                    cliques[clique_id] = written
+
+                    def shows(obj: Obj | None, name: str = node_name, want: str = status) -> bool:
+                        return any(
+                            n.get("name") == name and n.get("status") == want
+                            for n in ((obj or {}).get("status") or {}).get("nodes") or []
+                        )
+
+                    seen = await cd_watch.wait(shows, within=30)
+                    latencies.append(seen - sent)
+        within = sum(1 for v in latencies if v <= PROJECTION_TARGET_S)
+        self.results["projection"] = {
+            "changes": len(latencies),
+            "latency_s": {k: round(v, 4) if k != "n" else v for k, v in summary(latencies).items()},
+            "clique_write_s": {
+                k: round(v, 4) if k != "n" else v for k, v in summary(put_latencies).items()
+            },
+            "within_target": within,
+            "target_s": PROJECTION_TARGET_S,
+        }
+        stats = summary(latencies)
+        self.say(
+            f"projection: p50 {stats['p50'] * 1000:.0f} ms, p95 {stats['p95'] * 1000:.0f} ms, "
+            f"max {stats['max'] * 1000:.0f} ms over {len(latencies)} changes"
+        )
+
+    async def end_to_end(self, simulator_client: KubeClient) -> None:
+        m: int = self.args.jobs
+        k: int = self.args.workers
+        ns = "bench-e2e"
+        await create_namespace(self.client, ns)
+        settings = SimSettings(
+            driver_namespace=DRIVER_NAMESPACE,
+            faults=FaultSettings(),
+            seed=self.args.seed,
+        )
+        simulator = Simulator(simulator_client, settings)
+        sim_task = asyncio.create_task(simulator.run())
+        await asyncio.wait_for(simulator.wait_ready(), timeout=120)
+        await self.ctl.settle(quiet=2.0, limit=30)
+        writes_before, conflicts_before = self.ctl.writes(), self.ctl.conflicts()
+        tally_before = self.ctl.tally.snapshot()
+        # Racks 0-1 hold the latency phase's clique entries; jobs take whole racks from 2 on.
+        racks = sorted({labels_of(n).get(RACK_LABEL, "") for n in self.nodes} - {"", "none"})
+        job_racks = racks[2 : 2 + m]
+        if len(job_racks) < m:
+            raise SystemExit(f"--jobs {m} needs {m + 2} racks, the fleet has {len(racks)}")
+        names = [f"job-{i:02d}" for i in range(m)]
+        ready_at: dict[str, float] = {}
+        pods_ready_at: list[float] = []
+
+        def all_cds_ready(objects: dict[str, Obj]) -> bool:
+            for name in names:
+                if name not in ready_at and cd_ready(objects.get(name)):
+                    ready_at[name] = now()
+            return len(ready_at) == m
+
+        def all_pods_ready(objects: dict[str, Obj]) -> bool:
+            ready = sum(1 for p in objects.values() if pod_ready(p))
+            if ready == m * k and not pods_ready_at:
+                pods_ready_at.append(now())
+            return ready == m * k
+
+        begin = now()
+        cds_task = asyncio.create_task(
+            watch_until(
+                self.client,
+                COMPUTE_DOMAINS,
+                all_cds_ready,
+                namespace=ns,
+                within=self.args.e2e_timeout,
+                what="all CDs Ready",
+            )
+        )
+        pods_task = asyncio.create_task(
+            watch_until(
+                self.client,
+                r.PODS,
+                all_pods_ready,
+                namespace=ns,
+                within=self.args.e2e_timeout,
+                what="all workers Ready",
+            )
+        )
+
+        async def create_job(name: str, rack: str) -> None:
+            await self.client.create(
+                COMPUTE_DOMAINS, compute_domain(name, f"{name}-channel", k), ns
+            )
+            await self.client.create(
+                STATEFULSETS, worker_statefulset(name, f"{name}-channel", rack, k), ns
+            )
+
+        try:
+            await asyncio.gather(
+                *(create_job(n, rk) for n, rk in zip(names, job_racks, strict=True))
+            )
+            cds_done, pods_done = await asyncio.gather(cds_task, pods_task)
+            per_cd = [t - begin for t in ready_at.values()]
+            writes_e2e = self.ctl.writes() - writes_before
+            conflicts = self.ctl.conflicts() - conflicts_before
+            settle = await self.ctl.settle(quiet=3.0)
+            self.results["end_to_end"] = {
+                "cds": m,
+                "workers_per_cd": k,
+                "pods": m * k,
+                "daemon_startup_delay_s": [
+                    settings.faults.daemon_delay.low,
+                    settings.faults.daemon_delay.high,
+                ],
+                "all_cds_ready_s": round(cds_done - begin, 2),
+                "all_workers_ready_s": round(pods_done - begin, 2),
+                "cd_ready_s": {
+                    key: round(v, 2) if key != "n" else v for key, v in summary(per_cd).items()
+                },
+                "controller_writes_per_cd": round(writes_e2e / m, 1),
+                "controller_writes_per_daemon": round(writes_e2e / (m * k), 2),
+                "writes_per_cd_by_call": self.ctl.writes_since(tally_before, m),
+                "conflicts_409": conflicts,
+                "conflicts_409_after_settle": self.ctl.conflicts() - conflicts_before,
+                "settle_s": round(settle, 1),
+            }
+            self.say(
+                f"e2e: {m} CDs x {k} workers Ready in {cds_done - begin:.1f}s "
+                f"(workers {pods_done - begin:.1f}s), {conflicts:.0f} conflicts"
+            )
+            await self.idle()
+        finally:
+            sim_task.cancel()
+            await asyncio.gather(sim_task, return_exceptions=True)
+
+    async def idle(self) -> None:
+        settle = await self.ctl.settle(quiet=5.0, limit=120)
+        window = self.args.idle_seconds
+        before = (self.ctl.writes(), self.ctl.reads(), self.ctl.reconciles())
+        tally_before = self.ctl.tally.snapshot()
+        self.say(f"idle: settled after {settle:.1f}s; counting writes for {window:.0f}s")
+        await asyncio.sleep(window)
+        after = (self.ctl.writes(), self.ctl.reads(), self.ctl.reconciles())
+        self.results["idle"] = {
+            "window_s": window,
+            "settle_s": round(settle, 1),
+            "writes": after[0] - before[0],
+            "gets": after[1] - before[1],
+            "reconciles": after[2] - before[2],
+            "writes_by_call": self.ctl.writes_since(tally_before, 1),
+            "nodes_heartbeating": len(self.nodes),
+        }
+        self.say(f"idle: {after[0] - before[0]:.0f} writes in {window:.0f}s")
+
+
+# -- report --------------------------------------------------------------------------------------
+
+
+def fmt_ms(seconds: float | None) -> str:
+    return "—" if seconds is None else f"{seconds * 1000:.0f} ms"
+
+
+def report(results: dict[str, Any]) -> str:
+    rows: list[tuple[str, str, str, str]] = []
+    proj = results.get("projection", {})
+    lat = proj.get("latency_s", {})
+    if lat:
+        rows.append(
+            (
+                "Projection clique→status.nodes p50 / p95 / max",
+                f"{fmt_ms(lat['p50'])} / {fmt_ms(lat['p95'])} / {fmt_ms(lat['max'])}",
+                f"≤ 250 ms ({proj['within_target']}/{proj['changes']} within)",
+                "2 s poll: ~1 s mean, ≤ 2 s + write",
+            )
+        )
+    burst = results.get("burst", {})
+    if burst:
+        n = burst["cds"]
+        upstream_floor = n * UPSTREAM["writes_per_cd_before_daemons"] / UPSTREAM["client_qps"]
+        rows.append(
+            (
+                f"Burst: {n} CDs → 3 children + conditions",
+                f"{burst['all_children_and_conditions_s']:.1f} s",
+                "",
+                f"≥ {upstream_floor:.0f} s (QPS 5 floor)",
+            )
+        )
+        rows.append(
+            (
+                "Burst: controller writes per CD",
+                f"{burst['writes_per_cd']:.2f} "
+                f"({burst['writes_per_cd_excluding_events']:.2f} w/o events)",
+                "~5",
+                "~5 (finalizer, 2 RCTs, DS, status)",
+            )
+        )
+    e2e = results.get("end_to_end", {})
+    if e2e:
+        rows.append(
+            (
+                f"E2E: {e2e['cds']} CDs x {e2e['workers_per_cd']} workers → all CDs Ready",
+                f"{e2e['all_cds_ready_s']:.1f} s (workers {e2e['all_workers_ready_s']:.1f} s)",
+                "",
+                "256-pod job ~8 min (#816)",
+            )
+        )
+        rows.append(
+            ("E2E: 409 conflicts seen by the controller", f"{e2e['conflicts_409']:.0f}", "0", "")
+        )
+    idle = results.get("idle", {})
+    if idle:
+        rows.append(
+            (
+                f"Idle: writes in {idle['window_s']:.0f} s ({idle['nodes_heartbeating']} nodes)",
+                f"{idle['writes']:.0f} (GETs {idle['gets']:.0f})",
+                "0",
+                "status rewrite every 2 s per CD",
+            )
+        )
+    mem = results.get("memory", {})
+    if mem:
+        rows.append(
+            (
+                f"Memory: RSS growth for {mem['nodes']} nodes",
+                f"{mem['controller_fleet_mb']:.1f} MiB ({mem['per_node_kb']:.1f} KiB/node)",
+                "",
+                "full Node objects cached",
+            )
+        )
+        if "burst_cds_mb" in mem:
+            rows.append(
+                (
+                    f"Memory: RSS growth for {burst.get('cds', 0)} CDs + children",
+                    f"{mem['burst_cds_mb']:.1f} MiB ({mem['per_cd_kb']:.1f} KiB/CD)",
+                    "",
+                    "",
+                )
+            )
+    headers = ("Measure", "Ours", "Target", "Upstream v0.4.0 (contract §17)")
+    widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(headers)]
+    lines = [" | ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True))]
+    lines.append("-+-".join("-" * w for w in widths))
+    lines += [
+        " | ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)) for row in rows
+    ]
+    lines.append("")
+    lines.append(
+        "Upstream context: status projection polls every 2 s; client QPS 5 / burst 10; one "
+        "worker; a 256-pod job takes ~8 min to start (#816). No upstream binary runs here."
+    )
+    return "\n".join(lines)
+
+
+# -- main ----------------------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else "")
+    parser.add_argument("--quick", action="store_true", help="smoke run: 8 racks, 20 CDs")
+    parser.add_argument("--racks", type=int, help="NVL72 racks of 18 nodes (default 64)")
+    parser.add_argument("--cds", type=int, help="CDs in the burst (default 200)")
+    parser.add_argument("--changes", type=int, help="clique changes timed (default 50)")
+    parser.add_argument("--jobs", type=int, help="CDs in the end-to-end phase (default 16)")
+    parser.add_argument("--workers", type=int, help="workers per end-to-end CD (default 8)")
+    parser.add_argument("--idle-seconds", type=float, help="idle window (default 60)")
+    parser.add_argument("--e2e-timeout", type=float, default=420.0)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--output", type=Path, help="JSON path (default bench-results/<time>.json)")
+    parser.add_argument("-v", "--verbosity", type=int, default=-1, help="controller log level")
+    return parser
+
+
+def resolve(args: argparse.Namespace) -> argparse.Namespace:
+    quick = {"racks": 8, "cds": 20, "changes": 20, "jobs": 4, "workers": 4, "idle_seconds": 15.0}
+    full = {"racks": 64, "cds": 200, "changes": 50, "jobs": 16, "workers": 8, "idle_seconds": 60.0}
+    for key, value in (quick if args.quick else full).items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
+    return args
+
+
+async def run(args: argparse.Namespace, cp: ControlPlane, started: float) -> dict[str, Any]:
+    spec = FleetSpec(racks=args.racks, seed=args.seed)
+    setup: dict[str, float] = {f"control_plane_{k}_s": v for k, v in cp.timings.items()}
+    api = await api_client_from_kubeconfig(cp.kubeconfig)
+    sim_api = await api_client_from_kubeconfig(cp.kubeconfig)
+    client = KubeClient.from_api_client(api, field_manager="bench")
+    sim_client = KubeClient.from_api_client(sim_api, field_manager="computedomain-sim")
+    controller: ControllerUnderTest | None = None
+    try:
+        begin = now()
+        await apply_crds(api, CRD_DIR)
+        names = await create_fleet(api, spec)
+        await wait_nodes_ready(api, names, timeout=600)
+        setup["fleet_ready_s"] = round(now() - begin, 1)
+        print(f"fleet: {len(names)} nodes Ready in {setup['fleet_ready_s']:.0f}s", flush=True)
+        await create_namespace(client, DRIVER_NAMESPACE)
+        sa = {
+            "apiVersion": "v1",
+            "kind": "ServiceAccount",
+            "metadata": {"name": c.DAEMON_SERVICE_ACCOUNT},
+        }
+        await client.create(r.SERVICE_ACCOUNTS, sa, DRIVER_NAMESPACE)
+        bench = Bench(args, client, cp.kubeconfig, build_nodes(spec))
+        await bench.memory_and_start()
+        controller = bench.controller
+        await bench.burst()
+        await bench.projection()
+        await bench.end_to_end(sim_client)
+        return {
+            "started": datetime.fromtimestamp(started, UTC).isoformat(timespec="seconds"),
+            "duration_s": round(time.time() - started, 1),
+            "command": "hack/bench.sh " + " ".join(sys.argv[1:]),
+            "machine": machine(),
+            "parameters": {
+                k: getattr(args, k)
+                for k in ("quick", "racks", "cds", "changes", "jobs", "workers", "idle_seconds")
+            },
+            "controller_settings": {"kube_api_qps": 50, "kube_api_burst": 100, "workers": 8},
+            "setup": setup,
+            "upstream": UPSTREAM,
+            **bench.results,
+        }
+    finally:
+        if controller is not None:
+            await controller.shutdown()
+        await client.close()
+        await sim_client.close()
+
+
+def machine() -> dict[str, Any]:
+    load = os.getloadavg()
+    return {
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "load_average_at_end": [round(x, 2) for x in load],
+        "note": "2 cores shared with other work; compare ratios within one run",
+    }
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = resolve(build_parser().parse_args(argv))
+    configure_logging(log_format="text", verbosity=max(args.verbosity, 0))
+    if args.verbosity < 0:
+        logging.getLogger().setLevel(logging.WARNING)
+    started = time.time()
+    print(
+        f"bench: {args.racks} racks ({args.racks * 18} nodes), {args.cds} CDs burst, "
+        f"{args.changes} clique changes, {args.jobs}x{args.workers} e2e, "
+        f"{args.idle_seconds:.0f}s idle",
+        flush=True,
+    )
+    # Started from the main thread: the children die with the thread that spawned them.
+    with ControlPlane.start(log=lambda line: print(f"devcluster: {line}", flush=True)) as cp:
+        results = asyncio.run(run(args, cp, started))
+    print()
+    print(report(results))
+    stamp = datetime.fromtimestamp(started, UTC).strftime("%Y-%m-%dT%H%M%SZ")
+    output = args.output or RESULTS_DIR / f"{stamp}{'-quick' if args.quick else ''}.json"
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(json.dumps(results, indent=2, sort_keys=False) + "\n")
+    shown = output.relative_to(REPO_ROOT) if output.is_relative_to(REPO_ROOT) else output
+    print(f"\nresults: {shown}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
