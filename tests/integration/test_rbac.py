@@ -1,0 +1,815 @@
+"""The controller's RBAC (manifests/rbac) is sufficient, and every verb in it is needed.
+
+The controller runs in-process, authenticated only by a TokenRequest token of its own
+ServiceAccount bound to the rendered manifests; the fleet simulator plays NVIDIA's plugin and
+daemons with the admin client. One scenario touches every verb the code uses (leader election,
+children, status, foreign objects, events with a series, clique pruning, orphan cleanup, node
+labels and finalizers on deletion). With the full RBAC it passes with no 403; with any single
+verb removed it must break visibly: a 403 in ``rest_client_requests_total`` or a step that
+never completes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import copy
+import logging
+import subprocess
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes_asyncio.client import ApiClient
+from prometheus_client import CollectorRegistry
+
+from computedomain.api import constants as c
+from computedomain.app import ControllerProcess, run_controller
+from computedomain.config import parse_settings
+from computedomain.devcluster.assets import AssetsUnavailableError, find_assets
+from computedomain.devcluster.clients import request_service_account_token
+from computedomain.devcluster.controlplane import ControlPlane
+from computedomain.domain.caches import CLIQUES, COMPUTE_DOMAINS
+from computedomain.observability.logging import configure_logging
+from computedomain.runtime import resources as r
+from computedomain.runtime.client import ApiError, KubeClient
+from computedomain.runtime.resources import Resource
+from computedomain.sim.context import SimSettings
+from computedomain.sim.faults import DelayRange, FaultSettings
+from computedomain.sim.simulator import Simulator
+from tests.integration.controller_harness import TEST_IMAGE
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+RBAC_DIR = ROOT / "manifests" / "rbac"
+CONTROLLER_SA = "computedomain-controller"
+WORKLOAD_IMAGE = "registry.k8s.io/pause:3.10"
+LABEL_PATH = "/metadata/labels/" + c.CD_LABEL.replace("/", "~1")
+STEP_TIMEOUT = 25.0
+
+RBAC_GROUP = "rbac.authorization.k8s.io"
+RBAC_KINDS = {
+    "ClusterRole": Resource(RBAC_GROUP, "v1", "clusterroles", "ClusterRole", False),
+    "ClusterRoleBinding": Resource(
+        RBAC_GROUP, "v1", "clusterrolebindings", "ClusterRoleBinding", False
+    ),
+    "Role": Resource(RBAC_GROUP, "v1", "roles", "Role", True),
+    "RoleBinding": Resource(RBAC_GROUP, "v1", "rolebindings", "RoleBinding", True),
+    "ServiceAccount": r.SERVICE_ACCOUNTS,
+}
+CONTROLLER_ROLES = ("computedomain-controller", "computedomain-controller-leader-election")
+
+
+# -- the manifests -----------------------------------------------------------------------------
+
+
+def render_rbac() -> list[dict[str, Any]]:
+    """manifests/rbac through kustomize (the built kubectl), as an install would see it."""
+    try:
+        kubectl = find_assets()["kubectl"]
+    except AssetsUnavailableError as error:
+        pytest.fail(f"kubectl unavailable although the control plane runs: {error}")
+    result = subprocess.run(
+        [str(kubectl), "kustomize", str(RBAC_DIR)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    return [doc for doc in yaml.safe_load_all(result.stdout) if doc]
+
+
+def controller_verbs(objects: list[dict[str, Any]]) -> list[tuple[str, str, str, str, str]]:
+    """(kind, role, apiGroup, resource, verb) of every grant to the controller."""
+    grants = []
+    for obj in objects:
+        if obj["kind"] not in ("ClusterRole", "Role"):
+            continue
+        if obj["metadata"]["name"] not in CONTROLLER_ROLES:
+            continue
+        for rule in obj["rules"]:
+            for group in rule["apiGroups"]:
+                for resource in rule["resources"]:
+                    for verb in rule["verbs"]:
+                        grants.append((obj["kind"], obj["metadata"]["name"], group, resource, verb))
+    return grants
+
+
+def _rendered_grants() -> list[tuple[str, str, str, str, str]]:
+    """For parametrization at collection time: plain YAML (kustomize needs built assets)."""
+    kustomization = yaml.safe_load((RBAC_DIR / "kustomization.yaml").read_text())
+    objects = [yaml.safe_load((RBAC_DIR / name).read_text()) for name in kustomization["resources"]]
+    return controller_verbs(objects)
+
+
+def without_verb(
+    objects: list[dict[str, Any]], grant: tuple[str, str, str, str, str] | None
+) -> list[dict[str, Any]]:
+    if grant is None:
+        return objects
+    kind, role, group, resource, verb = grant
+    edited = copy.deepcopy(objects)
+    for obj in edited:
+        if obj["kind"] != kind or obj["metadata"]["name"] != role:
+            continue
+        rules = []
+        for rule in obj["rules"]:
+            if group in rule["apiGroups"] and resource in rule["resources"]:
+                # Split the rule so only this (group, resource) loses the verb.
+                others = [res for res in rule["resources"] if res != resource]
+                if others:
+                    rules.append({**rule, "resources": others})
+                verbs = [v for v in rule["verbs"] if v != verb]
+                if verbs:
+                    rules.append({**rule, "resources": [resource], "verbs": verbs})
+            else:
+                rules.append(rule)
+        obj["rules"] = rules
+    return edited
+
+
+# -- installing it into a test's driver namespace ------------------------------------------------
+
+
+@dataclass
+class InstalledRbac:
+    driver_namespace: str
+    created: list[tuple[Resource, str, str | None]] = field(default_factory=list)
+
+
+def localize(obj: dict[str, Any], driver_namespace: str) -> tuple[Resource, dict[str, Any]]:
+    """Namespaced objects into the driver namespace; cluster-scoped names made unique."""
+    res = RBAC_KINDS[obj["kind"]]
+    obj = copy.deepcopy(obj)
+    meta = obj["metadata"]
+    if res.namespaced:
+        meta["namespace"] = driver_namespace
+    else:
+        meta["name"] = f"{meta['name']}-{driver_namespace}"
+    ref = obj.get("roleRef")
+    if ref and ref["kind"] == "ClusterRole":
+        ref["name"] = f"{ref['name']}-{driver_namespace}"
+    for subject in obj.get("subjects", []):
+        subject["namespace"] = driver_namespace
+    return res, obj
+
+
+async def install(
+    admin: KubeClient, objects: list[dict[str, Any]], driver_namespace: str
+) -> InstalledRbac:
+    installed = InstalledRbac(driver_namespace)
+    for obj in objects:
+        res, body = localize(obj, driver_namespace)
+        namespace = body["metadata"].get("namespace")
+        await admin.create(res, body, namespace)
+        installed.created.append((res, body["metadata"]["name"], namespace))
+    return installed
+
+
+async def uninstall(admin: KubeClient, installed: InstalledRbac) -> None:
+    for res, name, namespace in installed.created:
+        if res.namespaced:
+            continue  # goes with the driver namespace
+        with contextlib.suppress(ApiError):
+            await admin.delete(res, name, namespace)
+
+
+def token_kubeconfig(path: Path, server: str, ca_file: Path | None, token: str) -> Path:
+    cluster: dict[str, Any] = {"server": server}
+    if ca_file is not None:
+        cluster["certificate-authority"] = str(ca_file)
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "test", "cluster": cluster}],
+        "users": [{"name": CONTROLLER_SA, "user": {"token": token}}],
+        "contexts": [{"name": "sa", "context": {"cluster": "test", "user": CONTROLLER_SA}}],
+        "current-context": "sa",
+    }
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+# -- a controller that may be crippled ---------------------------------------------------------
+
+
+class ForbiddenLog(logging.Handler):
+    """Keeps the first log lines that mention a 403, to say which request was refused."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        text = record.getMessage()
+        if record.exc_info and record.exc_info[1] is not None:
+            text += f" {record.exc_info[1]}"
+        if ("403" in text or "forbidden" in text.lower()) and len(self.lines) < 5:
+            self.lines.append(text[:300])
+
+
+@dataclass
+class Controller:
+    process: ControllerProcess
+    registry: CollectorRegistry
+    stop: asyncio.Event
+    task: asyncio.Task[None]
+
+    def forbidden(self) -> float:
+        total = 0.0
+        for metric in self.registry.collect():
+            if metric.name == "rest_client_requests":
+                for sample in metric.samples:
+                    if sample.name.endswith("_total") and sample.labels.get("code") == "403":
+                        total += sample.value
+        return total
+
+    async def shutdown(self) -> None:
+        self.stop.set()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await asyncio.wait_for(self.task, timeout=30)
+
+
+async def start_controller(kubeconfig: Path, driver_namespace: str) -> Controller:
+    """Unlike the harness, does not wait for the caches: a missing list/watch verb never syncs."""
+    environ = {
+        "IMAGE_NAME": TEST_IMAGE,
+        "NAMESPACE": driver_namespace,
+        "KUBECONFIG": str(kubeconfig),
+        "POD_NAME": "rbac-test",
+        "LEADER_ELECTION_ENABLED": "true",
+        "LEADER_ELECTION_LEASE_LOCK_NAMESPACE": driver_namespace,
+        "LEADER_ELECTION_LEASE_DURATION": "4s",
+        "LEADER_ELECTION_RENEW_DEADLINE": "3s",
+        "LEADER_ELECTION_RETRY_PERIOD": "500ms",
+        "HTTP_ENDPOINT": "127.0.0.1:0",
+        "PROBE_ADDRESS": "127.0.0.1:0",
+        "ORPHAN_GRACE_PERIOD": "1s",
+        "ORPHAN_SWEEP_INTERVAL": "2s",
+        "DAEMON_POD_WAIT_TIMEOUT": "20s",
+        "LOG_FORMAT": "text",
+    }
+    settings = parse_settings([], environ)
+    configure_logging(log_format="text", verbosity=0)
+    registry = CollectorRegistry()
+    stop = asyncio.Event()
+    ready: asyncio.Future[ControllerProcess] = asyncio.get_running_loop().create_future()
+
+    async def on_ready(process: ControllerProcess) -> None:
+        ready.set_result(process)
+
+    task = asyncio.create_task(run_controller(settings, stop, registry=registry, on_ready=on_ready))
+    process = await asyncio.wait_for(asyncio.shield(ready), timeout=30)
+    return Controller(process, registry, stop, task)
+
+
+# -- waiting -----------------------------------------------------------------------------------
+
+
+class ScenarioBrokenError(Exception):
+    """The scenario stopped: a step failed or the controller was refused."""
+
+
+async def until(
+    client: KubeClient,
+    res: Resource,
+    namespace: str | None,
+    check: Callable[[dict[str, dict[str, Any]]], Any],
+    *,
+    field_selector: str | None = None,
+    label_selector: str | None = None,
+) -> Any:
+    """List, then watch from that resourceVersion, until ``check(objects by name)`` is truthy."""
+    while True:
+        listing = await client.list(
+            res, namespace, label_selector=label_selector, field_selector=field_selector
+        )
+        objects = {item["metadata"]["name"]: item for item in listing["items"]}
+        if result := check(objects):
+            return result
+        try:
+            async for kind, obj in client.watch(
+                res,
+                namespace,
+                label_selector=label_selector,
+                field_selector=field_selector,
+                resource_version=listing["metadata"]["resourceVersion"],
+                timeout_seconds=60,
+            ):
+                if kind == "BOOKMARK":
+                    continue
+                if kind == "DELETED":
+                    objects.pop(obj["metadata"]["name"], None)
+                else:
+                    objects[obj["metadata"]["name"]] = obj
+                if result := check(objects):
+                    return result
+        except ApiError as error:
+            if error.status != 410:
+                raise
+
+
+async def until_object(
+    client: KubeClient,
+    res: Resource,
+    name: str,
+    namespace: str | None,
+    predicate: Callable[[dict[str, Any] | None], bool],
+) -> dict[str, Any] | None:
+    found: list[dict[str, Any] | None] = []
+
+    def check(objects: dict[str, dict[str, Any]]) -> bool:
+        if predicate(objects.get(name)):
+            found.append(objects.get(name))
+            return True
+        return False
+
+    await until(client, res, namespace, check, field_selector=f"metadata.name={name}")
+    return found[0]
+
+
+@dataclass
+class Steps:
+    controller: Controller
+    forbidden_log: ForbiddenLog
+    done: list[str] = field(default_factory=list)
+
+    async def run(self, what: str, waiting: Awaitable[Any], timeout: float = STEP_TIMEOUT) -> Any:
+        """Awaits ``waiting``; stops at the first 403 the controller got, or at the timeout."""
+
+        async def refused() -> None:
+            while self.controller.forbidden() == 0 and not self.controller.task.done():
+                await asyncio.sleep(0.1)  # polls an in-process counter, not the API
+
+        wait_task = asyncio.ensure_future(waiting)
+        refused_task = asyncio.ensure_future(refused())
+        try:
+            finished, _ = await asyncio.wait(
+                {wait_task, refused_task}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
+            )
+        finally:
+            for task in (wait_task, refused_task):
+                task.cancel()
+            await asyncio.gather(wait_task, refused_task, return_exceptions=True)
+        if self.controller.forbidden():
+            lines = "; ".join(self.forbidden_log.lines[:2])
+            raise ScenarioBrokenError(
+                f"403 during '{what}' ({int(self.controller.forbidden())}x): {lines}"
+            )
+        if self.controller.task.done():
+            raise ScenarioBrokenError(
+                f"controller exited during '{what}': {self.controller.task.exception()!r}"
+            )
+        if wait_task not in finished:
+            raise ScenarioBrokenError(f"'{what}' did not happen within {timeout:.0f}s")
+        self.done.append(what)
+        return wait_task.result()
+
+
+# -- the scenario ------------------------------------------------------------------------------
+
+
+def labels(obj: dict[str, Any] | None) -> dict[str, str]:
+    return dict(((obj or {}).get("metadata") or {}).get("labels") or {})
+
+
+def compute_domain(name: str, template: str, num_nodes: int) -> dict[str, Any]:
+    return {
+        "apiVersion": c.API_VERSION,
+        "kind": c.CD_KIND,
+        "metadata": {"name": name},
+        "spec": {"numNodes": num_nodes, "channel": {"resourceClaimTemplate": {"name": template}}},
+    }
+
+
+def workload_pod(name: str, node: str, template: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {
+            "nodeSelector": {"kubernetes.io/hostname": node},
+            "resourceClaims": [{"name": "channel", "resourceClaimTemplateName": template}],
+            "containers": [
+                {
+                    "name": "work",
+                    "image": WORKLOAD_IMAGE,
+                    "resources": {"claims": [{"name": "channel"}]},
+                }
+            ],
+        },
+    }
+
+
+def idle_daemonset(name: str, labels: dict[str, str], finalizers: list[str]) -> dict[str, Any]:
+    """A DaemonSet that matches no node (so it never makes pods)."""
+    selector = {"app": name}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": {"name": name, "labels": labels, "finalizers": finalizers},
+        "spec": {
+            "selector": {"matchLabels": selector},
+            "template": {
+                "metadata": {"labels": selector},
+                "spec": {
+                    "nodeSelector": {"no-such-node": "true"},
+                    "containers": [{"name": "c", "image": WORKLOAD_IMAGE}],
+                },
+            },
+        },
+    }
+
+
+def plain_claim_template(
+    name: str, labels: dict[str, str], finalizers: list[str]
+) -> dict[str, Any]:
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": name, "labels": labels, "finalizers": finalizers},
+        "spec": {
+            "spec": {
+                "devices": {
+                    "requests": [
+                        {"name": "channel", "exactly": {"deviceClassName": c.CHANNEL_DEVICE_CLASS}}
+                    ]
+                }
+            }
+        },
+    }
+
+
+async def free_rack_pair(admin: KubeClient, fleet_nodes: list[str]) -> tuple[str, str]:
+    """Two nodes of one rack with no CD label and no allocated device (the fleet is shared)."""
+    claims = await admin.list(r.RESOURCE_CLAIMS)
+    busy = {
+        result["pool"]
+        for claim in claims["items"]
+        for result in (
+            ((claim.get("status") or {}).get("allocation") or {}).get("devices") or {}
+        ).get("results")
+        or []
+    }
+    by_rack: dict[str, list[str]] = {}
+    listed = {node["metadata"]["name"]: node for node in (await admin.list(r.NODES))["items"]}
+    for name in fleet_nodes:
+        node = listed[name]
+        rack = labels(node).get(c.GPU_CLIQUE_NODE_LABEL)
+        if rack and name not in busy and c.CD_LABEL not in labels(node):
+            by_rack.setdefault(rack, []).append(name)
+    # The middle racks: other modules start from the first and the last.
+    for rack in sorted(by_rack)[1:] + sorted(by_rack)[:1]:
+        if len(by_rack[rack]) >= 2:
+            middle = len(by_rack[rack]) // 2
+            return by_rack[rack][middle], by_rack[rack][middle + 1]
+    raise AssertionError("no two free nodes left in one rack of the test fleet")
+
+
+def ready_cd(cd: dict[str, Any] | None) -> bool:
+    return ((cd or {}).get("status") or {}).get("status") == c.STATUS_READY
+
+
+async def scenario(
+    steps: Steps,
+    admin: KubeClient,
+    namespace: str,
+    driver_namespace: str,
+    nodes: tuple[str, str],
+    foreign_uid: str,
+) -> None:
+    process = steps.controller.process
+
+    # Leader election: lease created (get, create), then renewed (update).
+    lease_name = process.settings.lease_name
+    renewals: list[str] = []
+
+    def renewed_by_us(lease: dict[str, Any] | None) -> bool:
+        spec = (lease or {}).get("spec") or {}
+        if spec.get("holderIdentity") != process.identity:
+            return False
+        if spec.get("renewTime") not in renewals:
+            renewals.append(spec.get("renewTime"))
+        return len(renewals) >= 2
+
+    await steps.run(
+        "lease acquired and renewed",
+        until_object(admin, r.LEASES, lease_name, driver_namespace, renewed_by_us),
+    )
+    await steps.run(
+        "caches synced (list/watch)",
+        asyncio.gather(*(informer.wait_synced() for informer in process.caches.all)),
+    )
+
+    # A CD whose children are taken by foreign objects: the create conflicts, then a GET.
+    await steps.run(
+        "foreign DaemonSet and RCT refused with events",
+        until(
+            admin,
+            r.EVENTS,
+            namespace,
+            lambda events: (
+                {
+                    e["related"]["kind"]
+                    for e in events.values()
+                    if e.get("reason") == "ForeignObject"
+                    and e["regarding"]["uid"] == foreign_uid
+                    and e.get("related")
+                }
+                >= {"DaemonSet", "ResourceClaimTemplate"}
+            ),
+        ),
+    )
+
+    # The main CD: finalizer, three children, status.
+    cd = await admin.create(COMPUTE_DOMAINS, compute_domain("cd", "channel", 2), namespace)
+    uid = cd["metadata"]["uid"]
+    await steps.run(
+        "finalizer added",
+        until_object(
+            admin,
+            COMPUTE_DOMAINS,
+            "cd",
+            namespace,
+            lambda o: c.FINALIZER in ((o or {}).get("metadata") or {}).get("finalizers", []),
+        ),
+    )
+    for res, ns, name in (
+        (r.DAEMONSETS, driver_namespace, c.daemon_name(uid)),
+        (r.RESOURCE_CLAIM_TEMPLATES, driver_namespace, c.daemon_name(uid)),
+        (r.RESOURCE_CLAIM_TEMPLATES, namespace, "channel"),
+    ):
+        await steps.run(
+            f"{res.kind} {name} created",
+            until_object(admin, res, name, ns, lambda o: o is not None),
+        )
+    await steps.run(
+        "status written",
+        until_object(
+            admin, COMPUTE_DOMAINS, "cd", namespace, lambda o: bool((o or {}).get("status"))
+        ),
+    )
+
+    # Two workloads on one rack: daemons join the clique, the CD becomes Ready.
+    for index, node in enumerate(nodes):
+        await admin.create(r.PODS, workload_pod(f"worker-{index}", node, "channel"), namespace)
+    await steps.run(
+        "CD Ready",
+        until_object(admin, COMPUTE_DOMAINS, "cd", namespace, ready_cd),
+        timeout=45,
+    )
+    # Two NodeJoined events share a series key: the second one PATCHes the series.
+    await steps.run(
+        "event series patched",
+        until(
+            admin,
+            r.EVENTS,
+            namespace,
+            lambda events: any(
+                e.get("reason") == "NodeJoined"
+                and e["regarding"]["uid"] == uid
+                and ((e.get("series") or {}).get("count") or 0) >= 2
+                for e in events.values()
+            ),
+        ),
+    )
+
+    # A stale clique entry (no daemon pod on that node) is pruned: clique update.
+    rack = labels(await admin.get(r.NODES, nodes[0]))[c.GPU_CLIQUE_NODE_LABEL]
+    clique_name = c.clique_name(uid, rack)
+    clique = await admin.get(CLIQUES, clique_name, driver_namespace)
+    clique["daemons"] = [
+        *clique.get("daemons", []),
+        {
+            "nodeName": "ghost-node",
+            "ipAddress": "10.200.255.254",
+            "cliqueID": rack,
+            "index": 17,
+            "status": c.STATUS_NOT_READY,
+        },
+    ]
+    await admin.replace(CLIQUES, clique, driver_namespace)
+    await steps.run(
+        "stale clique entry pruned",
+        until_object(
+            admin,
+            CLIQUES,
+            clique_name,
+            driver_namespace,
+            lambda cl: all(d["nodeName"] != "ghost-node" for d in (cl or {}).get("daemons", [])),
+        ),
+    )
+
+    # Orphans of a CD that never existed here: deleted, finalizers stripped.
+    ghost = str(uuid.uuid4())
+    orphan_labels = {c.CD_LABEL: ghost}
+    await admin.create(
+        r.RESOURCE_CLAIM_TEMPLATES,
+        plain_claim_template("orphan", orphan_labels, [c.FINALIZER]),
+        namespace,
+    )
+    await admin.create(
+        r.DAEMONSETS, idle_daemonset("orphan", orphan_labels, [c.FINALIZER]), driver_namespace
+    )
+    for res, ns in ((r.RESOURCE_CLAIM_TEMPLATES, namespace), (r.DAEMONSETS, driver_namespace)):
+        await steps.run(
+            f"orphan {res.kind} removed",
+            until_object(admin, res, "orphan", ns, lambda o: o is None),
+        )
+
+    # Deletion while the workloads still run: the controller itself strips the node labels.
+    await admin.delete(COMPUTE_DOMAINS, "cd", namespace)
+    for node in nodes:
+        await steps.run(
+            f"label removed from {node}",
+            until_object(admin, r.NODES, node, None, lambda n: labels(n).get(c.CD_LABEL) != uid),
+        )
+    await steps.run(
+        "CD finalized",
+        until_object(admin, COMPUTE_DOMAINS, "cd", namespace, lambda o: o is None),
+        timeout=40,
+    )
+    await admin.delete(COMPUTE_DOMAINS, "foreign", namespace)
+    await steps.run(
+        "foreign CD finalized",
+        until_object(admin, COMPUTE_DOMAINS, "foreign", namespace, lambda o: o is None),
+    )
+
+
+# -- fixtures ----------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def rendered_rbac(control_plane: ControlPlane) -> list[dict[str, Any]]:
+    return render_rbac()
+
+
+@pytest.fixture
+async def admin(api_client: ApiClient) -> KubeClient:
+    return KubeClient.from_api_client(api_client, field_manager="rbac-test")
+
+
+@pytest.fixture
+async def driver_namespace(admin: KubeClient) -> AsyncIterator[str]:
+    body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"generateName": "rbac-driver-"}}
+    name: str = (await admin.create(r.NAMESPACES, body))["metadata"]["name"]
+    yield name
+    await admin.delete(r.NAMESPACES, name)
+
+
+@pytest.fixture
+def forbidden_log() -> Iterator[ForbiddenLog]:
+    handler = ForbiddenLog()
+    logging.getLogger().addHandler(handler)
+    yield handler
+    logging.getLogger().removeHandler(handler)
+
+
+RunScenario = Callable[[tuple[str, str, str, str, str] | None], Awaitable[Steps]]
+
+
+@pytest.fixture
+async def run_scenario(
+    control_plane: ControlPlane,
+    api_client: ApiClient,
+    admin: KubeClient,
+    namespace: str,
+    driver_namespace: str,
+    rendered_rbac: list[dict[str, Any]],
+    fleet_nodes: list[str],
+    forbidden_log: ForbiddenLog,
+    tmp_path: Path,
+) -> AsyncIterator[RunScenario]:
+    """``await run_scenario(grant_to_remove or None)``: installs the (crippled) RBAC, starts
+    the simulator and the token-authenticated controller, and plays the scenario. Raises
+    ScenarioBrokenError at the first visible failure; returns the completed steps otherwise."""
+    installed: list[InstalledRbac] = []
+    tasks: list[asyncio.Task[None]] = []
+    controllers: list[Controller] = []
+    used_nodes: list[str] = []
+    foreign_ds: list[str] = []
+
+    async def run(grant: tuple[str, str, str, str, str] | None) -> Steps:
+        installed.append(await install(admin, without_verb(rendered_rbac, grant), driver_namespace))
+        token = await request_service_account_token(api_client, driver_namespace, CONTROLLER_SA)
+        kubeconfig = token_kubeconfig(
+            tmp_path / "controller.kubeconfig", control_plane.server, control_plane.ca_file, token
+        )
+        sim_client = KubeClient.from_api_client(api_client, field_manager="computedomain-sim")
+        simulator = Simulator(
+            sim_client,
+            SimSettings(
+                driver_namespace=driver_namespace,
+                faults=FaultSettings(daemon_delay=DelayRange.fixed(0.2)),
+                seed=11,
+                recheck_interval=5.0,
+            ),
+        )
+        tasks.append(asyncio.create_task(simulator.run()))
+        async with asyncio.timeout(30):
+            await simulator.wait_ready()
+        nodes = await free_rack_pair(admin, fleet_nodes)
+        used_nodes.extend(nodes)
+
+        # Taken names for the foreign CD's DaemonSet and workload RCT, before the controller runs.
+        foreign = await admin.create(
+            COMPUTE_DOMAINS, compute_domain("foreign", "taken", 0), namespace
+        )
+        foreign_uid = foreign["metadata"]["uid"]
+        await admin.create(
+            r.DAEMONSETS, idle_daemonset(c.daemon_name(foreign_uid), {}, []), driver_namespace
+        )
+        foreign_ds.append(c.daemon_name(foreign_uid))
+        await admin.create(
+            r.RESOURCE_CLAIM_TEMPLATES, plain_claim_template("taken", {}, []), namespace
+        )
+
+        controller = await start_controller(kubeconfig, driver_namespace)
+        controllers.append(controller)
+        steps = Steps(controller, forbidden_log)
+        await scenario(steps, admin, namespace, driver_namespace, nodes, foreign_uid)
+        assert controller.forbidden() == 0, forbidden_log.lines
+        return steps
+
+    try:
+        yield run
+    finally:
+        await _clean_up(admin, namespace, driver_namespace, controllers, used_nodes, foreign_ds)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for done in installed:
+            await uninstall(admin, done)
+
+
+async def _clean_up(
+    admin: KubeClient,
+    namespace: str,
+    driver_namespace: str,
+    controllers: list[Controller],
+    used_nodes: list[str],
+    foreign_ds: list[str],
+) -> None:
+    """Leave the shared fleet as found, even when a crippled controller left things behind."""
+    for controller in controllers:
+        await controller.shutdown()
+    for pod in ("worker-0", "worker-1"):
+        with contextlib.suppress(ApiError):
+            await admin.delete(r.PODS, pod, namespace)
+    strip = [{"op": "replace", "path": "/metadata/finalizers", "value": []}]
+    listing = await admin.list(COMPUTE_DOMAINS, namespace)
+    for cd in listing["items"]:
+        with contextlib.suppress(ApiError):
+            await admin.patch(
+                COMPUTE_DOMAINS, cd["metadata"]["name"], strip, namespace, patch_type="json"
+            )
+        with contextlib.suppress(ApiError):
+            await admin.delete(COMPUTE_DOMAINS, cd["metadata"]["name"], namespace)
+    leftovers = (
+        (r.DAEMONSETS, driver_namespace),
+        (r.RESOURCE_CLAIM_TEMPLATES, driver_namespace),
+        (r.RESOURCE_CLAIM_TEMPLATES, namespace),
+    )
+    for res, ns in leftovers:
+        for item in (await admin.list(res, ns))["items"]:
+            with contextlib.suppress(ApiError):
+                await admin.patch(res, item["metadata"]["name"], strip, ns, patch_type="json")
+    for node in used_nodes:
+        with contextlib.suppress(ApiError):
+            current = await admin.get(r.NODES, node)
+            if c.CD_LABEL in labels(current):
+                await admin.patch(
+                    r.NODES, node, [{"op": "remove", "path": LABEL_PATH}], patch_type="json"
+                )
+
+
+# -- tests -------------------------------------------------------------------------------------
+
+
+async def test_controller_works_with_exactly_its_manifest_rbac(
+    run_scenario: RunScenario, rendered_rbac: list[dict[str, Any]]
+) -> None:
+    assert sorted(controller_verbs(rendered_rbac)) == sorted(_rendered_grants()), (
+        "kustomize changed the rules"
+    )
+    steps = await run_scenario(None)
+    assert "CD finalized" in steps.done
+
+
+@pytest.mark.parametrize(
+    "grant",
+    _rendered_grants(),
+    ids=lambda g: f"{g[1]}:{g[2] or 'core'}/{g[3]}:{g[4]}",
+)
+async def test_every_granted_verb_is_needed(
+    run_scenario: RunScenario, grant: tuple[str, str, str, str, str]
+) -> None:
+    with pytest.raises(ScenarioBrokenError) as broken:
+        await run_scenario(grant)
+    print(f"RBAC-TABLE {grant[1]} {grant[2] or 'core'}/{grant[3]} {grant[4]} => {broken.value}")
