@@ -72,8 +72,8 @@ def parse_bind_address(text: str) -> tuple[str, int]:
     host, sep, port = text.rpartition(":")
     if not sep:
         host, port = "", text
-    if not port.isdigit():
-        raise ConfigError(f"invalid bind address {text!r} (want [host]:port)")
+    if not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ConfigError(f"invalid bind address {text!r} (want [host]:port, port 0-65535)")
     return host or "0.0.0.0", int(port)  # noqa: S104 - probes and metrics serve the pod network
 
 
@@ -362,7 +362,10 @@ def settings_from_namespace(ns: argparse.Namespace) -> Settings:
     log_format = ns.log_format.lower()
     if log_format not in ("json", "text"):
         raise ConfigError(f"--log-format: want json or text, got {ns.log_format!r}")
-    qps = float(ns.kube_api_qps)
+    try:
+        qps = float(ns.kube_api_qps)
+    except ValueError:
+        raise ConfigError(f"--kube-api-qps: {ns.kube_api_qps!r} is not a number") from None
     if qps <= 0:
         raise ConfigError("--kube-api-qps must be > 0")
     return Settings(

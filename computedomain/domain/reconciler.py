@@ -582,8 +582,9 @@ class ComputeDomainReconciler:
             remaining += 1
             meta = _meta(child)
             name, namespace = meta["name"], meta.get("namespace")
+            issued_delete = not meta.get("deletionTimestamp")
             try:
-                if not meta.get("deletionTimestamp"):
+                if issued_delete:
                     await self._client.delete(res, name, namespace)
                 patch = _finalizer_remove_patch(child)
                 if patch is not None:
@@ -597,7 +598,7 @@ class ComputeDomainReconciler:
                 if err.is_invalid:  # finalizer list changed under us; next pass re-reads
                     continue
                 raise
-            if regarding is not None:
+            if regarding is not None and issued_delete:
                 self._recorder.record(
                     regarding,
                     "Normal",
