@@ -40,13 +40,21 @@ from computedomain.devcluster.controlplane import (
     free_port,
 )
 from computedomain.runtime.client import ApiError, KubeClient
-from computedomain.runtime.resources import EVENTS, NAMESPACES, PODS, SERVICE_ACCOUNTS, Resource
+from computedomain.runtime.resources import (
+    EVENTS,
+    LEASES,
+    NAMESPACES,
+    PODS,
+    SERVICE_ACCOUNTS,
+    Resource,
+)
 from computedomain.sim.fleet import FleetSpec
 
 DRIVER_NAMESPACE = "nvidia-dra-driver-gpu"
 DEMO_NAMESPACE = "demo"
 IMAGE_NAME = "nvcr.io/nvidia/k8s-dra-driver-gpu:v0.4.0"
 CONTROLLER_SERVICE_ACCOUNT = "computedomain-controller"
+LEASE_NAME = "nvidia-compute-domain-controller"
 RBAC_DIR = REPO_ROOT / "manifests" / "rbac"
 SAMPLES_DIR = REPO_ROOT / "manifests" / "samples"
 SAMPLE_FILES = ("computedomain.yaml", "workload-multinode.yaml")
@@ -60,8 +68,13 @@ NAMESPACED_RBAC_KINDS = {"ServiceAccount", "Role", "RoleBinding"}
 _started = time.monotonic()
 
 
+MAX_LINE = 220
+
+
 def say(line: str) -> None:
-    print(f"[{time.monotonic() - _started:6.1f}s] {line}", flush=True)
+    # One line per change: long condition messages (every not-ready daemon) are cut short.
+    text = line if len(line) <= MAX_LINE else line[: MAX_LINE - 1] + "…"
+    print(f"[{time.monotonic() - _started:6.1f}s] {text}", flush=True)
 
 
 class DemoError(RuntimeError):
@@ -401,6 +414,7 @@ class Demo:
         try:
             await self._install_driver(admin, kube)
             await self._start_processes()
+            await self._wait_leader(kube)
             await self._apply_samples(kube)
         finally:
             await kube.close()
@@ -473,6 +487,40 @@ class Demo:
         self.children.append(sim)
         record_children(self.state_dir, self.children)
         say(f"simulator started (pid {sim.popen.pid}, log {sim.log})")
+
+    async def _wait_leader(self, kube: KubeClient) -> None:
+        """Apply the samples only once the controller leads, so the timings show its work."""
+
+        async def holder() -> str:
+            while True:
+                try:
+                    lease = await kube.get(LEASES, LEASE_NAME, DRIVER_NAMESPACE)
+                    rv = lease["metadata"]["resourceVersion"]
+                    if identity := (lease.get("spec") or {}).get("holderIdentity"):
+                        return str(identity)
+                except ApiError as err:
+                    if not err.is_not_found:
+                        raise
+                    rv = (await kube.list(LEASES, namespace=DRIVER_NAMESPACE))["metadata"][
+                        "resourceVersion"
+                    ]
+                async for _kind, obj in kube.watch(
+                    LEASES,
+                    namespace=DRIVER_NAMESPACE,
+                    field_selector=f"metadata.name={LEASE_NAME}",
+                    resource_version=rv,
+                    timeout_seconds=30,
+                ):
+                    if identity := (obj.get("spec") or {}).get("holderIdentity"):
+                        return str(identity)
+                self._check_children()
+
+        try:
+            identity = await asyncio.wait_for(holder(), timeout=60)
+        except TimeoutError:
+            self._check_children()
+            raise DemoError("the controller did not acquire its leader lease within 60s") from None
+        say(f"controller leads (Lease {DRIVER_NAMESPACE}/{LEASE_NAME}, holder {identity})")
 
     async def _apply_samples(self, kube: KubeClient) -> None:
         await ensure_namespace(kube, DEMO_NAMESPACE)

@@ -1,0 +1,371 @@
+"""End-to-end helpers: our controller and the fleet simulator together on the real control plane.
+
+Workloads are StatefulSets of pods that consume the CD's channel ResourceClaimTemplate, pinned to
+fleet racks by the simulation's rack label. Waiting is list+watch, never sleeps.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from computedomain.api import constants as c
+from computedomain.domain.caches import CLIQUES, COMPUTE_DOMAINS
+from computedomain.runtime import resources as r
+from computedomain.runtime.client import ApiError, KubeClient
+from computedomain.runtime.resources import Resource
+from computedomain.sim.context import SimSettings
+from computedomain.sim.faults import DelayRange, FaultSettings
+from computedomain.sim.fleet import RACK_LABEL
+from computedomain.sim.simulator import Simulator
+from tests.integration.controller_harness import ControllerFactory, RunningController
+
+STATEFULSETS = Resource("apps", "v1", "statefulsets", "StatefulSet", namespaced=True)
+WORKLOAD_LABEL = "e2e.computedomain.dev/workload"
+WORKLOAD_IMAGE = "registry.k8s.io/pause:3.10"
+FAST_DAEMONS = DelayRange(0.1, 0.5)
+
+Objects = dict[str, dict[str, Any]]
+
+
+async def watch_objects(
+    kube: KubeClient,
+    res: Resource,
+    check: Callable[[Objects], Any],
+    *,
+    namespace: str | None = None,
+    label_selector: str | None = None,
+    field_selector: str | None = None,
+    within: float = 60.0,
+    what: str = "",
+) -> Any:
+    """List+watch until ``check(objects by name)`` is truthy, and return that value."""
+    objects: Objects = {}
+    try:
+        async with asyncio.timeout(within):
+            while True:
+                listing = await kube.list(
+                    res, namespace, label_selector=label_selector, field_selector=field_selector
+                )
+                objects = {o["metadata"]["name"]: o for o in listing["items"]}
+                if result := check(objects):
+                    return result
+                with contextlib.suppress(ApiError):  # 410: list again
+                    async for kind, obj in kube.watch(
+                        res,
+                        namespace,
+                        label_selector=label_selector,
+                        field_selector=field_selector,
+                        resource_version=listing["metadata"]["resourceVersion"],
+                        timeout_seconds=int(within) + 5,
+                    ):
+                        if kind == "BOOKMARK":
+                            continue
+                        if kind == "DELETED":
+                            objects.pop(obj["metadata"]["name"], None)
+                        else:
+                            objects[obj["metadata"]["name"]] = obj
+                        if result := check(objects):
+                            return result
+    except TimeoutError:
+        summary = {name: _summary(obj) for name, obj in objects.items()}
+        raise AssertionError(f"timed out waiting for {what}; last seen: {summary}") from None
+
+
+def _summary(obj: Mapping[str, Any]) -> Any:
+    # Enough to debug a timeout without pages of managedFields.
+    if obj.get("kind") == "Event" or "regarding" in obj:
+        return (obj.get("regarding", {}).get("kind"), obj.get("reason"), obj.get("note"))
+    return {k: obj.get(k) for k in ("status", "daemons") if k in obj} or obj.get("metadata")
+
+
+def labels(obj: Mapping[str, Any] | None) -> dict[str, str]:
+    return dict(((obj or {}).get("metadata") or {}).get("labels") or {})
+
+
+def condition(obj: Mapping[str, Any] | None, ctype: str) -> dict[str, Any]:
+    for cond in ((obj or {}).get("status") or {}).get("conditions") or []:
+        if cond.get("type") == ctype:
+            return dict(cond)
+    return {}
+
+
+def status_nodes(cd: Mapping[str, Any] | None) -> dict[str, dict[str, Any]]:
+    return {n["name"]: n for n in ((cd or {}).get("status") or {}).get("nodes") or []}
+
+
+def pod_running(pod: Mapping[str, Any]) -> bool:
+    return bool((pod.get("status") or {}).get("phase") == "Running")
+
+
+def workload(
+    name: str,
+    replicas: int,
+    *,
+    rct_name: str = "imex-channel-0",
+    racks: Sequence[str] = (),
+    hostnames: Sequence[str] = (),
+    spread_over_racks: bool = False,
+) -> dict[str, Any]:
+    """A StatefulSet whose pods each consume one channel claim, at most one pod per node."""
+    expressions = []
+    if racks:
+        expressions.append({"key": RACK_LABEL, "operator": "In", "values": list(racks)})
+    if hostnames:
+        expressions.append(
+            {"key": "kubernetes.io/hostname", "operator": "In", "values": list(hostnames)}
+        )
+    pod_spec: dict[str, Any] = {
+        "affinity": {
+            "podAntiAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": [
+                    {
+                        "labelSelector": {
+                            "matchExpressions": [{"key": WORKLOAD_LABEL, "operator": "Exists"}]
+                        },
+                        "topologyKey": "kubernetes.io/hostname",
+                    }
+                ]
+            },
+        },
+        "containers": [
+            {"name": "worker", "image": WORKLOAD_IMAGE, "resources": {"claims": [{"name": "imex"}]}}
+        ],
+        "resourceClaims": [{"name": "imex", "resourceClaimTemplateName": rct_name}],
+        "terminationGracePeriodSeconds": 0,
+    }
+    if expressions:
+        pod_spec["affinity"]["nodeAffinity"] = {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [{"matchExpressions": expressions}]
+            }
+        }
+    if spread_over_racks:
+        pod_spec["topologySpreadConstraints"] = [
+            {
+                "maxSkew": 1,
+                "topologyKey": RACK_LABEL,
+                "whenUnsatisfiable": "DoNotSchedule",
+                "labelSelector": {"matchLabels": {WORKLOAD_LABEL: name}},
+            }
+        ]
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "StatefulSet",
+        "metadata": {"name": name},
+        "spec": {
+            "serviceName": name,
+            "replicas": replicas,
+            "podManagementPolicy": "Parallel",
+            "selector": {"matchLabels": {WORKLOAD_LABEL: name}},
+            "template": {"metadata": {"labels": {WORKLOAD_LABEL: name}}, "spec": pod_spec},
+        },
+    }
+
+
+@dataclass
+class EndToEnd:
+    """One test's world: its namespace, the driver namespace, a controller and a simulator."""
+
+    kube: KubeClient
+    namespace: str
+    driver_namespace: str
+    controllers: ControllerFactory
+    simulator_tasks: list[asyncio.Task[None]] = field(default_factory=list)
+    uids: set[str] = field(default_factory=set)
+
+    async def start_controller(self, **env: str) -> RunningController:
+        return await self.controllers.start(**env)
+
+    async def start_simulator(self, faults: FaultSettings | None = None) -> Simulator:
+        settings = SimSettings(
+            driver_namespace=self.driver_namespace,
+            faults=faults or FaultSettings(daemon_delay=FAST_DAEMONS),
+            seed=7,
+        )
+        simulator = Simulator(self.kube, settings)
+        task = asyncio.create_task(simulator.run(), name="e2e-simulator")
+        self.simulator_tasks.append(task)
+        ready = asyncio.create_task(simulator.wait_ready())
+        done, _ = await asyncio.wait({ready, task}, return_when=asyncio.FIRST_COMPLETED)
+        if task in done:
+            ready.cancel()
+            task.result()
+        return simulator
+
+    async def create_cd(
+        self, name: str, rct_name: str = "imex-channel-0", num_nodes: int = 0
+    ) -> dict[str, Any]:
+        body = {
+            "apiVersion": c.API_VERSION,
+            "kind": c.CD_KIND,
+            "metadata": {"name": name},
+            "spec": {
+                "numNodes": num_nodes,
+                "channel": {"resourceClaimTemplate": {"name": rct_name}},
+            },
+        }
+        cd = await self.kube.create(COMPUTE_DOMAINS, body, self.namespace)
+        self.uids.add(cd["metadata"]["uid"])
+        return cd
+
+    async def run_workload(self, body: dict[str, Any]) -> None:
+        await self.kube.create(STATEFULSETS, body, self.namespace)
+
+    async def scale(self, name: str, replicas: int) -> None:
+        await self.kube.patch(STATEFULSETS, name, {"spec": {"replicas": replicas}}, self.namespace)
+
+    # -- waiting ----------------------------------------------------------------------------
+
+    async def cd_until(
+        self,
+        name: str,
+        predicate: Callable[[dict[str, Any] | None], bool],
+        what: str,
+        within: float = 90.0,
+    ) -> dict[str, Any] | None:
+        def check(objects: Objects) -> Any:
+            obj = objects.get(name)
+            return (obj or {"gone": True}) if predicate(obj) else None
+
+        found = await watch_objects(
+            self.kube,
+            COMPUTE_DOMAINS,
+            check,
+            namespace=self.namespace,
+            field_selector=f"metadata.name={name}",
+            within=within,
+            what=f"ComputeDomain {name}: {what}",
+        )
+        return None if found.get("gone") is True else dict(found)
+
+    async def workload_pods(
+        self, name: str, predicate: Callable[[Objects], bool], what: str, within: float = 90.0
+    ) -> Objects:
+        def check(pods: Objects) -> Objects | None:
+            return dict(pods) if predicate(pods) else None
+
+        result: Objects = await watch_objects(
+            self.kube,
+            r.PODS,
+            check,
+            namespace=self.namespace,
+            label_selector=f"{WORKLOAD_LABEL}={name}",
+            within=within,
+            what=f"pods of {name}: {what}",
+        )
+        return result
+
+    async def nodes_labelled(
+        self, uid: str, predicate: Callable[[set[str]], bool], what: str
+    ) -> set[str]:
+        def check(nodes: Objects) -> set[str] | None:
+            names = set(nodes)
+            return (names or {"<none>"}) if predicate(names) else None
+
+        found: set[str] = await watch_objects(
+            self.kube,
+            r.NODES,
+            check,
+            label_selector=f"{c.CD_LABEL}={uid}",
+            within=60,
+            what=f"nodes labelled for {uid}: {what}",
+        )
+        return found - {"<none>"}
+
+    async def cliques_of(
+        self, uid: str, predicate: Callable[[Objects], bool], what: str
+    ) -> Objects:
+        def check(cliques: Objects) -> Objects | None:
+            return (dict(cliques) or {"<none>": {}}) if predicate(cliques) else None
+
+        found: Objects = await watch_objects(
+            self.kube,
+            CLIQUES,
+            check,
+            namespace=self.driver_namespace,
+            label_selector=f"{c.CD_LABEL}={uid}",
+            within=60,
+            what=f"cliques of {uid}: {what}",
+        )
+        found.pop("<none>", None)
+        return found
+
+    async def events_for(
+        self, name: str, predicate: Callable[[list[dict[str, Any]]], bool], what: str
+    ) -> list[dict[str, Any]]:
+        def check(events: Objects) -> list[dict[str, Any]] | None:
+            mine = [e for e in events.values() if (e.get("regarding") or {}).get("name") == name]
+            return (mine or [{}]) if predicate(mine) else None
+
+        found: list[dict[str, Any]] = await watch_objects(
+            self.kube,
+            r.EVENTS,
+            check,
+            namespace=self.namespace,
+            within=60,
+            what=f"events of {name}: {what}",
+        )
+        return found
+
+    # -- teardown ---------------------------------------------------------------------------
+
+    async def clean_up(self) -> None:
+        """Workloads first, then CDs (finalized by the still-running controller), then the
+        controller and simulator: later tests must find the shared fleet's nodes clean."""
+        try:
+            workloads = await self.kube.list(STATEFULSETS, self.namespace)
+            for sts in workloads["items"]:
+                await _delete(self.kube, STATEFULSETS, sts["metadata"]["name"], self.namespace)
+            await watch_objects(
+                self.kube,
+                r.PODS,
+                lambda pods: not pods,
+                namespace=self.namespace,
+                within=90,
+                what="workload pods gone",
+            )
+            cds = await self.kube.list(COMPUTE_DOMAINS, self.namespace)
+            for cd in cds["items"]:
+                self.uids.add(cd["metadata"]["uid"])
+                await _delete(self.kube, COMPUTE_DOMAINS, cd["metadata"]["name"], self.namespace)
+            await watch_objects(
+                self.kube,
+                COMPUTE_DOMAINS,
+                lambda items: not items,
+                namespace=self.namespace,
+                within=90,
+                what="ComputeDomains finalized",
+            )
+            for uid in self.uids:
+                await self.nodes_labelled(uid, lambda names: not names, "labels removed")
+        finally:
+            await self.controllers.stop_all()
+            for task in self.simulator_tasks:
+                task.cancel()
+            await asyncio.gather(*self.simulator_tasks, return_exceptions=True)
+
+
+async def _delete(kube: KubeClient, res: Resource, name: str, namespace: str) -> None:
+    try:
+        await kube.delete(res, name, namespace, propagation_policy="Background")
+    except ApiError as err:
+        if not err.is_not_found:
+            raise
+
+
+@contextlib.asynccontextmanager
+async def end_to_end(
+    kube: KubeClient, kubeconfig: Path, namespace: str, driver_namespace: str
+) -> AsyncIterator[EndToEnd]:
+    env = EndToEnd(
+        kube, namespace, driver_namespace, ControllerFactory(kubeconfig, driver_namespace)
+    )
+    try:
+        yield env
+    finally:
+        await env.clean_up()

@@ -1,0 +1,310 @@
+"""End to end on the real control plane: OUR controller (in-process) and the fleet simulator
+playing NVIDIA's kubelet plugin and IMEX daemons, with workloads scheduled by the real scheduler.
+
+The session fleet is shared (4 racks r00..r03 of 18 nodes, 2 non-fabric nodes): every test pins
+its workloads to racks by the simulation's rack label and cleans up while the controller still
+runs, so the next test finds clean nodes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes_asyncio.client import ApiClient
+
+from computedomain.api import constants as c
+from computedomain.domain.caches import COMPUTE_DOMAINS
+from computedomain.runtime import resources as r
+from computedomain.runtime.client import KubeClient
+from computedomain.sim.faults import FaultSettings
+from tests.integration.e2e_harness import (
+    FAST_DAEMONS,
+    EndToEnd,
+    condition,
+    end_to_end,
+    labels,
+    pod_running,
+    status_nodes,
+    watch_objects,
+    workload,
+)
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
+
+
+@pytest.fixture
+async def kube(api_client: ApiClient) -> KubeClient:
+    return KubeClient.from_api_client(api_client)
+
+
+@pytest.fixture
+async def driver_namespace(kube: KubeClient) -> AsyncIterator[str]:
+    body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"generateName": "driver-"}}
+    name = (await kube.create(r.NAMESPACES, body))["metadata"]["name"]
+    # NVIDIA's chart creates the daemon ServiceAccount; without it the DaemonSet makes no pods.
+    sa = {
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": {"name": c.DAEMON_SERVICE_ACCOUNT},
+    }
+    await kube.create(r.SERVICE_ACCOUNTS, sa, name)
+    yield name
+    await kube.delete(r.NAMESPACES, name)
+
+
+@pytest.fixture
+async def e2e(
+    kube: KubeClient, kubeconfig_path: Path, namespace: str, driver_namespace: str
+) -> AsyncIterator[EndToEnd]:
+    async with end_to_end(kube, kubeconfig_path, namespace, driver_namespace) as env:
+        yield env
+
+
+def _ready(cd: dict[str, Any] | None) -> bool:
+    return condition(cd, "Ready").get("status") == "True"
+
+
+def _occurrences(event: dict[str, Any]) -> int:
+    return int((event.get("series") or {}).get("count") or 1)
+
+
+def _all_running(count: int) -> Any:
+    return lambda pods: len(pods) == count and all(pod_running(p) for p in pods.values())
+
+
+async def test_full_sequence_from_domain_to_running_workload(e2e: EndToEnd) -> None:
+    await e2e.start_controller()
+    await e2e.start_simulator()
+    cd = await e2e.create_cd("training", num_nodes=4)
+    uid = cd["metadata"]["uid"]
+    await e2e.run_workload(workload("workers", 4, racks=["r01"]))
+
+    # The workload RCT exists, the pods are scheduled, their nodes get the CD label ...
+    await watch_objects(
+        e2e.kube,
+        r.RESOURCE_CLAIM_TEMPLATES,
+        lambda rcts: "imex-channel-0" in rcts,
+        namespace=e2e.namespace,
+        what="workload RCT",
+    )
+    pods = await e2e.workload_pods(
+        "workers",
+        lambda ps: len(ps) == 4 and all((p.get("spec") or {}).get("nodeName") for p in ps.values()),
+        "4 pods scheduled",
+    )
+    workload_nodes = {p["spec"]["nodeName"] for p in pods.values()}
+    assert len(workload_nodes) == 4
+    assert all("-r01-" in n for n in workload_nodes)
+    assert (
+        await e2e.nodes_labelled(uid, lambda n: n == workload_nodes, "the 4 workload nodes")
+        == workload_nodes
+    )
+
+    # ... the real DaemonSet controller places one daemon pod per labelled node ...
+    daemons = await watch_objects(
+        e2e.kube,
+        r.PODS,
+        lambda ps: (
+            ps if {p["spec"].get("nodeName") for p in ps.values()} == workload_nodes else None
+        ),
+        namespace=e2e.driver_namespace,
+        label_selector=f"{c.CD_LABEL}={uid}",
+        what="a daemon pod on each workload node",
+    )
+    assert len(daemons) == 4
+
+    # ... the daemons join one clique, the CD turns Ready, and the workload runs.
+    cliques = await e2e.cliques_of(
+        uid,
+        lambda cs: (
+            {d["nodeName"] for cl in cs.values() for d in cl.get("daemons") or []} == workload_nodes
+        ),
+        "all 4 daemons in cliques",
+    )
+    assert len(cliques) == 1
+    cd_now = await e2e.cd_until("training", _ready, "Ready=True")
+    assert cd_now is not None
+    assert set(status_nodes(cd_now)) == workload_nodes
+    assert {n["status"] for n in status_nodes(cd_now).values()} == {c.STATUS_READY}
+    assert sorted(n["index"] for n in status_nodes(cd_now).values()) == [0, 1, 2, 3]
+    assert cd_now["status"]["status"] == "Ready"
+    assert condition(cd_now, "SingleClique")["status"] == "True"
+    assert condition(cd_now, "ExclusiveClique")["status"] == "True"
+    assert cd_now["status"]["observedGeneration"] == cd_now["metadata"]["generation"]
+    await e2e.workload_pods("workers", _all_running(4), "all Running")
+
+
+async def test_nodes_join_and_leave_with_the_workload(e2e: EndToEnd) -> None:
+    await e2e.start_controller()
+    await e2e.start_simulator()
+    uid = (await e2e.create_cd("elastic"))["metadata"]["uid"]
+    await e2e.run_workload(workload("elastic", 4, racks=["r02"]))
+    cd = await e2e.cd_until(
+        "elastic", lambda o: _ready(o) and len(status_nodes(o)) == 4, "4 nodes Ready"
+    )
+    pods = await e2e.workload_pods("elastic", _all_running(4), "all Running")
+    node_of = {name: p["spec"]["nodeName"] for name, p in pods.items()}
+    leaving = {node_of["elastic-2"], node_of["elastic-3"]}
+    staying = {node_of["elastic-0"], node_of["elastic-1"]}
+    assert cd is not None
+    assert set(status_nodes(cd)) == leaving | staying
+
+    await e2e.scale("elastic", 2)
+    await e2e.nodes_labelled(uid, lambda n: n == staying, "labels of the 2 leaving nodes removed")
+    cd = await e2e.cd_until(
+        "elastic",
+        lambda o: set(status_nodes(o)) == staying and _ready(o),
+        "status.nodes shrinks to 2",
+    )
+    assert cd is not None
+    assert cd["status"]["nodeCount"] == 2
+    await e2e.cliques_of(
+        uid,
+        lambda cs: (
+            {d["nodeName"] for cl in cs.values() for d in cl.get("daemons") or []} == staying
+        ),
+        "clique entries of the leaving nodes gone",
+    )
+    # Isomorphic events (same regarding/reason/action) form one series, as client-go does:
+    # the note names the first node, series.count counts both departures.
+    events = await e2e.events_for(
+        "elastic",
+        lambda es: sum(_occurrences(e) for e in es if e.get("reason") == "NodeLeft") >= 2,
+        "NodeLeft for both leaving nodes",
+    )
+    left = [e for e in events if e.get("reason") == "NodeLeft"]
+    assert all(any(n in e["note"] for n in leaving) for e in left)
+    assert sum(_occurrences(e) for e in left) == 2
+
+
+async def test_daemon_that_never_turns_ready_is_named(e2e: EndToEnd) -> None:
+    stuck, fine = "gb200-r03-n01", "gb200-r03-n00"
+    await e2e.start_controller()
+    await e2e.start_simulator(
+        FaultSettings(daemon_delay=FAST_DAEMONS, never_ready_nodes=frozenset({stuck}))
+    )
+    await e2e.create_cd("stuck")
+    await e2e.run_workload(workload("stuck", 2, hostnames=[stuck, fine]))
+    cd = await e2e.cd_until(
+        "stuck",
+        lambda o: (
+            condition(o, "Ready").get("reason") == "DaemonsNotReady"
+            and status_nodes(o).get(fine, {}).get("status") == c.STATUS_READY
+        ),
+        "DaemonsNotReady once the healthy daemon is Ready",
+    )
+    ready = condition(cd, "Ready")
+    assert ready["status"] == "False"
+    assert stuck in ready["message"]
+    assert fine not in ready["message"]
+    assert condition(cd, "DaemonsReady")["status"] == "False"
+    pods = await e2e.workload_pods("stuck", lambda ps: len(ps) == 2, "both pods exist")
+    assert {p["spec"]["nodeName"]: pod_running(p) for p in pods.values()} == {
+        stuck: False,
+        fine: True,
+    }
+
+
+async def test_domain_deleted_while_its_workload_runs_leaves_nothing_behind(e2e: EndToEnd) -> None:
+    await e2e.start_controller()
+    await e2e.start_simulator()
+    uid = (await e2e.create_cd("doomed"))["metadata"]["uid"]
+    await e2e.run_workload(workload("doomed", 2, racks=["r01"]))
+    await e2e.cd_until(
+        "doomed", lambda o: _ready(o) and len(status_nodes(o)) == 2, "Ready with 2 nodes"
+    )
+    await e2e.workload_pods("doomed", _all_running(2), "all Running")
+
+    await e2e.kube.delete(COMPUTE_DOMAINS, "doomed", e2e.namespace)
+    await e2e.cd_until("doomed", lambda o: o is None, "the CD object gone", within=90)
+    daemon = c.daemon_name(uid)
+    for res, ns in (
+        (r.DAEMONSETS, e2e.driver_namespace),
+        (r.RESOURCE_CLAIM_TEMPLATES, e2e.driver_namespace),
+    ):
+        await watch_objects(
+            e2e.kube,
+            res,
+            lambda objs: daemon not in objs,
+            namespace=ns,
+            what=f"{res.kind} {daemon} gone",
+        )
+    await watch_objects(
+        e2e.kube,
+        r.RESOURCE_CLAIM_TEMPLATES,
+        lambda objs: "imex-channel-0" not in objs,
+        namespace=e2e.namespace,
+        what="workload RCT gone",
+    )
+    assert await e2e.nodes_labelled(uid, lambda n: not n, "labels gone") == set()
+    assert await e2e.cliques_of(uid, lambda cs: not cs, "cliques gone") == {}
+    await watch_objects(
+        e2e.kube,
+        r.PODS,
+        lambda ps: not ps,
+        namespace=e2e.driver_namespace,
+        label_selector=f"{c.CD_LABEL}={uid}",
+        what="daemon pods gone",
+    )
+
+
+async def test_two_domains_sharing_a_clique_both_say_so(e2e: EndToEnd) -> None:
+    await e2e.start_controller()
+    await e2e.start_simulator()
+    await e2e.create_cd("left", rct_name="channel-left")
+    await e2e.create_cd("right", rct_name="channel-right")
+    await e2e.run_workload(workload("left", 2, rct_name="channel-left", racks=["r03"]))
+    await e2e.run_workload(workload("right", 2, rct_name="channel-right", racks=["r03"]))
+    for name, other in (("left", "right"), ("right", "left")):
+        cd = await e2e.cd_until(
+            name,
+            lambda o: condition(o, "ExclusiveClique").get("status") == "False" and _ready(o),
+            "ExclusiveClique=False",
+        )
+        shared = condition(cd, "ExclusiveClique")
+        assert shared["reason"] == "CliqueShared"
+        assert other in shared["message"]
+        assert condition(cd, "SingleClique")["status"] == "True"
+
+
+async def test_domain_spanning_two_cliques_is_warned_about(e2e: EndToEnd) -> None:
+    await e2e.start_controller()
+    await e2e.start_simulator()
+    await e2e.create_cd("wide")
+    await e2e.run_workload(workload("wide", 4, racks=["r02", "r03"], spread_over_racks=True))
+    cd = await e2e.cd_until(
+        "wide",
+        lambda o: _ready(o) and len(status_nodes(o)) == 4,
+        "Ready with 4 nodes",
+    )
+    assert cd is not None
+    assert len({n["cliqueID"] for n in status_nodes(cd).values()}) == 2
+    single = condition(cd, "SingleClique")
+    assert (single["status"], single["reason"]) == ("False", "MultipleCliques")
+    await e2e.events_for(
+        "wide",
+        lambda es: any(
+            e.get("type") == "Warning" and e.get("reason") == "MultipleCliques" for e in es
+        ),
+        "a MultipleCliques Warning event",
+    )
+
+
+async def test_legacy_protocol_reaches_ready(e2e: EndToEnd) -> None:
+    await e2e.start_controller(FEATURE_GATES="ComputeDomainCliques=false")
+    await e2e.start_simulator()
+    uid = (await e2e.create_cd("legacy", num_nodes=2))["metadata"]["uid"]
+    await e2e.run_workload(workload("legacy", 2, racks=["r02"]))
+    cd = await e2e.cd_until(
+        "legacy", lambda o: _ready(o) and len(status_nodes(o)) == 2, "Ready with 2 nodes"
+    )
+    assert cd is not None
+    assert {n["status"] for n in status_nodes(cd).values()} == {c.STATUS_READY}
+    # Legacy daemons write status.nodes directly: no clique objects.
+    assert await e2e.cliques_of(uid, lambda cs: True, "listing") == {}
+    await e2e.workload_pods("legacy", _all_running(2), "all Running")
+    nodes = await e2e.kube.list(r.NODES, label_selector=f"{c.CD_LABEL}={uid}")
+    assert {labels(n)[c.CD_LABEL] for n in nodes["items"]} == {uid}
