@@ -779,7 +779,22 @@ class Bench:
             await asyncio.gather(
                 *(create_job(n, rk) for n, rk in zip(names, job_racks, strict=True))
             )
-            cds_done, pods_done = await asyncio.gather(cds_task, pods_task)
+            try:
+                cds_done, pods_done = await asyncio.gather(cds_task, pods_task)
+            except TimeoutError as error:
+                # Record what did happen and go on, so the run still writes its JSON.
+                cds_task.cancel()
+                pods_task.cancel()
+                self.results["end_to_end"] = {
+                    "cds": m,
+                    "workers_per_cd": k,
+                    "timed_out": str(error),
+                    "cds_ready": len(ready_at),
+                    "conflicts_409": self.ctl.conflicts() - conflicts_before,
+                }
+                self.say(f"e2e: TIMED OUT ({error}); {len(ready_at)}/{m} CDs Ready")
+                await self.idle()
+                return
             per_cd = [t - begin for t in ready_at.values()]
             writes_e2e = self.ctl.writes() - writes_before
             conflicts = self.ctl.conflicts() - conflicts_before
@@ -875,7 +890,9 @@ def report(results: dict[str, Any]) -> str:
             )
         )
     e2e = results.get("end_to_end", {})
-    if e2e:
+    if e2e.get("timed_out"):
+        rows.append(("E2E", f"TIMED OUT: {e2e['cds_ready']}/{e2e['cds']} CDs Ready", "", ""))
+    elif e2e:
         rows.append(
             (
                 f"E2E: {e2e['cds']} CDs x {e2e['workers_per_cd']} workers → all CDs Ready",
