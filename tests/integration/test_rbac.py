@@ -208,6 +208,9 @@ class ForbiddenLog(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         text = record.getMessage()
+        # The refused request is named in structured extras (err=...) or in the exception.
+        extras = (v for k, v in vars(record).items() if k in ("err", "error", "reason"))
+        text += "".join(f" {value}" for value in extras)
         if record.exc_info and record.exc_info[1] is not None:
             text += f" {record.exc_info[1]}"
         if ("403" in text or "forbidden" in text.lower()) and len(self.lines) < 5:
@@ -236,7 +239,9 @@ class Controller:
             await asyncio.wait_for(self.task, timeout=30)
 
 
-async def start_controller(kubeconfig: Path, driver_namespace: str) -> Controller:
+async def start_controller(
+    kubeconfig: Path, driver_namespace: str, forbidden_log: ForbiddenLog
+) -> Controller:
     """Unlike the harness, does not wait for the caches: a missing list/watch verb never syncs."""
     environ = {
         "IMAGE_NAME": TEST_IMAGE,
@@ -257,6 +262,7 @@ async def start_controller(kubeconfig: Path, driver_namespace: str) -> Controlle
     }
     settings = parse_settings([], environ)
     configure_logging(log_format="text", verbosity=0)
+    logging.getLogger().addHandler(forbidden_log)  # after configure_logging replaced handlers
     registry = CollectorRegistry()
     stop = asyncio.Event()
     ready: asyncio.Future[ControllerProcess] = asyncio.get_running_loop().create_future()
@@ -358,7 +364,7 @@ class Steps:
                 task.cancel()
             await asyncio.gather(wait_task, refused_task, return_exceptions=True)
         if self.controller.forbidden():
-            lines = "; ".join(self.forbidden_log.lines[:2])
+            lines = "; ".join(self.forbidden_log.lines[:1])
             raise ScenarioBrokenError(
                 f"403 during '{what}' ({int(self.controller.forbidden())}x): {lines}"
             )
@@ -666,7 +672,6 @@ async def driver_namespace(admin: KubeClient) -> AsyncIterator[str]:
 @pytest.fixture
 def forbidden_log() -> Iterator[ForbiddenLog]:
     handler = ForbiddenLog()
-    logging.getLogger().addHandler(handler)
     yield handler
     logging.getLogger().removeHandler(handler)
 
@@ -730,7 +735,7 @@ async def run_scenario(
             r.RESOURCE_CLAIM_TEMPLATES, plain_claim_template("taken", {}, []), namespace
         )
 
-        controller = await start_controller(kubeconfig, driver_namespace)
+        controller = await start_controller(kubeconfig, driver_namespace, forbidden_log)
         controllers.append(controller)
         steps = Steps(controller, forbidden_log)
         await scenario(steps, admin, namespace, driver_namespace, nodes, foreign_uid)
@@ -802,14 +807,36 @@ async def test_controller_works_with_exactly_its_manifest_rbac(
     assert "CD finalized" in steps.done
 
 
-@pytest.mark.parametrize(
-    "grant",
-    _rendered_grants(),
-    ids=lambda g: f"{g[1]}:{g[2] or 'core'}/{g[3]}:{g[4]}",
-)
+# Granted (contract §12's "suggested minimum", pinned by tests/unit/observability/
+# test_manifests.py) but used by no code path: the full scenario passes without them.
+DEAD_WEIGHT = {
+    ("resource.nvidia.com", "computedomains", "get"),
+    ("resource.nvidia.com", "computedomains/status", "get"),
+    ("resource.nvidia.com", "computedomains/status", "update"),
+    ("", "nodes", "get"),
+    ("resource.nvidia.com", "computedomaincliques", "get"),
+    ("resource.nvidia.com", "computedomaincliques", "patch"),
+    ("", "pods", "get"),
+}
+
+
+def _grant_param(grant: tuple[str, str, str, str, str]) -> Any:
+    marks = []
+    if grant[2:] in DEAD_WEIGHT:
+        reason = "dead weight: no code path uses it; drop it from manifests/rbac"
+        marks.append(pytest.mark.xfail(raises=AssertionError, strict=True, reason=reason))
+    return pytest.param(
+        grant, marks=marks, id=f"{grant[1]}:{grant[2] or 'core'}/{grant[3]}:{grant[4]}"
+    )
+
+
+@pytest.mark.parametrize("grant", [_grant_param(g) for g in _rendered_grants()])
 async def test_every_granted_verb_is_needed(
     run_scenario: RunScenario, grant: tuple[str, str, str, str, str]
 ) -> None:
-    with pytest.raises(ScenarioBrokenError) as broken:
+    try:
         await run_scenario(grant)
-    print(f"RBAC-TABLE {grant[1]} {grant[2] or 'core'}/{grant[3]} {grant[4]} => {broken.value}")
+    except ScenarioBrokenError as broken:
+        print(f"RBAC-TABLE {grant[1]} {grant[2] or 'core'}/{grant[3]} {grant[4]} => {broken}")
+        return
+    raise AssertionError(f"nothing broke without {grant}: the verb is dead weight")
