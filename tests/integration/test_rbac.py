@@ -500,8 +500,9 @@ async def scenario(
         spec = (lease or {}).get("spec") or {}
         if spec.get("holderIdentity") != process.identity:
             return False
-        if spec.get("renewTime") not in renewals:
-            renewals.append(spec.get("renewTime"))
+        renew_time = str(spec.get("renewTime"))
+        if renew_time not in renewals:
+            renewals.append(renew_time)
         return len(renewals) >= 2
 
     await steps.run(
