@@ -808,17 +808,8 @@ async def test_controller_works_with_exactly_its_manifest_rbac(
     assert "CD finalized" in steps.done
 
 
-# Granted (contract §12's "suggested minimum", pinned by tests/unit/observability/
-# test_manifests.py) but used by no code path: the full scenario passes without them.
-DEAD_WEIGHT = {
-    ("resource.nvidia.com", "computedomains", "get"),
-    ("resource.nvidia.com", "computedomains/status", "get"),
-    ("resource.nvidia.com", "computedomains/status", "update"),
-    ("", "nodes", "get"),
-    ("resource.nvidia.com", "computedomaincliques", "get"),
-    ("resource.nvidia.com", "computedomaincliques", "patch"),
-    ("", "pods", "get"),
-}
+# Granted but used by no code path (strict xfail); empty since they left manifests/rbac.
+DEAD_WEIGHT: set[tuple[str, str, str]] = set()
 
 
 def _grant_param(grant: tuple[str, str, str, str, str]) -> Any:

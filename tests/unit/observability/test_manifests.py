@@ -15,20 +15,20 @@ import yaml
 ROOT = Path(__file__).resolve().parents[3]
 MANIFESTS = ROOT / "manifests"
 
-# The verbs the controller's code uses (contract §12, "Ours, suggested minimum").
+# The verbs the controller's code uses; tests/integration/test_rbac.py removes each in turn.
 EXPECTED_CLUSTER_RULES = {
-    ("resource.nvidia.com", "computedomains"): {"get", "list", "watch", "patch"},
-    ("resource.nvidia.com", "computedomains/status"): {"get", "patch", "update"},
+    ("resource.nvidia.com", "computedomains"): {"list", "watch", "patch"},
+    ("resource.nvidia.com", "computedomains/status"): {"patch"},
     ("resource.k8s.io", "resourceclaimtemplates"): {
         "get", "list", "watch", "create", "delete", "patch",
     },
-    ("", "nodes"): {"get", "list", "watch", "patch"},
+    ("", "nodes"): {"list", "watch", "patch"},
     ("events.k8s.io", "events"): {"create", "patch"},
 }  # fmt: skip
 EXPECTED_NAMESPACE_RULES = {
     ("apps", "daemonsets"): {"get", "list", "watch", "create", "delete", "patch"},
-    ("resource.nvidia.com", "computedomaincliques"): {"get", "list", "watch", "update", "patch"},
-    ("", "pods"): {"get", "list", "watch"},
+    ("resource.nvidia.com", "computedomaincliques"): {"list", "watch", "update"},
+    ("", "pods"): {"list", "watch"},
 }
 EXPECTED_LEADER_RULES = {("coordination.k8s.io", "leases"): {"get", "create", "update"}}
 
