@@ -268,7 +268,9 @@ class ComputeDomainReconciler:
             related=_ref(created, res),
         )
         log.info("Created %s", res.kind, extra={"object": f"{namespace}/{name}"})
-        return ChildState(ChildStatus.CREATED)
+        # The create succeeded, so the child exists: reporting it as such now saves a second
+        # status write once the watch catches up.
+        return ChildState(ChildStatus.OK)
 
     @staticmethod
     def _foreign_state(res: Resource, namespace: str, name: str) -> ChildState:
@@ -453,7 +455,9 @@ class ComputeDomainReconciler:
                 continue
             warn = new.status == "False" and new.type in cond.WARNING_CONDITIONS
             if new.type == "Ready" or warn:
-                kind = "Normal" if new.status == "True" else "Warning"
+                # Waiting for a workload is where every new CD starts: not a warning.
+                healthy = new.status == "True" or new.reason == "WaitingForWorkload"
+                kind = "Normal" if healthy else "Warning"
                 reason = new.reason if new.status != "True" else "Ready"
                 self._recorder.record(obj, kind, reason, "Reconcile", new.message or new.reason)
 

@@ -374,6 +374,14 @@ class Informer:
                 )
                 raise _RelistNeededError from error
             raise
+        except TimeoutError:
+            # The inactivity timeout also fires on quiet, healthy watches (the apiserver sends
+            # bookmarks only when its cache for this resource moved): reconnect from the same RV
+            # at once, without backoff; a timeout before that long is a real failure.
+            if self.clock.now() - started < self.inactivity_timeout:
+                raise
+            log.debug("Watch idle, reconnecting", extra={"informer": self.name})
+            return
         if events == 0 and self.clock.now() - started < 1.0:
             # The server closed an empty watch at once: do not spin.
             await self.clock.sleep(self._backoff.next_delay())
