@@ -28,6 +28,11 @@ fi
 # Integration tests must run, never skip, under this script.
 export COMPUTEDOMAIN_REQUIRE_CONTROL_PLANE=1
 
+# Static checks first: they take seconds and fail fast.
+"${uv[@]}" run --locked ruff check .
+"${uv[@]}" run --locked ruff format --check computedomain tests hack
+"${uv[@]}" run --locked mypy
+
 status=0
 "${uv[@]}" run --locked pytest tests/unit tests/integration "$@" || status=$?
 if [ "$status" -eq 5 ]; then
