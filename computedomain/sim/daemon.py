@@ -28,7 +28,14 @@ from .entries import (
 )
 from .faults import DaemonFate
 from .gates import DaemonGates, InvalidFeatureGatesError, container_env, max_nodes_from_env
-from .podstatus import ContainerPhase, PodState, is_pod_ready, node_internal_ip, pod_status
+from .podstatus import (
+    ContainerPhase,
+    PodState,
+    is_pod_ready,
+    needs_ready_resync,
+    node_internal_ip,
+    pod_status,
+)
 from .signals import clique_key, domain_key
 
 log = logging.getLogger("computedomain.sim.daemon")
@@ -58,6 +65,11 @@ class FakeImexDaemon:
         self.restart_count = 0
         self.ready = False
         self._crash = asyncio.Event()
+        # The container state last decided, and the lock that keeps status writes in order:
+        # a write-back of the pod's readiness never overtakes a newer decision.
+        self._phase: ContainerPhase | None = None
+        self._phase_message = ""
+        self._status_lock = asyncio.Lock()
         # Where our entry was written last: removal on pod deletion goes there.
         self._wrote_clique = False
         self._wrote_legacy = False
@@ -136,6 +148,7 @@ class FakeImexDaemon:
             await asyncio.Event().wait()
         if already_ready:
             self.ready = True
+            self._phase = ContainerPhase.READY
             return
         await self.ctx.clock.sleep(fate.start_delay)
         if not self.gates.dns_names and self.clique_id:
@@ -356,7 +369,34 @@ class FakeImexDaemon:
         self.ip = self.ctx.ipam.allocate(self.uid)
         return False
 
+    @property
+    def wants_ready(self) -> bool | None:
+        """Whether the pod should show Ready; None before its first status write."""
+        return None if self._phase is None else self._phase is ContainerPhase.READY
+
+    async def resync_status(self) -> bool:
+        """Write the last decided status back if the pod's readiness was changed by someone
+        else (see ``needs_ready_resync``); True if it wrote."""
+        async with self._status_lock:
+            pod = self.ctx.pod(self.key)
+            wanted = self.wants_ready
+            if pod is None or self._phase is None or wanted is None:
+                return False
+            if not needs_ready_resync(pod, self.ctx.node(self.node_name), wanted_ready=wanted):
+                return False
+            log.info(
+                "Re-asserting daemon pod status",
+                extra={"pod": self.key, "node": self.node_name, "ready": wanted},
+            )
+            await self._write_pod_locked(self._phase, self._phase_message)
+            return True
+
     async def _write_pod(self, phase: ContainerPhase, message: str = "") -> None:
+        async with self._status_lock:
+            self._phase, self._phase_message = phase, message
+            await self._write_pod_locked(phase, message)
+
+    async def _write_pod_locked(self, phase: ContainerPhase, message: str) -> None:
         pod = self.ctx.pod(self.key)
         if pod is None or self.ip is None:
             return

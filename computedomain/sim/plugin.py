@@ -17,7 +17,14 @@ from computedomain.runtime.resources import NODES, PODS
 
 from .context import SimContext
 from .decisions import Action, Classification, decide_workload, node_clique_id
-from .podstatus import ContainerPhase, PodState, is_pod_ready, node_internal_ip, pod_status
+from .podstatus import (
+    ContainerPhase,
+    PodState,
+    is_pod_ready,
+    needs_ready_resync,
+    node_internal_ip,
+    pod_status,
+)
 from .signals import domain_key, node_key, pod_key
 
 log = logging.getLogger("computedomain.sim.plugin")
@@ -31,10 +38,26 @@ class FakeKubeletPlugin:
         # node -> {pod UID: CD UID} for prepared channel claims: the node label stays while any
         # of them remains (one unprepare per claim, the last one removes the label).
         self.prepared: dict[str, dict[str, str]] = {}
+        # UIDs of pods started (written Running and Ready): their readiness is ours to keep.
+        self.released: set[str] = set()
 
     async def start_generic(self, pod: dict[str, Any]) -> None:
         """A pod whose claims belong to other drivers: the generic DRA path starts it at once."""
+        if not is_pod_ready(pod):
+            await self.write_running(pod)
+        self.released.add(pod["metadata"]["uid"])
+
+    async def resync_status(self, key: str) -> bool:
+        """Write a started pod Ready again if someone else marked it not Ready; True if it
+        wrote. Not Ready is left alone while its node is not Ready (``needs_ready_resync``)."""
+        pod = self.ctx.pod(key)
+        if pod is None or pod["metadata"].get("uid") not in self.released:
+            return False
+        if not needs_ready_resync(pod, self.ctx.node(pod["spec"]["nodeName"]), wanted_ready=True):
+            return False
+        log.info("Re-asserting pod Ready", extra={"pod": key, "node": pod["spec"]["nodeName"]})
         await self.write_running(pod)
+        return True
 
     async def prepare_channel(self, key: str, classification: Classification) -> None:
         """Hold the pod until its node is Ready in its ComputeDomain, then start it."""
@@ -79,6 +102,7 @@ class FakeKubeletPlugin:
                 if decision.action is Action.RELEASE:
                     if not is_pod_ready(pod):
                         await self.write_running(pod)
+                    self.released.add(metadata["uid"])
                     return
                 if decision.action is Action.LABEL_NODE:
                     assert node is not None
@@ -90,6 +114,7 @@ class FakeKubeletPlugin:
         """The pod is gone: drop the node label if no prepared claim of that CD remains."""
         node_name = (pod.get("spec") or {}).get("nodeName")
         uid = pod["metadata"].get("uid", "")
+        self.released.discard(uid)
         users = self.prepared.get(node_name or "")
         if not node_name or users is None or uid not in users:
             return

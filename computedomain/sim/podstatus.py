@@ -156,3 +156,61 @@ def node_internal_ip(node: Mapping[str, Any] | None) -> str:
 def is_pod_ready(pod: Mapping[str, Any]) -> bool:
     condition = _condition((pod.get("status") or {}).get("conditions") or [], "Ready")
     return condition is not None and condition.get("status") == "True"
+
+
+def is_node_ready(node: Mapping[str, Any] | None) -> bool:
+    """Ready=True and not being deleted: only then does the node lifecycle controller leave its
+    pods' Ready condition alone."""
+    if node is None or (node.get("metadata") or {}).get("deletionTimestamp"):
+        return False
+    condition = _condition((node.get("status") or {}).get("conditions") or [], "Ready")
+    return condition is not None and condition.get("status") == "True"
+
+
+def needs_ready_resync(
+    pod: Mapping[str, Any], node: Mapping[str, Any] | None, *, wanted_ready: bool
+) -> bool:
+    """Whether the pod's Ready condition must be written back, as a kubelet's status manager
+    would after someone else changed it (kube-controller-manager's MarkPodsNotReady).
+
+    Readiness is only re-asserted on a Ready node: on any other, the node lifecycle controller
+    marks the pod not Ready again at once, and the next node transition to Ready re-syncs.
+    A pod the simulator holds not Ready is corrected wherever it runs, as nothing fights that.
+    """
+    if (pod.get("metadata") or {}).get("deletionTimestamp"):
+        return False
+    if (pod.get("status") or {}).get("phase") != "Running":
+        return False  # not started by us yet: the pod's own coroutine writes it first
+    if is_pod_ready(pod) == wanted_ready:
+        return False
+    return not wanted_ready or is_node_ready(node)
+
+
+class ResyncBackoff:
+    """Spaces out repeated write-backs of one pod: a loop with another writer stays bounded.
+
+    The first re-sync after a quiet period goes at once; each further one within ``quiet``
+    seconds of the last waits twice as long, from ``initial`` up to ``maximum``.
+    """
+
+    def __init__(self, initial: float = 1.0, maximum: float = 30.0, quiet: float = 60.0) -> None:
+        self.initial = initial
+        self.maximum = maximum
+        self.quiet = quiet
+        self._last: dict[str, tuple[float, float]] = {}  # uid -> (time of write, next delay)
+
+    def delay(self, uid: str, now: float) -> float:
+        last = self._last.get(uid)
+        if last is None or now - last[0] >= self.quiet:
+            return 0.0
+        return last[1]
+
+    def record(self, uid: str, now: float) -> None:
+        last = self._last.get(uid)
+        if last is None or now - last[0] >= self.quiet:
+            self._last[uid] = (now, self.initial)
+        else:
+            self._last[uid] = (now, min(last[1] * 2, self.maximum))
+
+    def forget(self, uid: str) -> None:
+        self._last.pop(uid, None)

@@ -24,7 +24,7 @@ from .context import (
 from .daemon import FakeImexDaemon
 from .decisions import PodRole, classify_pod, pod_claim_refs
 from .plugin import FakeKubeletPlugin
-from .podstatus import is_pod_ready
+from .podstatus import ResyncBackoff, is_node_ready, needs_ready_resync
 from .signals import claim_key, clique_key, domain_key, node_key, pod_key
 
 log = logging.getLogger("computedomain.sim")
@@ -35,6 +35,11 @@ Obj = dict[str, Any]
 def _uid_index(obj: Obj) -> list[str]:
     uid = (obj.get("metadata") or {}).get("uid")
     return [uid] if uid else []
+
+
+def _node_name_index(obj: Obj) -> list[str]:
+    node_name = (obj.get("spec") or {}).get("nodeName")
+    return [node_name] if node_name else []
 
 
 def _changed_entries(old: Obj | None, new: Obj | None, path: tuple[str, ...], key: str) -> set[str]:
@@ -67,6 +72,7 @@ class Simulator:
                 PODS,
                 field_selector="spec.nodeName!=",
                 transform=strip_managed_fields,
+                indexers={"node": _node_name_index},
                 clock=self.clock,
                 name="sim-pods",
             ),
@@ -103,6 +109,9 @@ class Simulator:
         self._pod_tasks: dict[str, asyncio.Task[None]] = {}
         self._daemons: dict[str, FakeImexDaemon] = {}
         self._background: set[asyncio.Task[None]] = set()
+        # Write-backs of pod readiness (kubelet status manager): one in flight per pod UID.
+        self._resyncing: set[str] = set()
+        self._resync_backoff = ResyncBackoff()
         self._ready = asyncio.Event()
 
     # -- public ---------------------------------------------------------------------------
@@ -159,7 +168,13 @@ class Simulator:
         observers = self.context.observers
 
         def on_node(old: Obj | None, new: Obj) -> None:
-            signals.notify(node_key(new["metadata"]["name"]))
+            name = new["metadata"]["name"]
+            signals.notify(node_key(name))
+            if is_node_ready(new) and not is_node_ready(old):
+                # Back from NotReady (late heartbeat, a fault that ended): the node lifecycle
+                # controller marked its pods not Ready, and nothing else will undo that.
+                for pod in informers["pods"].store.by_index("node", name):
+                    self._resync_if_needed(pod)
 
         def on_claim(old: Obj | None, new: Obj) -> None:
             signals.notify(claim_key(new["metadata"]["namespace"], new["metadata"]["name"]))
@@ -208,7 +223,10 @@ class Simulator:
             self._pod_gone(pod)
             return
         uid = metadata.get("uid", "")
-        if uid in self._pod_tasks or not spec.get("resourceClaims") or not node_name:
+        if uid in self._pod_tasks:
+            self._resync_if_needed(pod)
+            return
+        if not spec.get("resourceClaims") or not node_name:
             return
         key = f"{metadata['namespace']}/{metadata['name']}"
         self._pod_tasks[uid] = asyncio.create_task(self._run_pod(key, uid), name=f"sim-pod-{key}")
@@ -236,6 +254,7 @@ class Simulator:
             log.warning("Clean-up after pod deletion failed", extra={"pod": uid, "err": str(error)})
         finally:
             self.context.forget_pod(uid)
+            self._resync_backoff.forget(uid)
 
     # -- per pod --------------------------------------------------------------------------
 
@@ -279,8 +298,7 @@ class Simulator:
                     continue
             break
         if classification.role is PodRole.GENERIC:
-            if not is_pod_ready(pod):
-                await self.plugin.start_generic(pod)
+            await self.plugin.start_generic(pod)
         elif classification.role is PodRole.INVALID:
             await ctx.report(
                 pod, "Warning", "FailedPrepareDynamicResources", classification.message
@@ -293,6 +311,51 @@ class Simulator:
                 daemon = FakeImexDaemon(ctx, pod, classification.domain_id)
                 self._daemons[uid] = daemon
             await daemon.run()
+
+    # -- readiness write-back -------------------------------------------------------------
+
+    def _wanted_ready(self, uid: str) -> bool | None:
+        """What the simulator decided the pod's readiness is; None if it has not decided."""
+        daemon = self._daemons.get(uid)
+        if daemon is not None:
+            return daemon.wants_ready
+        return True if uid in self.plugin.released else None
+
+    def _resync_if_needed(self, pod: Obj) -> None:
+        """Write a managed pod's status back when its readiness disagrees with ours."""
+        uid = pod["metadata"].get("uid", "")
+        wanted = self._wanted_ready(uid)
+        if wanted is None or uid in self._resyncing:
+            return
+        node = self.context.node((pod.get("spec") or {}).get("nodeName") or "")
+        if not needs_ready_resync(pod, node, wanted_ready=wanted):
+            return
+        self._resyncing.add(uid)
+        key = f"{pod['metadata']['namespace']}/{pod['metadata']['name']}"
+        self._spawn(self._resync(key, uid))
+
+    async def _resync(self, key: str, uid: str) -> None:
+        try:
+            delay = self._resync_backoff.delay(uid, self.clock.now())
+            if delay:
+                await self.clock.sleep(delay)
+            daemon = self._daemons.get(uid)
+            if daemon is not None:
+                wrote = await daemon.resync_status()
+            else:
+                wrote = await self.plugin.resync_status(key)
+            if wrote:
+                self._resync_backoff.record(uid, self.clock.now())
+        except Exception:
+            # A refused write would be refused again at once: back off before the next try.
+            log.exception("Pod status write-back failed", extra={"pod": key})
+            self._resync_backoff.record(uid, self.clock.now())
+        finally:
+            self._resyncing.discard(uid)
+        # A change seen while we were busy was skipped: look once more at the latest pod.
+        pod = self.context.pod(key)
+        if pod is not None and pod["metadata"].get("uid") == uid:
+            self._resync_if_needed(pod)
 
     # -- node faults ----------------------------------------------------------------------
 

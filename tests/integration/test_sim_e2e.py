@@ -730,3 +730,42 @@ async def test_crashed_daemon_restarts_with_a_new_ip_and_keeps_its_index(
                 lambda n: labels(n).get(c.CD_LABEL) != domain.uid,
                 what="label removed",
             )
+
+
+async def mark_not_ready(client: KubeClient, name: str, namespace: str) -> None:
+    """Flip only the Ready condition through pods/status, as the node lifecycle controller's
+    MarkPodsNotReady does when a node's heartbeat is late."""
+    pod = await client.get(PODS, name, namespace)
+    for condition in pod["status"]["conditions"]:
+        if condition["type"] == "Ready":
+            condition["status"] = "False"
+    await client.replace(PODS, pod, namespace, subresource="status")
+
+
+async def test_pods_marked_not_ready_by_someone_else_are_written_back_ready(
+    kube: KubeClient, namespace: str, start_simulator: Callable[..., Any], fabric_nodes: list[str]
+) -> None:
+    await start_simulator()
+    node_name = await free_node(kube, fabric_nodes)
+    domain = await Domain.create(kube, namespace)
+    try:
+        await domain.start_workload("worker-0", node_name)
+        await wait_for(
+            kube, PODS, "worker-0", pod_ready, namespace=namespace, what="workload Ready"
+        )
+        daemon_name = (await domain.daemon_pod_on(node_name))["metadata"]["name"]
+        await wait_for(kube, PODS, daemon_name, pod_ready, namespace=namespace, what="daemon")
+
+        for name in (daemon_name, "worker-0"):
+            await mark_not_ready(kube, name, namespace)
+            pod = await wait_for(
+                kube, PODS, name, pod_ready, namespace=namespace, what=f"{name} Ready again"
+            )
+            assert pod["status"]["phase"] == "Running"
+            (container,) = pod["status"]["containerStatuses"]
+            assert container["ready"] is True
+            assert container["restartCount"] == 0, "a write-back is not a restart"
+    finally:
+        with contextlib.suppress(ApiError):
+            await kube.delete(PODS, "worker-0", namespace)
+        await drop_label(kube, node_name, domain.uid)
