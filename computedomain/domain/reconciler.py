@@ -84,6 +84,10 @@ def _ref(obj: Mapping[str, Any], res: Resource) -> dict[str, Any]:
     return ref
 
 
+def _node_ref(name: str) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}}
+
+
 def _finalizer_remove_patch(obj: Mapping[str, Any]) -> list[dict[str, Any]] | None:
     finalizers = list(_meta(obj).get("finalizers") or [])
     if c.FINALIZER not in finalizers:
@@ -438,6 +442,7 @@ class ComputeDomainReconciler:
     ) -> None:
         old_nodes = {n.name: n for n in (cd.status.nodes or [])} if cd.status else {}
         new_nodes = {n.name: n for n in nodes}
+        # `related` names the Node, so each node's join or leave is its own event series.
         for name in sorted(new_nodes.keys() - old_nodes.keys()):
             self._recorder.record(
                 obj,
@@ -445,9 +450,12 @@ class ComputeDomainReconciler:
                 "NodeJoined",
                 "Join",
                 f"Node {name} joined (clique {new_nodes[name].clique_id or 'none'})",
+                related=_node_ref(name),
             )
         for name in sorted(old_nodes.keys() - new_nodes.keys()):
-            self._recorder.record(obj, "Normal", "NodeLeft", "Leave", f"Node {name} left")
+            self._recorder.record(
+                obj, "Normal", "NodeLeft", "Leave", f"Node {name} left", related=_node_ref(name)
+            )
         old = {x.type: x for x in before}
         for new in after:
             prior = old.get(new.type)

@@ -22,6 +22,7 @@ import pytest
 from kubernetes_asyncio.client import ApiClient
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from computedomain.api.constants import DAEMON_SERVICE_ACCOUNT
 from computedomain.devcluster.assets import AssetsUnavailableError, find_assets
 from computedomain.devcluster.clients import (
     api_client_from_kubeconfig,
@@ -30,6 +31,8 @@ from computedomain.devcluster.clients import (
 from computedomain.devcluster.controlplane import ControlPlane, use_existing_cluster
 from computedomain.devcluster.crds import CRD_DIR, apply_crds
 from computedomain.devcluster.rest import eventually, request_json
+from computedomain.runtime.client import KubeClient
+from computedomain.runtime.resources import NAMESPACES, SERVICE_ACCOUNTS
 from computedomain.sim.fleet import FleetSpec, build_nodes, create_fleet, wait_nodes_ready
 
 TEST_FLEET = FleetSpec(racks=4, non_fabric=2, seed=1)
@@ -176,3 +179,25 @@ async def sa_api_client(
     finally:
         for client in made:
             await client.close()
+
+
+@pytest.fixture
+async def kube(api_client: ApiClient) -> KubeClient:
+    """Our own runtime client over the admin ApiClient."""
+    return KubeClient.from_api_client(api_client)
+
+
+@pytest.fixture
+async def driver_namespace(kube: KubeClient) -> AsyncIterator[str]:
+    """A fresh driver namespace holding the daemon ServiceAccount, as NVIDIA's chart makes it
+    (without it the DaemonSet cannot create daemon pods)."""
+    body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"generateName": "driver-"}}
+    name = (await kube.create(NAMESPACES, body))["metadata"]["name"]
+    account = {
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": {"name": DAEMON_SERVICE_ACCOUNT},
+    }
+    await kube.create(SERVICE_ACCOUNTS, account, name)
+    yield name
+    await kube.delete(NAMESPACES, name)

@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kubernetes_asyncio.client import ApiClient
 
 from computedomain.api import constants as c
 from computedomain.domain.caches import CLIQUES, COMPUTE_DOMAINS
@@ -24,27 +23,6 @@ from tests.integration.controller_harness import (
 )
 
 LABEL_PATH = "/metadata/labels/" + c.CD_LABEL.replace("/", "~1")
-
-
-@pytest.fixture
-async def kube(api_client: ApiClient) -> KubeClient:
-    return KubeClient.from_api_client(api_client)
-
-
-@pytest.fixture
-async def driver_namespace(kube: KubeClient) -> AsyncIterator[str]:
-    body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"generateName": "driver-"}}
-    created = await kube.create(r.NAMESPACES, body)
-    name = created["metadata"]["name"]
-    # NVIDIA's chart creates the daemon ServiceAccount; without it the DS cannot make pods.
-    sa = {
-        "apiVersion": "v1",
-        "kind": "ServiceAccount",
-        "metadata": {"name": c.DAEMON_SERVICE_ACCOUNT},
-    }
-    await kube.create(r.SERVICE_ACCOUNTS, sa, name)
-    yield name
-    await kube.delete(r.NAMESPACES, name)
 
 
 @pytest.fixture

@@ -20,7 +20,6 @@ from typing import Any
 
 import aiohttp
 import pytest
-from kubernetes_asyncio.client import ApiClient
 from prometheus_client.parser import text_string_to_metric_families
 
 from computedomain.api import constants as c
@@ -101,26 +100,6 @@ class Replica:
 
 
 Launcher = Callable[[str], Awaitable[Replica]]
-
-
-@pytest.fixture
-async def kube(api_client: ApiClient) -> KubeClient:
-    return KubeClient.from_api_client(api_client)
-
-
-@pytest.fixture
-async def driver_namespace(kube: KubeClient) -> AsyncIterator[str]:
-    body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"generateName": "driver-"}}
-    name = (await kube.create(r.NAMESPACES, body))["metadata"]["name"]
-    # NVIDIA's chart creates the daemon ServiceAccount; without it the DS cannot make pods.
-    sa = {
-        "apiVersion": "v1",
-        "kind": "ServiceAccount",
-        "metadata": {"name": c.DAEMON_SERVICE_ACCOUNT},
-    }
-    await kube.create(r.SERVICE_ACCOUNTS, sa, name)
-    yield name
-    await kube.delete(r.NAMESPACES, name)
 
 
 @pytest.fixture

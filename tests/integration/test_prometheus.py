@@ -13,7 +13,7 @@ import os
 import shutil
 import socket
 import subprocess
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -160,25 +160,6 @@ async def wait_ready(prom: RunningPrometheus, session: aiohttp.ClientSession) ->
                     if response.status == 200:
                         return
             await asyncio.sleep(0.2)
-
-
-@pytest.fixture
-async def kube(api_client: ApiClient) -> KubeClient:
-    return KubeClient.from_api_client(api_client, field_manager="prometheus-test")
-
-
-@pytest.fixture
-async def driver_namespace(kube: KubeClient) -> AsyncIterator[str]:
-    body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"generateName": "prom-driver-"}}
-    name: str = (await kube.create(r.NAMESPACES, body))["metadata"]["name"]
-    sa = {
-        "apiVersion": "v1",
-        "kind": "ServiceAccount",
-        "metadata": {"name": c.DAEMON_SERVICE_ACCOUNT},
-    }
-    await kube.create(r.SERVICE_ACCOUNTS, sa, name)
-    yield name
-    await kube.delete(r.NAMESPACES, name)
 
 
 async def free_fabric_node(kube: KubeClient, fleet_nodes: list[str]) -> str:

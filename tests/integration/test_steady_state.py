@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kubernetes_asyncio.client import ApiClient
 
 from computedomain.api import constants as c
 from computedomain.devcluster.rest import eventually
@@ -30,26 +29,6 @@ from tests.integration.controller_harness import (
 DOMAINS = 30
 JOINED = 2  # of which this many get one Ready IMEX daemon each
 QUIET_WINDOW = 60.0
-
-
-@pytest.fixture
-async def kube(api_client: ApiClient) -> KubeClient:
-    return KubeClient.from_api_client(api_client)
-
-
-@pytest.fixture
-async def driver_namespace(kube: KubeClient) -> AsyncIterator[str]:
-    body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"generateName": "driver-"}}
-    name = (await kube.create(r.NAMESPACES, body))["metadata"]["name"]
-    # NVIDIA's chart creates the daemon ServiceAccount; without it the DS cannot make pods.
-    sa = {
-        "apiVersion": "v1",
-        "kind": "ServiceAccount",
-        "metadata": {"name": c.DAEMON_SERVICE_ACCOUNT},
-    }
-    await kube.create(r.SERVICE_ACCOUNTS, sa, name)
-    yield name
-    await kube.delete(r.NAMESPACES, name)
 
 
 @pytest.fixture
