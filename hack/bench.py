@@ -911,7 +911,7 @@ def report(results: dict[str, Any]) -> str:
                 f"Idle: writes in {idle['window_s']:.0f} s ({idle['nodes_heartbeating']} nodes)",
                 f"{idle['writes']:.0f} (GETs {idle['gets']:.0f})",
                 "0",
-                "status rewrite every 2 s per CD",
+                "2 s poll; writes only on change",
             )
         )
     mem = results.get("memory", {})
