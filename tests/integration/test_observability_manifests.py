@@ -46,6 +46,11 @@ def installed(control_plane: ControlPlane) -> Iterator[subprocess.CompletedProce
     the CRDs other tests share, and waits for the namespace to go."""
     kubeconfig = control_plane.kubeconfig
     result = kubectl(kubeconfig, "apply", "-k", str(ROOT / "manifests" / "default"))
+    # The shipped namespace enforces baseline (NVIDIA's daemon pods live there too). Enforce
+    # restricted and recreate the controller pods, so admission judges them by restricted.
+    kubectl(kubeconfig, "label", "namespace", NAMESPACE, "--overwrite",
+            "pod-security.kubernetes.io/enforce=restricted")  # fmt: skip
+    kubectl(kubeconfig, "delete", "pods", "-n", NAMESPACE, "-l", SELECTOR, "--wait=true")
     try:
         yield result
     finally:
