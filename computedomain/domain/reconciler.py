@@ -241,6 +241,9 @@ class ComputeDomainReconciler:
         try:
             created = await self._client.create(res, body, namespace)
         except ApiError as err:
+            if err.is_forbidden and "being terminated" in err.message:
+                # The namespace is going away; its deletion reaches this CD next, not an error.
+                return ChildState(ChildStatus.MISSING, f"namespace {namespace} is being deleted")
             if not err.is_already_exists:
                 raise
             current = await self._client.get(res, name, namespace)
