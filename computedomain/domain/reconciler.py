@@ -165,18 +165,21 @@ class ComputeDomainReconciler:
     ) -> tuple[dict[str, ChildState], float | None]:
         uid = cd.metadata.uid
         s = self._settings
+        driver_ns = s.daemon.driver_namespace
+        name = c.daemon_name(uid)
         states: dict[str, ChildState] = {}
         requeue: float | None = None
 
-        # Children are found by the CD-UID label (the index covers our deterministic names and
-        # objects an older controller made with generateName); never create a second one.
+        # Any DaemonSet labelled with this UID in a managed namespace serves, including one made
+        # by an older controller with generateName; never create a second one.
+        daemon_rct_cached = self._caches.claim_templates.store.get(f"{driver_ns}/{name}")
         existing_rcts = [
             rct
             for rct in self._caches.claim_templates.store.by_index(BY_CD, uid)
             if _label(rct, c.TARGET_LABEL) == c.TARGET_DAEMON
             and _meta(rct).get("namespace") in s.managed_namespaces
         ]
-        if existing_rcts:
+        if existing_rcts or (daemon_rct_cached and _label(daemon_rct_cached, c.CD_LABEL) == uid):
             states["daemonClaimTemplate"] = ChildState(ChildStatus.OK)
         else:
             states["daemonClaimTemplate"] = await self._create_child(
