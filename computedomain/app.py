@@ -153,6 +153,12 @@ class ControllerProcess:
                 add=router.on_node, update=router.on_node_update, delete=router.on_node_delete
             )
         )
+        # Updates of the ServiceAccount change nothing we report.
+        self.caches.service_accounts.add_handler(
+            FunctionHandler(
+                add=router.on_daemon_service_account, delete=router.on_daemon_service_account
+            )
+        )
 
     async def run(self, stop: asyncio.Event) -> None:
         await self.server.start()

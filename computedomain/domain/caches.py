@@ -114,6 +114,8 @@ class Caches:
     daemon_pods: list[Informer]
     cliques: list[Informer]
     nodes: Informer
+    # The daemon ServiceAccount in the driver namespace, by name (#586: Helm owns it).
+    service_accounts: Informer
 
     @property
     def all(self) -> list[Informer]:
@@ -124,6 +126,7 @@ class Caches:
             *self.daemon_pods,
             *self.cliques,
             self.nodes,
+            self.service_accounts,
         ]
 
     @property
@@ -150,6 +153,10 @@ class Caches:
     def cliques_of(self, uid: str) -> list[dict[str, Any]]:
         return [cl for inf in self.cliques for cl in inf.store.by_index(BY_CD, uid)]
 
+    def daemon_service_account_exists(self) -> bool:
+        ns = self.service_accounts.namespace
+        return self.service_accounts.store.get(f"{ns}/{c.DAEMON_SERVICE_ACCOUNT}") is not None
+
     def known_uids(self) -> set[str]:
         return {uid for cd in self.cds.list() if (uid := (cd.get("metadata") or {}).get("uid"))}
 
@@ -171,6 +178,7 @@ class Caches:
 
 
 def build_caches(client: KubeClient, managed_namespaces: Iterable[str]) -> Caches:
+    """The first managed namespace is the driver namespace."""
     namespaces = list(managed_namespaces)
     return Caches(
         compute_domains=Informer(
@@ -229,5 +237,13 @@ def build_caches(client: KubeClient, managed_namespaces: Iterable[str]) -> Cache
             transform=trim_node,
             indexers={BY_CD: _by_cd_label, BY_GPU_CLIQUE: _by_gpu_clique},
             name="nodes",
+        ),
+        service_accounts=Informer(
+            client,
+            r.SERVICE_ACCOUNTS,
+            namespace=namespaces[0],
+            field_selector=f"metadata.name={c.DAEMON_SERVICE_ACCOUNT}",
+            transform=strip_managed_fields,
+            name=f"serviceaccounts/{namespaces[0]}",
         ),
     )

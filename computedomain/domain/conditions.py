@@ -4,7 +4,8 @@ Upstream's global status is Ready with zero nodes (#767) and never says why a do
 (#289). Our conditions (positive polarity, in status.conditions) do:
 
 - ``Ready``: at least one daemon joined, every daemon ready, numNodes reached, children fine.
-- ``ChildrenReady``: the daemon RCT, the DaemonSet and the workload RCT exist and are ours.
+- ``ChildrenReady``: the daemon RCT, the DaemonSet and the workload RCT exist and are ours, and
+  the daemon ServiceAccount the DaemonSet names exists (#586: it comes with NVIDIA's chart).
 - ``DaemonsReady``: every daemon pod of the domain has joined and is ready.
 - ``SingleClique``: the domain's nodes lie in one NVLink clique (IMEX spans no more, #804).
 - ``ExclusiveClique``: no other domain uses the same clique (#892).
@@ -34,6 +35,11 @@ WARNING_CONDITIONS = frozenset(
         c.CONDITION_EXCLUSIVE_CLIQUE,
     }
 )
+
+# The daemon ServiceAccount is missing; Ready repeats this verdict, so its event comes from
+# Ready alone (one Warning per transition, not two).
+DAEMON_SA_MISSING = "DaemonServiceAccountMissing"
+REPORTED_BY_READY = frozenset({DAEMON_SA_MISSING})
 
 # How many nodes or pods a message names before summarising the rest.
 _MAX_LISTED = 5
@@ -75,6 +81,8 @@ class DomainView:
     # Clique → other CDs (namespace/name) using nodes of that clique.
     shared_cliques: Mapping[str, Collection[str]] = field(default_factory=dict)
     deleting: bool = False
+    # namespace/name of the daemon ServiceAccount when it does not exist; None when it does.
+    missing_service_account: str | None = None
 
 
 def set_condition(
@@ -128,6 +136,14 @@ def _children_verdict(view: DomainView) -> _Verdict:
     ]
     if foreign:
         return _Verdict(FALSE, "ForeignObject", "; ".join(foreign))
+    if view.missing_service_account:
+        return _Verdict(
+            FALSE,
+            DAEMON_SA_MISSING,
+            f"ServiceAccount {view.missing_service_account} does not exist: the daemon "
+            "DaemonSet cannot create daemon pods until it does (NVIDIA's Helm chart or "
+            "manifests/rbac installs it)",
+        )
     pending = [
         f"{_CHILD_NAMES.get(k, k)} {s.status.value.lower()}"
         + (f" ({s.message})" if s.message else "")
@@ -196,8 +212,8 @@ def _ready_verdict(view: DomainView, children: _Verdict, daemons: _Verdict) -> _
             else ""
         )
         return _Verdict(FALSE, "Deleting", f"The ComputeDomain is being deleted{detail}")
-    if children.reason == "ForeignObject":
-        return _Verdict(FALSE, "ForeignObject", children.message)
+    if children.reason in ("ForeignObject", DAEMON_SA_MISSING):
+        return _Verdict(FALSE, children.reason, children.message)
     if children.status != TRUE:
         return _Verdict(FALSE, "ChildrenNotReady", children.message)
     if not view.nodes and not view.pods:

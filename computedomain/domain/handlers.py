@@ -77,6 +77,12 @@ class EventRouter:
     def on_clique_update(self, old: Mapping[str, Any], new: Mapping[str, Any]) -> None:
         self._for_uids(set(cd_uids_of_clique(old)) | set(cd_uids_of_clique(new)))
 
+    # Daemon ServiceAccount ---------------------------------------------------
+    def on_daemon_service_account(self, obj: Mapping[str, Any]) -> None:
+        """Appeared or vanished: every CD's ChildrenReady depends on it (#586)."""
+        for cd in self._caches.cds.list():
+            self._enqueue(cd_key(cd))
+
     # Nodes -----------------------------------------------------------------
     def on_node(self, obj: Mapping[str, Any]) -> None:
         self._node_changed(None, obj)

@@ -339,6 +339,11 @@ class ComputeDomainReconciler:
             cliques=frozenset(spanned),
             shared_cliques={k: frozenset(v) for k, v in shared.items()},
             deleting=deleting,
+            missing_service_account=(
+                None
+                if self._caches.daemon_service_account_exists()
+                else f"{self._settings.daemon.driver_namespace}/{c.DAEMON_SERVICE_ACCOUNT}"
+            ),
         )
         return view, nodes, legacy
 
@@ -464,7 +469,11 @@ class ComputeDomainReconciler:
             prior = old.get(new.type)
             if prior is not None and prior.status == new.status and prior.reason == new.reason:
                 continue
-            warn = new.status == "False" and new.type in cond.WARNING_CONDITIONS
+            warn = (
+                new.status == "False"
+                and new.type in cond.WARNING_CONDITIONS
+                and new.reason not in cond.REPORTED_BY_READY
+            )
             if new.type == "Ready" or warn:
                 # Waiting for a workload is where every new CD starts: not a warning.
                 healthy = new.status == "True" or new.reason == "WaitingForWorkload"

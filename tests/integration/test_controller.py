@@ -472,3 +472,70 @@ async def test_domain_without_spec_is_reported_not_crashed_on(
     )
     assert "resourceClaimTemplate.name is not set" in condition(cd, "ChildrenReady")["message"]
     assert condition(cd, "Ready")["status"] == "False"
+
+async def test_missing_daemon_service_account_is_reported_and_recovers(
+    kube: KubeClient, controllers: ControllerFactory, namespace: str, driver_namespace: str
+) -> None:
+    """#586: Helm owns the daemon SA. Without it no daemon pod can start, and the CDs say so
+    (one Warning each), then recover when it is back, all without a restart."""
+    sa = c.DAEMON_SERVICE_ACCOUNT
+    missing = "DaemonServiceAccountMissing"
+
+    def reason_is(kind: str, want: str) -> Any:
+        return lambda o: condition(o, kind).get("reason") == want
+
+    running = await controllers.start()
+    # A CD reconciled while the SA exists must flip when it vanishes: the SA watch requeues it.
+    await create_cd(kube, namespace, "before", rct_name="before-channel")
+    await watch_until(
+        kube, COMPUTE_DOMAINS, "before", namespace, reason_is("Ready", "WaitingForWorkload")
+    )
+    await kube.delete(r.SERVICE_ACCOUNTS, sa, driver_namespace)
+    try:
+        await watch_until(kube, r.SERVICE_ACCOUNTS, sa, driver_namespace, lambda o: o is None)
+        await create_cd(kube, namespace, "no-sa", rct_name="no-sa-channel")
+        for name in ("no-sa", "before"):
+            cd = await watch_until(
+                kube,
+                COMPUTE_DOMAINS,
+                name,
+                namespace,
+                reason_is("ChildrenReady", missing),
+                what=f"{name}: ChildrenReady {missing}",
+            )
+            children = condition(cd, "ChildrenReady")
+            assert children["status"] == "False"
+            assert f"{driver_namespace}/{sa}" in children["message"]
+            assert "cannot create daemon pods" in children["message"]
+            ready = condition(cd, "Ready")
+            assert (ready["status"], ready["reason"]) == ("False", missing)
+    finally:
+        try:
+            body = {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": sa}}
+            await kube.create(r.SERVICE_ACCOUNTS, body, driver_namespace)
+        except ApiError as err:
+            if not err.is_already_exists:
+                raise
+
+    for name in ("no-sa", "before"):
+        cd = await watch_until(
+            kube,
+            COMPUTE_DOMAINS,
+            name,
+            namespace,
+            lambda o: condition(o, "ChildrenReady").get("status") == "True",
+            what=f"{name}: ChildrenReady True again",
+        )
+        assert condition(cd, "Ready")["reason"] == "WaitingForWorkload"
+
+    # The recovery events were queued after the warnings; once written, so were any repeats.
+    await running.process.recorder.wait_idle()
+    events = (await kube.list(r.EVENTS, namespace=namespace))["items"]
+    for name in ("no-sa", "before"):
+        warnings = [
+            e
+            for e in events
+            if e["regarding"]["name"] == name and e["reason"] == missing and e["type"] == "Warning"
+        ]
+        assert len(warnings) == 1, warnings
+        assert (warnings[0].get("series") or {}).get("count", 1) == 1

@@ -211,6 +211,46 @@ def test_children_ready() -> None:
     assert "daemon ResourceClaimTemplate missing" in got.message
 
 
+SA = f"nvidia/{c.DAEMON_SERVICE_ACCOUNT}"
+
+
+def test_missing_daemon_service_account_blocks_children_and_ready() -> None:
+    # Even a domain whose daemons all joined: without the SA no new daemon pod can start.
+    domain = view(nodes=(node("n1"),), pods=(pod("n1"),), missing_service_account=SA)
+    conds = by_type(conditions_for(domain, 1, T0))
+    for kind in ("ChildrenReady", "Ready"):
+        got = conds[kind]
+        assert (got.status, got.reason) == ("False", "DaemonServiceAccountMissing"), kind
+        assert f"ServiceAccount {SA} does not exist" in got.message
+        assert "cannot create daemon pods" in got.message
+    assert conds["DaemonsReady"].status == "True"
+
+
+def test_missing_daemon_service_account_verdict_is_stable_and_recovers() -> None:
+    missing = view(missing_service_account=SA)
+    first = conditions_for(missing, 1, T0)
+    again = conditions_for(missing, 1, T1, first)
+    assert [x.to_dict() for x in again] == [x.to_dict() for x in first]  # nothing to write
+    back = by_type(conditions_for(view(), 1, T1, first))
+    assert (back["ChildrenReady"].status, back["ChildrenReady"].last_transition_time) == (
+        "True",
+        T1,
+    )
+    assert back["Ready"].reason == "WaitingForWorkload"
+
+
+def test_missing_daemon_service_account_ranks_after_foreign_and_deletion() -> None:
+    foreign = {**OK_CHILDREN, "daemonSet": ChildState(ChildStatus.FOREIGN, "DS not ours")}
+    got = by_type(conditions_for(view(children=foreign, missing_service_account=SA), 1, T0))
+    assert got["ChildrenReady"].reason == "ForeignObject"
+    deleting = view(deleting=True, missing_service_account=SA)
+    assert by_type(conditions_for(deleting, 1, T0))["Ready"].reason == "Deleting"
+    # Before pending children: a DaemonSet being created cannot help without the SA.
+    creating = {**OK_CHILDREN, "daemonSet": ChildState(ChildStatus.CREATING)}
+    got = by_type(conditions_for(view(children=creating, missing_service_account=SA), 1, T0))
+    assert got["ChildrenReady"].reason == "DaemonServiceAccountMissing"
+
+
 @pytest.mark.parametrize(
     ("nodes", "cliques", "status", "reason"),
     [

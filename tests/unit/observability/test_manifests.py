@@ -29,6 +29,7 @@ EXPECTED_NAMESPACE_RULES = {
     ("apps", "daemonsets"): {"get", "list", "watch", "create", "delete", "patch"},
     ("resource.nvidia.com", "computedomaincliques"): {"list", "watch", "update"},
     ("", "pods"): {"list", "watch"},
+    ("", "serviceaccounts"): {"list", "watch"},  # the daemon SA's presence (#586)
 }
 EXPECTED_LEADER_RULES = {("coordination.k8s.io", "leases"): {"get", "create", "update"}}
 
