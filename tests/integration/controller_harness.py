@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -16,13 +16,12 @@ from computedomain.app import ControllerProcess, run_controller
 from computedomain.config import parse_settings
 from computedomain.domain.caches import COMPUTE_DOMAINS
 from computedomain.observability.logging import configure_logging
-from computedomain.runtime.client import ApiError, KubeClient
+from computedomain.runtime.client import KubeClient
 from computedomain.runtime.resources import Resource
+from tests.integration.waiting import Predicate, watch_object
 
 TEST_IMAGE = "nvcr.io/nvidia/k8s-dra-driver-gpu:v0.4.0"
 WRITE_METHODS = ("POST", "PUT", "PATCH", "DELETE")
-
-Predicate = Callable[[dict[str, Any] | None], bool]
 
 
 @dataclass
@@ -104,48 +103,10 @@ async def watch_until(
     timeout: float = 30.0,
     what: str = "",
 ) -> dict[str, Any] | None:
-    """GET, then WATCH from that resourceVersion until `predicate(obj)` holds (obj is None
-    once deleted). Raises TimeoutError naming `what` and the last state seen."""
-    last: dict[str, Any] | None = None
-
-    async def run() -> dict[str, Any] | None:
-        nonlocal last
-        while True:
-            try:
-                last = await client.get(res, name, namespace)
-                rv = last["metadata"]["resourceVersion"]
-            except ApiError as err:
-                if not err.is_not_found:
-                    raise
-                last = None
-                listing = await client.list(res, namespace=namespace)
-                rv = listing["metadata"]["resourceVersion"]
-            if predicate(last):
-                return last
-            async for event_type, obj in client.watch(
-                res,
-                namespace=namespace,
-                field_selector=f"metadata.name={name}",
-                resource_version=rv,
-                timeout_seconds=60,
-            ):
-                if event_type == "BOOKMARK":
-                    continue
-                last = None if event_type == "DELETED" else obj
-                if predicate(last):
-                    return last
-
-    try:
-        return await asyncio.wait_for(run(), timeout)
-    except TimeoutError:
-        raise TimeoutError(f"timed out waiting for {what or name}; last seen: {last}") from None
-
-
-def condition(obj: Mapping[str, Any] | None, ctype: str) -> Mapping[str, Any]:
-    for cond in ((obj or {}).get("status") or {}).get("conditions") or []:
-        if cond.get("type") == ctype:
-            return dict(cond)
-    return {}
+    """Until `predicate(obj)` holds for the object `name` (None once it is gone)."""
+    return await watch_object(
+        client, res, name, predicate, namespace=namespace, within=timeout, what=what
+    )
 
 
 async def create_cd(

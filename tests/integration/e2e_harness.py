@@ -23,75 +23,12 @@ from computedomain.sim.faults import DelayRange, FaultSettings
 from computedomain.sim.fleet import RACK_LABEL
 from computedomain.sim.simulator import Simulator
 from tests.integration.controller_harness import ControllerFactory, RunningController
+from tests.integration.waiting import Objects, watch_objects
 
 STATEFULSETS = Resource("apps", "v1", "statefulsets", "StatefulSet", namespaced=True)
 WORKLOAD_LABEL = "e2e.computedomain.dev/workload"
 WORKLOAD_IMAGE = "registry.k8s.io/pause:3.10"
 FAST_DAEMONS = DelayRange(0.1, 0.5)
-
-Objects = dict[str, dict[str, Any]]
-
-
-async def watch_objects(
-    kube: KubeClient,
-    res: Resource,
-    check: Callable[[Objects], Any],
-    *,
-    namespace: str | None = None,
-    label_selector: str | None = None,
-    field_selector: str | None = None,
-    within: float = 60.0,
-    what: str = "",
-) -> Any:
-    """List+watch until ``check(objects by name)`` is truthy, and return that value."""
-    objects: Objects = {}
-    try:
-        async with asyncio.timeout(within):
-            while True:
-                listing = await kube.list(
-                    res, namespace, label_selector=label_selector, field_selector=field_selector
-                )
-                objects = {o["metadata"]["name"]: o for o in listing["items"]}
-                if result := check(objects):
-                    return result
-                with contextlib.suppress(ApiError):  # 410: list again
-                    async for kind, obj in kube.watch(
-                        res,
-                        namespace,
-                        label_selector=label_selector,
-                        field_selector=field_selector,
-                        resource_version=listing["metadata"]["resourceVersion"],
-                        timeout_seconds=int(within) + 5,
-                    ):
-                        if kind == "BOOKMARK":
-                            continue
-                        if kind == "DELETED":
-                            objects.pop(obj["metadata"]["name"], None)
-                        else:
-                            objects[obj["metadata"]["name"]] = obj
-                        if result := check(objects):
-                            return result
-    except TimeoutError:
-        summary = {name: _summary(obj) for name, obj in objects.items()}
-        raise AssertionError(f"timed out waiting for {what}; last seen: {summary}") from None
-
-
-def _summary(obj: Mapping[str, Any]) -> Any:
-    # Enough to debug a timeout without pages of managedFields.
-    if obj.get("kind") == "Event" or "regarding" in obj:
-        return (obj.get("regarding", {}).get("kind"), obj.get("reason"), obj.get("note"))
-    return {k: obj.get(k) for k in ("status", "daemons") if k in obj} or obj.get("metadata")
-
-
-def labels(obj: Mapping[str, Any] | None) -> dict[str, str]:
-    return dict(((obj or {}).get("metadata") or {}).get("labels") or {})
-
-
-def condition(obj: Mapping[str, Any] | None, ctype: str) -> dict[str, Any]:
-    for cond in ((obj or {}).get("status") or {}).get("conditions") or []:
-        if cond.get("type") == ctype:
-            return dict(cond)
-    return {}
 
 
 def status_nodes(cd: Mapping[str, Any] | None) -> dict[str, dict[str, Any]]:

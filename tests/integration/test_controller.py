@@ -17,10 +17,10 @@ from computedomain.runtime.client import ApiError, KubeClient
 from tests.integration.controller_harness import (
     TEST_IMAGE,
     ControllerFactory,
-    condition,
     create_cd,
     watch_until,
 )
+from tests.integration.waiting import condition
 
 LABEL_PATH = "/metadata/labels/" + c.CD_LABEL.replace("/", "~1")
 
@@ -379,7 +379,7 @@ async def test_deletion_removes_children_labels_and_finalizers_even_without_daem
     driver_namespace: str,
     fleet_nodes: list[str],
 ) -> None:
-    await controllers.start()
+    first = await controllers.start()
     cd = await create_cd(kube, namespace, "doomed")
     uid = cd["metadata"]["uid"]
     await _ready_children(kube, cd, driver_namespace)
@@ -387,12 +387,16 @@ async def test_deletion_removes_children_labels_and_finalizers_even_without_daem
     await _label_node(kube, node, uid)
 
     # The awkward case upstream hangs on: the DaemonSet removed by hand (finalizer and all).
+    # No controller runs meanwhile, or it would re-create the DaemonSet before the CD goes.
+    await first.shutdown()
+    controllers.running.clear()
     ds_name = c.daemon_name(uid)
     await kube.patch(r.DAEMONSETS, ds_name, {"metadata": {"finalizers": None}}, driver_namespace)
     await kube.delete(r.DAEMONSETS, ds_name, driver_namespace)
     await watch_until(kube, r.DAEMONSETS, ds_name, driver_namespace, lambda o: o is None)
-
     await kube.delete(COMPUTE_DOMAINS, "doomed", namespace)
+
+    await controllers.start()
     await watch_until(kube, COMPUTE_DOMAINS, "doomed", namespace, lambda o: o is None, timeout=60)
     for res, ns, name in (
         (r.RESOURCE_CLAIM_TEMPLATES, driver_namespace, ds_name),
@@ -472,6 +476,7 @@ async def test_domain_without_spec_is_reported_not_crashed_on(
     )
     assert "resourceClaimTemplate.name is not set" in condition(cd, "ChildrenReady")["message"]
     assert condition(cd, "Ready")["status"] == "False"
+
 
 async def test_missing_daemon_service_account_is_reported_and_recovers(
     kube: KubeClient, controllers: ControllerFactory, namespace: str, driver_namespace: str

@@ -22,14 +22,12 @@ from computedomain.sim.faults import FaultSettings
 from tests.integration.e2e_harness import (
     FAST_DAEMONS,
     EndToEnd,
-    condition,
     end_to_end,
-    labels,
     pod_running,
     status_nodes,
-    watch_objects,
     workload,
 )
+from tests.integration.waiting import condition, labels, watch_objects
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 

@@ -30,10 +30,10 @@ from computedomain.runtime.client import ApiError, KubeClient
 from tests.integration.controller_harness import (
     TEST_IMAGE,
     WRITE_METHODS,
-    condition,
     create_cd,
     watch_until,
 )
+from tests.integration.waiting import condition
 
 CONTROLLER_SCRIPT = Path(sys.executable).with_name("computedomain-controller")
 # The flag defaults, i.e. what a real install runs with.

@@ -30,6 +30,7 @@ from computedomain.runtime.resources import (
 from computedomain.sim.context import CLIQUES, COMPUTE_DOMAINS, SimSettings
 from computedomain.sim.faults import DelayRange, FaultSettings
 from computedomain.sim.simulator import Simulator
+from tests.integration.waiting import Predicate, labels, watch_object, watch_objects
 
 pytestmark = pytest.mark.integration
 
@@ -38,59 +39,9 @@ WORKLOAD_IMAGE = "registry.k8s.io/pause:3.10"
 GATES_ON = "ComputeDomainCliques=true,IMEXDaemonsWithDNSNames=true,"
 GATES_LEGACY = "ComputeDomainCliques=false,IMEXDaemonsWithDNSNames=true,"
 SIM_POD_NET = "10.200."
-Predicate = Callable[[dict[str, Any] | None], bool]
 
 
 # -- waiting on the API ------------------------------------------------------------------------
-
-
-async def watch_until(
-    client: KubeClient,
-    resource: Resource,
-    check: Callable[[dict[str, dict[str, Any]]], Any],
-    *,
-    namespace: str | None = None,
-    field_selector: str | None = None,
-    label_selector: str | None = None,
-    within: float = 60.0,
-    what: str = "",
-) -> Any:
-    """List+watch until ``check(objects by name)`` returns something truthy; return it."""
-    objects: dict[str, dict[str, Any]] = {}
-    try:
-        async with asyncio.timeout(within):
-            while True:
-                listing = await client.list(
-                    resource,
-                    namespace,
-                    label_selector=label_selector,
-                    field_selector=field_selector,
-                )
-                objects = {item["metadata"]["name"]: item for item in listing["items"]}
-                if result := check(objects):
-                    return result
-                try:
-                    async for kind, obj in client.watch(
-                        resource,
-                        namespace,
-                        label_selector=label_selector,
-                        field_selector=field_selector,
-                        resource_version=listing["metadata"]["resourceVersion"],
-                        timeout_seconds=int(within) + 5,
-                    ):
-                        if kind == "BOOKMARK":
-                            continue
-                        if kind == "DELETED":
-                            objects.pop(obj["metadata"]["name"], None)
-                        else:
-                            objects[obj["metadata"]["name"]] = obj
-                        if result := check(objects):
-                            return result
-                except ApiError as error:
-                    if error.status != 410:
-                        raise
-    except TimeoutError:
-        raise AssertionError(f"timed out waiting for {what}; last seen: {objects!r}") from None
 
 
 async def wait_for(
@@ -103,38 +54,16 @@ async def wait_for(
     within: float = 60.0,
     what: str = "",
 ) -> dict[str, Any]:
-    """Watch one object until ``predicate`` holds (it gets None while the object is absent).
-
-    Returns the object, or ``{}`` when the predicate was satisfied by its absence.
-    """
-    found: list[dict[str, Any] | None] = []
-
-    def check(objects: dict[str, dict[str, Any]]) -> bool:
-        obj = objects.get(name)
-        if predicate(obj):
-            found.append(obj)
-            return True
-        return False
-
-    await watch_until(
-        client,
-        resource,
-        check,
-        namespace=namespace,
-        field_selector=f"metadata.name={name}",
-        within=within,
-        what=what or name,
+    """The object once ``predicate`` holds, or ``{}`` when its absence satisfied it."""
+    found = await watch_object(
+        client, resource, name, predicate, namespace=namespace, within=within, what=what
     )
-    return found[-1] or {}
+    return found or {}
 
 
 def pod_ready(pod: dict[str, Any] | None) -> bool:
     conditions = ((pod or {}).get("status") or {}).get("conditions") or []
     return any(cond["type"] == "Ready" and cond["status"] == "True" for cond in conditions)
-
-
-def labels(obj: dict[str, Any] | None) -> dict[str, str]:
-    return ((obj or {}).get("metadata") or {}).get("labels") or {}
 
 
 def entry_for(entries: list[dict[str, Any]] | None, key: str, node: str) -> dict[str, Any] | None:
@@ -347,7 +276,7 @@ class Domain:
                 None,
             )
 
-        pod: dict[str, Any] = await watch_until(
+        pod: dict[str, Any] = await watch_objects(
             self.client,
             PODS,
             on_node,
