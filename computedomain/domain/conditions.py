@@ -36,10 +36,8 @@ WARNING_CONDITIONS = frozenset(
     }
 )
 
-# The daemon ServiceAccount is missing; Ready repeats this verdict, so its event comes from
-# Ready alone (one Warning per transition, not two).
+# The daemon ServiceAccount is missing (#586).
 DAEMON_SA_MISSING = "DaemonServiceAccountMissing"
-REPORTED_BY_READY = frozenset({DAEMON_SA_MISSING})
 
 # How many nodes or pods a message names before summarising the rest.
 _MAX_LISTED = 5

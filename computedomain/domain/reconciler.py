@@ -148,9 +148,18 @@ class ComputeDomainReconciler:
         patch = _finalizer_add_patch(obj)
         if patch is not None:
             # Finalizer first: no child may exist that a deletion would not clean up.
-            obj = await self._client.patch(
-                COMPUTE_DOMAINS, cd.metadata.name, patch, cd.metadata.namespace, patch_type="json"
-            )
+            try:
+                obj = await self._client.patch(
+                    COMPUTE_DOMAINS,
+                    cd.metadata.name,
+                    patch,
+                    cd.metadata.namespace,
+                    patch_type="json",
+                )
+            except ApiError as err:
+                if err.is_not_found:  # deleted since the cache saw it; the watch says so next
+                    return Result()
+                raise
             self._caches.cds.observe_write(obj)
             cd = ComputeDomain.model_validate(obj)
 
@@ -397,6 +406,8 @@ class ComputeDomainReconciler:
             if err.is_conflict:
                 # Someone (a legacy daemon) wrote in between; the watch event requeues us.
                 return Result(requeue=True)
+            if err.is_not_found:  # gone without our finalizer; orphan handling takes over
+                return Result()
             raise
         self._caches.cds.observe_write(written)
         self._emit_transitions(obj, cd, previous_conditions, conditions, nodes)
@@ -465,21 +476,22 @@ class ComputeDomainReconciler:
                 obj, "Normal", "NodeLeft", "Leave", f"Node {name} left", related=_node_ref(name)
             )
         old = {x.type: x for x in before}
+        # Ready often repeats a sub-condition's verdict word for word; one event says it.
+        recorded: set[tuple[str, str, str]] = set()
         for new in after:
             prior = old.get(new.type)
             if prior is not None and prior.status == new.status and prior.reason == new.reason:
                 continue
-            warn = (
-                new.status == "False"
-                and new.type in cond.WARNING_CONDITIONS
-                and new.reason not in cond.REPORTED_BY_READY
-            )
+            warn = new.status == "False" and new.type in cond.WARNING_CONDITIONS
             if new.type == "Ready" or warn:
                 # Waiting for a workload is where every new CD starts: not a warning.
                 healthy = new.status == "True" or new.reason == "WaitingForWorkload"
                 kind = "Normal" if healthy else "Warning"
                 reason = new.reason if new.status != "True" else "Ready"
-                self._recorder.record(obj, kind, reason, "Reconcile", new.message or new.reason)
+                note = new.message or new.reason
+                if (kind, reason, note) not in recorded:
+                    recorded.add((kind, reason, note))
+                    self._recorder.record(obj, kind, reason, "Reconcile", note)
 
     async def _prune_cliques(self, cd: ComputeDomain) -> float | None:
         """Drop clique entries whose node runs no daemon pod of this CD in that clique.

@@ -544,3 +544,31 @@ async def test_missing_daemon_service_account_is_reported_and_recovers(
         ]
         assert len(warnings) == 1, warnings
         assert (warnings[0].get("series") or {}).get("count", 1) == 1
+
+
+async def test_domain_deleted_before_its_first_reconcile_is_no_error(
+    kube: KubeClient, controllers: ControllerFactory, namespace: str
+) -> None:
+    """The cache can still hold a CD that was deleted (without our finalizer) a moment ago.
+    Adding the finalizer then meets a real 404: routine, not a reconcile error."""
+    running = await controllers.start()
+    cd = await create_cd(kube, namespace, "fleeting")
+    await watch_until(
+        kube, COMPUTE_DOMAINS, "fleeting", namespace, lambda o: c.FINALIZER in _finalizers(o)
+    )
+    # What the cache held before the controller's first write: the CD as created, now gone.
+    await kube.patch(COMPUTE_DOMAINS, "fleeting", {"metadata": {"finalizers": None}}, namespace)
+    await kube.delete(COMPUTE_DOMAINS, "fleeting", namespace)
+    await watch_until(kube, COMPUTE_DOMAINS, "fleeting", namespace, lambda o: o is None)
+    stale = {**cd, "metadata": {**cd["metadata"], "resourceVersion": "999999999"}}
+    cache = running.process.caches.cds
+    assert cache.observe_write(stale), "the stale copy must be what the reconciler reads"
+
+    result = await running.process.reconciler.reconcile(f"{namespace}/fleeting")
+
+    assert result.requeue_after is None
+    assert not result.requeue
+
+
+def _finalizers(obj: dict[str, Any] | None) -> list[str]:
+    return list(((obj or {}).get("metadata") or {}).get("finalizers") or [])
