@@ -184,6 +184,11 @@ class WorkQueue:
         return len(self._processing)
 
     @property
+    def delayed(self) -> int:
+        """Keys waiting for their add_after / backoff time."""
+        return len(self._delayed)
+
+    @property
     def shutting_down(self) -> bool:
         return self._shutting_down
 

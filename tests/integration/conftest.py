@@ -1,4 +1,5 @@
-"""Integration fixtures: one real control plane per test session, a namespace per test.
+"""Integration fixtures: one real control plane per test session (test_steady_state starts its
+own), a namespace per test.
 
 The control plane (etcd, kube-apiserver, KCM, scheduler, kwok) starts once, with the CRDs from
 ``crds/`` applied and a modest fake fleet (4 NVL72 racks + 2 non-fabric nodes). Binaries come
@@ -10,10 +11,8 @@ then a missing control plane fails the run.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import re
-import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
@@ -29,23 +28,12 @@ from computedomain.devcluster.clients import (
     service_account_api_client,
 )
 from computedomain.devcluster.controlplane import ControlPlane, use_existing_cluster
-from computedomain.devcluster.crds import CRD_DIR, apply_crds
 from computedomain.devcluster.rest import eventually, request_json
 from computedomain.runtime.client import KubeClient
 from computedomain.runtime.resources import NAMESPACES, SERVICE_ACCOUNTS
-from computedomain.sim.fleet import FleetSpec, build_nodes, create_fleet, wait_nodes_ready
+from tests.integration.cluster import STARTUP, fleet_node_names, run_control_plane
 
-TEST_FLEET = FleetSpec(racks=4, non_fabric=2, seed=1)
-# Start-up figures, shown in the terminal summary so every run reports them.
-_startup: dict[str, float] = {}
 SaClientFactory = Callable[[str, str], Awaitable[ApiClient]]
-
-
-def _control_plane_required() -> bool:
-    return (
-        os.environ.get("COMPUTEDOMAIN_REQUIRE_CONTROL_PLANE") == "1"
-        or os.environ.get("CI", "").lower() == "true"
-    )
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
@@ -65,45 +53,20 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    if _startup:
-        figures = ", ".join(f"{name} {secs:.1f}s" for name, secs in _startup.items())
+    if STARTUP:
+        figures = ", ".join(f"{name} {secs:.1f}s" for name, secs in STARTUP.items())
         terminalreporter.write_line(f"devcluster start-up: {figures}")
 
 
 @pytest.fixture(scope="session")
 def control_plane() -> Iterator[ControlPlane]:
-    try:
-        cp = ControlPlane.start(log=lambda line: print(f"devcluster: {line}"))
-    except AssetsUnavailableError as error:
-        if _control_plane_required():
-            pytest.fail(f"control plane binaries unavailable: {error}")
-        pytest.skip(f"no control-plane binaries found or built: {error}")
-    try:
-        _startup.update({f"control plane {k}": v for k, v in cp.timings.items()})
-        begin = time.monotonic()
-        asyncio.run(_prepare_cluster(cp))
-        _startup[f"CRDs + {TEST_FLEET.total_nodes} Ready fleet nodes"] = round(
-            time.monotonic() - begin, 2
-        )
-        yield cp
-    finally:
-        cp.stop()
-
-
-async def _prepare_cluster(cp: ControlPlane) -> None:
-    api = await api_client_from_kubeconfig(cp.kubeconfig)
-    try:
-        await apply_crds(api, CRD_DIR)
-        names = await create_fleet(api, TEST_FLEET)
-        await wait_nodes_ready(api, names, timeout=60)
-    finally:
-        await api.close()
+    yield from run_control_plane()
 
 
 @pytest.fixture(scope="session")
 def fleet_nodes(control_plane: ControlPlane) -> list[str]:
     """Names of the test fleet's nodes (racks first, then non-fabric), all Ready."""
-    return [node["metadata"]["name"] for node in build_nodes(TEST_FLEET)]
+    return fleet_node_names()
 
 
 @pytest.fixture

@@ -6,17 +6,19 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from computedomain.api import constants as c
+from computedomain.devcluster.controlplane import ControlPlane
 from computedomain.devcluster.rest import eventually
 from computedomain.domain.caches import CLIQUES, COMPUTE_DOMAINS
 from computedomain.runtime import resources as r
 from computedomain.runtime.client import ApiError, KubeClient
+from tests.integration.cluster import fleet_node_names, run_control_plane
 from tests.integration.controller_harness import (
     ControllerFactory,
     RunningController,
@@ -28,6 +30,19 @@ from tests.integration.waiting import condition, watch_objects
 DOMAINS = 30
 JOINED = 2  # of which this many get one Ready IMEX daemon each
 QUIET_WINDOW = 60.0
+
+
+@pytest.fixture(scope="module")
+def control_plane() -> Iterator[ControlPlane]:
+    """A control plane of this module's own. On the shared one, the namespaces that earlier
+    tests left behind are still being emptied by the namespace controller during the window,
+    and the controller rightly reacts to their CDs, claims and pods."""
+    yield from run_control_plane("steady-state ")
+
+
+@pytest.fixture(scope="module")
+def fleet_nodes(control_plane: ControlPlane) -> list[str]:
+    return fleet_node_names()
 
 
 @pytest.fixture
@@ -103,28 +118,16 @@ async def _join_daemon(
     await kube.create(CLIQUES, clique, driver_ns)
 
 
-async def _clear_other_domains(kube: KubeClient, namespace: str) -> None:
-    """The controller watches every namespace, and earlier tests leave CDs behind for their
-    namespace's deletion to sweep up, on the namespace controller's schedule. Finalizing one
-    of those inside the quiet window would be a write this test did not cause, so delete them
-    now and let the running controller finalize them before anything is measured."""
+async def _require_no_other_domains(kube: KubeClient, namespace: str) -> None:
+    """The controller watches every namespace: a CD of someone else settling or being cleaned
+    up inside the window would be a write this test did not cause."""
     others = [
-        (item["metadata"]["namespace"], item["metadata"]["name"])
+        f"{item['metadata']['namespace']}/{item['metadata']['name']}"
         for item in (await kube.list(COMPUTE_DOMAINS))["items"]
         if item["metadata"]["namespace"] != namespace
     ]
-    for other_namespace, name in others:
-        try:
-            await kube.delete(COMPUTE_DOMAINS, name, other_namespace)
-        except ApiError as err:
-            if not err.is_not_found:
-                raise
-    await watch_objects(
-        kube,
-        COMPUTE_DOMAINS,
-        lambda objs: all(cd["metadata"]["namespace"] == namespace for cd in objs.values()),
-        what=f"the CDs of other tests finalized: {others}",
-    )
+    if others:
+        pytest.skip(f"needs a cluster without other ComputeDomains; found {others}")
 
 
 def _settled(cd: dict[str, Any], joined: bool) -> bool:
@@ -143,11 +146,12 @@ async def _event_versions(kube: KubeClient, namespaces: tuple[str, ...]) -> dict
 
 
 async def _idle(running: RunningController) -> None:
-    """Every enqueued reconcile has run and every recorded event is written."""
+    """Every enqueued or scheduled reconcile has run and every recorded event is written."""
     queue = running.process.queue
 
     async def quiet() -> bool:
-        return len(queue) == 0 and not queue.processing
+        # Delayed keys count too: a requeue timer firing in the window could write.
+        return len(queue) == 0 and not queue.processing and not queue.delayed
 
     await eventually(quiet, within=60, what="an empty work queue")
     await asyncio.wait_for(running.process.recorder.wait_idle(), 60)
@@ -216,7 +220,7 @@ async def test_settled_domains_cause_no_writes(
     fleet_nodes: list[str],
 ) -> None:
     running = await controllers.start()
-    await _clear_other_domains(kube, namespace)
+    await _require_no_other_domains(kube, namespace)
     names = [f"quiet-{i:02d}" for i in range(DOMAINS)]
     cds = [
         await create_cd(kube, namespace, name, rct_name=f"{name}-channel", num_nodes=1)
@@ -260,7 +264,8 @@ async def test_settled_domains_cause_no_writes(
         if value != by_method_before.get(key, 0.0)
     }
     # Changes by others (kube-controller-manager, the test) explain a write; they are no failure.
-    assert new_writes == 0, (writes, changes)
+    print("objects changed during the window:", *changes, sep="\n  ")
+    assert new_writes == 0, f"writes {writes}; objects changed: {changes}"
     assert await _event_versions(kube, (namespace, driver_namespace)) == events_before
     assert _reconcile_errors(running) == 0
     # The window only means something if Nodes did change in it (kwok heartbeats).

@@ -94,11 +94,13 @@ async def test_add_during_processing_requeues_once_after_done() -> None:
 async def test_add_after_waits_on_the_clock() -> None:
     queue, clock, registry = make_queue()
     queue.add_after("a", 5)
+    assert (queue.len(), queue.delayed) == (0, 1)
     getter = asyncio.create_task(queue.get())
     await clock.advance(4.9)
     assert not getter.done()
     await clock.advance(0.2)
     assert await getter == "a"
+    assert queue.delayed == 0
     assert sample(registry, "workqueue_retries_total") == 1
 
 
