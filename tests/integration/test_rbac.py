@@ -43,6 +43,7 @@ from computedomain.sim.context import SimSettings
 from computedomain.sim.faults import DelayRange, FaultSettings
 from computedomain.sim.simulator import Simulator
 from tests.integration.controller_harness import TEST_IMAGE
+from tests.integration.waiting import watch_object, watch_objects
 
 pytestmark = pytest.mark.integration
 
@@ -283,6 +284,10 @@ class ScenarioBrokenError(Exception):
     """The scenario stopped: a step failed or the controller was refused."""
 
 
+# Steps.run bounds every wait (and stops early on a 403), so the watches themselves need not.
+UNBOUNDED = 3600.0
+
+
 async def until(
     client: KubeClient,
     res: Resource,
@@ -292,34 +297,15 @@ async def until(
     field_selector: str | None = None,
     label_selector: str | None = None,
 ) -> Any:
-    """List, then watch from that resourceVersion, until ``check(objects by name)`` is truthy."""
-    while True:
-        listing = await client.list(
-            res, namespace, label_selector=label_selector, field_selector=field_selector
-        )
-        objects = {item["metadata"]["name"]: item for item in listing["items"]}
-        if result := check(objects):
-            return result
-        try:
-            async for kind, obj in client.watch(
-                res,
-                namespace,
-                label_selector=label_selector,
-                field_selector=field_selector,
-                resource_version=listing["metadata"]["resourceVersion"],
-                timeout_seconds=60,
-            ):
-                if kind == "BOOKMARK":
-                    continue
-                if kind == "DELETED":
-                    objects.pop(obj["metadata"]["name"], None)
-                else:
-                    objects[obj["metadata"]["name"]] = obj
-                if result := check(objects):
-                    return result
-        except ApiError as error:
-            if error.status != 410:
-                raise
+    return await watch_objects(
+        client,
+        res,
+        check,
+        namespace=namespace,
+        field_selector=field_selector,
+        label_selector=label_selector,
+        within=UNBOUNDED,
+    )
 
 
 async def until_object(
@@ -329,16 +315,7 @@ async def until_object(
     namespace: str | None,
     predicate: Callable[[dict[str, Any] | None], bool],
 ) -> dict[str, Any] | None:
-    found: list[dict[str, Any] | None] = []
-
-    def check(objects: dict[str, dict[str, Any]]) -> bool:
-        if predicate(objects.get(name)):
-            found.append(objects.get(name))
-            return True
-        return False
-
-    await until(client, res, namespace, check, field_selector=f"metadata.name={name}")
-    return found[0]
+    return await watch_object(client, res, name, predicate, namespace=namespace, within=UNBOUNDED)
 
 
 @dataclass
