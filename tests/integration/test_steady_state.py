@@ -263,7 +263,7 @@ async def test_settled_domains_cause_no_writes(
         for key, value in _writes_by_method(running).items()
         if value != by_method_before.get(key, 0.0)
     }
-    # Changes by others (kube-controller-manager, the test) explain a write; they are no failure.
+    # What changed in the window (by anyone) is listed to explain a failure; any write fails.
     print("objects changed during the window:", *changes, sep="\n  ")
     assert new_writes == 0, f"writes {writes}; objects changed: {changes}"
     assert await _event_versions(kube, (namespace, driver_namespace)) == events_before
