@@ -10,10 +10,8 @@ from collections.abc import Sequence
 
 from prometheus_client import disable_created_metrics
 
-from computedomain.app import run_controller
 from computedomain.config import ConfigError, Settings, parse_settings
 from computedomain.observability.logging import configure_logging
-from computedomain.runtime.leaderelection import LeadershipLost
 
 log = logging.getLogger("computedomain")
 
@@ -22,6 +20,10 @@ EXIT_LEADERSHIP_LOST = 3
 
 
 async def _main(settings: Settings) -> int:
+    # Imported here: `--help` and configuration errors answer without loading the client stack.
+    from computedomain.app import run_controller
+    from computedomain.runtime.leaderelection import LeadershipLost
+
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -23,6 +23,7 @@ from kubernetes_asyncio.client import ApiClient, Configuration
 from prometheus_client import CollectorRegistry
 
 from computedomain.runtime.clock import Clock, SystemClock
+from computedomain.runtime.errors import ApiError as ApiError  # re-exported: callers import it here
 from computedomain.runtime.metrics import RuntimeMetrics
 from computedomain.runtime.ratelimit import TokenBucket
 from computedomain.runtime.resources import Resource
@@ -41,72 +42,6 @@ DEFAULT_FIELD_MANAGER = "computedomain-controller"
 DEFAULT_REQUEST_TIMEOUT = 30.0
 DEFAULT_WATCH_INACTIVITY_TIMEOUT = 70.0
 _WATCH_CHUNK_LIMIT = 64 * 1024 * 1024
-
-
-class ApiError(Exception):
-    """A non-2xx answer from the apiserver (or an ERROR event on a watch)."""
-
-    def __init__(
-        self,
-        status: int,
-        reason: str = "",
-        message: str = "",
-        *,
-        retry_after: float | None = None,
-        body: dict[str, Any] | None = None,
-    ) -> None:
-        super().__init__(f"{status} {reason}: {message}" if reason else f"{status}: {message}")
-        self.status = status
-        self.reason = reason
-        self.message = message
-        self.retry_after = retry_after
-        self.body = body
-
-    @classmethod
-    def from_status(
-        cls, http_status: int, body: dict[str, Any] | None, retry_after: float | None = None
-    ) -> ApiError:
-        """Build from a ``Status`` object; ``body.code`` wins over the HTTP status."""
-        body = body if isinstance(body, dict) else None
-        status = http_status
-        reason = ""
-        message = ""
-        if body is not None and body.get("kind") == "Status":
-            code = body.get("code")
-            if isinstance(code, int) and code > 0:
-                status = code
-            reason = str(body.get("reason") or "")
-            message = str(body.get("message") or "")
-        return cls(status, reason, message, retry_after=retry_after, body=body)
-
-    @property
-    def is_not_found(self) -> bool:
-        return self.status == 404
-
-    @property
-    def is_conflict(self) -> bool:
-        return self.status == 409 and self.reason != "AlreadyExists"
-
-    @property
-    def is_already_exists(self) -> bool:
-        return self.status == 409 and self.reason == "AlreadyExists"
-
-    @property
-    def is_invalid(self) -> bool:
-        return self.status == 422
-
-    @property
-    def is_forbidden(self) -> bool:
-        return self.status == 403
-
-    @property
-    def is_too_many_requests(self) -> bool:
-        return self.status == 429
-
-    @property
-    def is_gone(self) -> bool:
-        """The resourceVersion is too old (410 Gone / Expired)."""
-        return self.status == 410
 
 
 def _parse_retry_after(value: str | None) -> float | None:

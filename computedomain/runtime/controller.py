@@ -18,8 +18,8 @@ from dataclasses import dataclass
 import aiohttp
 from prometheus_client import CollectorRegistry
 
-from computedomain.runtime.client import ApiError
 from computedomain.runtime.clock import Clock, SystemClock
+from computedomain.runtime.errors import ApiError
 from computedomain.runtime.metrics import RuntimeMetrics
 from computedomain.runtime.workqueue import WorkQueue
 

@@ -69,7 +69,8 @@ def started(monkeypatch: pytest.MonkeyPatch) -> list[Settings]:
     async def fake_run_controller(settings: Settings, stop: asyncio.Event, **_: Any) -> None:
         runs.append(settings)
 
-    monkeypatch.setattr(cli, "run_controller", fake_run_controller)
+    # cli imports run_controller when it starts, from here.
+    monkeypatch.setattr("computedomain.app.run_controller", fake_run_controller)
     monkeypatch.setattr(cli, "configure_logging", lambda **_: None)
     monkeypatch.setattr(cli, "disable_created_metrics", lambda: None)
     return runs
@@ -98,6 +99,26 @@ def test_console_script_help_runs() -> None:
     )
     assert done.returncode == 0, done.stderr
     assert "[IMAGE_NAME]" in done.stdout
+
+
+def test_help_and_config_errors_do_not_load_the_client_stack() -> None:
+    # kubernetes_asyncio takes seconds to import; --help and a bad setting should not wait.
+    probe = (
+        "import sys\n"
+        "from computedomain import cli\n"
+        "codes = []\n"
+        "for argv in (['--help'], ['--no-such-flag']):\n"
+        "    try:\n"
+        "        codes.append(cli.main(argv))\n"
+        "    except SystemExit as done:\n"
+        "        codes.append(done.code)\n"
+        "print(codes, 'kubernetes_asyncio' in sys.modules)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "[0, 2] False"
 
 
 def test_missing_image_exits_2_naming_the_setting(capsys: pytest.CaptureFixture[str]) -> None:
