@@ -153,9 +153,10 @@ class Caches:
     def cliques_of(self, uid: str) -> list[dict[str, Any]]:
         return [cl for inf in self.cliques for cl in inf.store.by_index(BY_CD, uid)]
 
-    def daemon_service_account_exists(self) -> bool:
-        ns = self.service_accounts.namespace
-        return self.service_accounts.store.get(f"{ns}/{c.DAEMON_SERVICE_ACCOUNT}") is not None
+    def missing_daemon_service_account(self) -> str | None:
+        """``namespace/name`` of the daemon ServiceAccount while it does not exist, else None."""
+        key = f"{self.service_accounts.namespace}/{c.DAEMON_SERVICE_ACCOUNT}"
+        return None if self.service_accounts.store.get(key) is not None else key
 
     def known_uids(self) -> set[str]:
         return {uid for cd in self.cds.list() if (uid := (cd.get("metadata") or {}).get("uid"))}

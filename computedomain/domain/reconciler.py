@@ -348,11 +348,7 @@ class ComputeDomainReconciler:
             cliques=frozenset(spanned),
             shared_cliques={k: frozenset(v) for k, v in shared.items()},
             deleting=deleting,
-            missing_service_account=(
-                None
-                if self._caches.daemon_service_account_exists()
-                else f"{self._settings.daemon.driver_namespace}/{c.DAEMON_SERVICE_ACCOUNT}"
-            ),
+            missing_service_account=self._caches.missing_daemon_service_account(),
         )
         return view, nodes, legacy
 
