@@ -47,6 +47,7 @@ from computedomain.config import parse_settings
 from computedomain.devcluster.clients import api_client_from_kubeconfig
 from computedomain.devcluster.controlplane import ControlPlane
 from computedomain.devcluster.crds import CRD_DIR, apply_crds
+from computedomain.devcluster.watching import watch_objects
 from computedomain.domain.caches import CLIQUES, COMPUTE_DOMAINS
 from computedomain.observability.logging import configure_logging
 from computedomain.runtime import resources as r
@@ -311,44 +312,19 @@ async def watch_until(
     within: float = 300.0,
     what: str = "",
 ) -> float:
-    """Keep a name→object map of `res` until `check(map)` holds; returns the monotonic time
-    of the event that satisfied it."""
-    objects: dict[str, Obj] = {}
-
-    async def run() -> float:
-        while True:
-            listing = await client.list(
-                res, namespace, label_selector=label_selector, field_selector=field_selector
-            )
-            objects.clear()
-            objects.update({obj["metadata"]["name"]: obj for obj in listing["items"]})
-            if check(objects):
-                return now()
-            try:
-                async for kind, obj in client.watch(
-                    res,
-                    namespace,
-                    label_selector=label_selector,
-                    field_selector=field_selector,
-                    resource_version=listing["metadata"]["resourceVersion"],
-                    timeout_seconds=int(within) + 30,
-                ):
-                    if kind == "BOOKMARK":
-                        continue
-                    if kind == "DELETED":
-                        objects.pop(obj["metadata"]["name"], None)
-                    else:
-                        objects[obj["metadata"]["name"]] = obj
-                    if check(objects):
-                        return now()
-            except ApiError as err:
-                if not err.is_gone:
-                    raise
-
-    try:
-        return await asyncio.wait_for(run(), within)
-    except TimeoutError:
-        raise TimeoutError(f"timed out after {within:.0f}s waiting for {what}") from None
+    """Until `check(objects by name)` holds; returns the monotonic time of the event that
+    satisfied it (taken inside the check, before any further I/O)."""
+    satisfied_at: float = await watch_objects(
+        client,
+        res,
+        lambda objects: check(objects) and now(),
+        namespace=namespace,
+        label_selector=label_selector,
+        field_selector=field_selector,
+        within=within,
+        what=what,
+    )
+    return satisfied_at
 
 
 class ObjectWatch:

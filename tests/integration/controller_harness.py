@@ -14,11 +14,11 @@ from prometheus_client import CollectorRegistry
 
 from computedomain.app import ControllerProcess, run_controller
 from computedomain.config import parse_settings
+from computedomain.devcluster.watching import Predicate, watch_object
 from computedomain.domain.caches import COMPUTE_DOMAINS
 from computedomain.observability.logging import configure_logging
 from computedomain.runtime.client import KubeClient
 from computedomain.runtime.resources import Resource
-from tests.integration.waiting import Predicate, watch_object
 
 TEST_IMAGE = "nvcr.io/nvidia/k8s-dra-driver-gpu:v0.4.0"
 WRITE_METHODS = ("POST", "PUT", "PATCH", "DELETE")

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from computedomain.api import constants as c
+from computedomain.devcluster.watching import Objects, watch_objects
 from computedomain.domain.caches import CLIQUES, COMPUTE_DOMAINS
 from computedomain.runtime import resources as r
 from computedomain.runtime.client import ApiError, KubeClient
@@ -23,7 +24,6 @@ from computedomain.sim.faults import DelayRange, FaultSettings
 from computedomain.sim.fleet import RACK_LABEL
 from computedomain.sim.simulator import Simulator
 from tests.integration.controller_harness import ControllerFactory, RunningController
-from tests.integration.waiting import Objects, watch_objects
 
 STATEFULSETS = Resource("apps", "v1", "statefulsets", "StatefulSet", namespaced=True)
 WORKLOAD_LABEL = "e2e.computedomain.dev/workload"

@@ -20,7 +20,7 @@ from tests.integration.controller_harness import (
     create_cd,
     watch_until,
 )
-from tests.integration.waiting import condition
+from tests.integration.reading import condition
 
 LABEL_PATH = "/metadata/labels/" + c.CD_LABEL.replace("/", "~1")
 

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from computedomain.api import constants as c
+from computedomain.devcluster.watching import watch_objects
 from computedomain.domain.caches import COMPUTE_DOMAINS
 from computedomain.runtime import resources as r
 from computedomain.runtime.client import KubeClient
@@ -27,7 +28,7 @@ from tests.integration.e2e_harness import (
     status_nodes,
     workload,
 )
-from tests.integration.waiting import condition, labels, watch_objects
+from tests.integration.reading import condition, labels
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 

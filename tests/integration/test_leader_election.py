@@ -33,7 +33,7 @@ from tests.integration.controller_harness import (
     create_cd,
     watch_until,
 )
-from tests.integration.waiting import condition
+from tests.integration.reading import condition
 
 CONTROLLER_SCRIPT = Path(sys.executable).with_name("computedomain-controller")
 # The flag defaults, i.e. what a real install runs with.

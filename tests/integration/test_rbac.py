@@ -34,6 +34,7 @@ from computedomain.config import parse_settings
 from computedomain.devcluster.assets import AssetsUnavailableError, find_assets
 from computedomain.devcluster.clients import request_service_account_token
 from computedomain.devcluster.controlplane import ControlPlane
+from computedomain.devcluster.watching import watch_object, watch_objects
 from computedomain.domain.caches import CLIQUES, COMPUTE_DOMAINS
 from computedomain.observability.logging import configure_logging
 from computedomain.runtime import resources as r
@@ -43,7 +44,6 @@ from computedomain.sim.context import SimSettings
 from computedomain.sim.faults import DelayRange, FaultSettings
 from computedomain.sim.simulator import Simulator
 from tests.integration.controller_harness import TEST_IMAGE
-from tests.integration.waiting import watch_object, watch_objects
 
 pytestmark = pytest.mark.integration
 

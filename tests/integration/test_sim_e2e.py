@@ -18,6 +18,7 @@ import pytest
 from kubernetes_asyncio.client import ApiClient
 
 from computedomain.api import constants as c
+from computedomain.devcluster.watching import Predicate, watch_object, watch_objects
 from computedomain.runtime.client import ApiError, KubeClient
 from computedomain.runtime.resources import (
     DAEMONSETS,
@@ -30,7 +31,7 @@ from computedomain.runtime.resources import (
 from computedomain.sim.context import CLIQUES, COMPUTE_DOMAINS, SimSettings
 from computedomain.sim.faults import DelayRange, FaultSettings
 from computedomain.sim.simulator import Simulator
-from tests.integration.waiting import Predicate, labels, watch_object, watch_objects
+from tests.integration.reading import labels
 
 pytestmark = pytest.mark.integration
 

@@ -15,6 +15,7 @@ import pytest
 from computedomain.api import constants as c
 from computedomain.devcluster.controlplane import ControlPlane
 from computedomain.devcluster.rest import eventually
+from computedomain.devcluster.watching import watch_objects
 from computedomain.domain.caches import CLIQUES, COMPUTE_DOMAINS
 from computedomain.runtime import resources as r
 from computedomain.runtime.client import ApiError, KubeClient
@@ -25,7 +26,7 @@ from tests.integration.controller_harness import (
     create_cd,
     watch_until,
 )
-from tests.integration.waiting import condition, watch_objects
+from tests.integration.reading import condition
 
 DOMAINS = 30
 JOINED = 2  # of which this many get one Ready IMEX daemon each
