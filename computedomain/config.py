@@ -7,6 +7,7 @@ so our Deployment can be swapped into an existing NVIDIA DRA driver install unch
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import os
 import re
 import socket
@@ -55,6 +56,8 @@ def parse_feature_gates(text: str) -> dict[str, bool]:
         name, sep, value = item.partition("=")
         if not sep or value.lower() not in ("true", "false"):
             raise ConfigError(f"invalid feature gate {item!r} (want Name=true or Name=false)")
+        if name in c.NVIDIA_OTHER_FEATURE_GATES:
+            continue
         if name not in KNOWN_FEATURE_GATES:
             known = ", ".join(sorted(KNOWN_FEATURE_GATES))
             raise ConfigError(f"unknown feature gate {name!r} (known: {known})")
@@ -169,9 +172,9 @@ _FLAGS: Sequence[_Flag] = (
     _Flag(
         "--image-name",
         "IMAGE_NAME",
-        None,
+        c.NVIDIA_DRIVER_IMAGE,
         "image of the IMEX daemon pods; must be NVIDIA's DRA driver image of the release the "
-        "kubelet plugin runs (required)",
+        "kubelet plugin runs (NVIDIA's chart passes its own image here)",
     ),
     _Flag(
         "--cd-daemon-image-pull-secret-names",
@@ -196,7 +199,10 @@ _FLAGS: Sequence[_Flag] = (
         "FEATURE_GATES",
         "",
         "Name=bool pairs, comma-separated: "
-        + ", ".join(f"{k} (default {str(v).lower()})" for k, v in KNOWN_FEATURE_GATES.items()),
+        + ", ".join(f"{k} (default {str(v).lower()})" for k, v in KNOWN_FEATURE_GATES.items())
+        + "; NVIDIA's other gates ("
+        + ", ".join(sorted(c.NVIDIA_OTHER_FEATURE_GATES))
+        + ") are accepted and ignored, so NVIDIA's chart values carry over",
     ),
     _Flag(
         "--cd-daemon-priority-class-name",
@@ -303,6 +309,14 @@ _FLAGS: Sequence[_Flag] = (
 )
 
 
+def distribution_version() -> str:
+    """The installed `computedomain` distribution's version (what --version prints)."""
+    try:
+        return importlib.metadata.version("computedomain")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
 def _dest(flag: _Flag) -> str:
     return flag.name.lstrip("-").replace("-", "_")
 
@@ -335,6 +349,9 @@ def build_parser(environ: Mapping[str, str] | None = None) -> argparse.ArgumentP
         help="shorthand for --log-verbosity [LOG_VERBOSITY]",
         default=argparse.SUPPRESS,
     )
+    parser.add_argument(
+        "--version", action="version", version=f"%(prog)s {distribution_version()}"
+    )
     return parser
 
 
@@ -350,7 +367,7 @@ def _int(value: str, name: str, minimum: int) -> int:
 
 def settings_from_namespace(ns: argparse.Namespace) -> Settings:
     if not ns.image_name:
-        raise ConfigError("--image-name / IMAGE_NAME is required (NVIDIA's DRA driver image)")
+        raise ConfigError("--image-name / IMAGE_NAME must not be empty (NVIDIA's DRA driver image)")
     driver_namespace = ns.namespace or "default"
     lease_duration = parse_duration(ns.leader_election_lease_duration)
     renew_deadline = parse_duration(ns.leader_election_renew_deadline)

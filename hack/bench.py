@@ -66,7 +66,7 @@ from computedomain.sim.simulator import Simulator
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 RESULTS_DIR = REPO_ROOT / "bench-results"
-IMAGE = "nvcr.io/nvidia/k8s-dra-driver-gpu:v0.4.0"
+IMAGE = "registry.k8s.io/dra-driver-nvidia/dra-driver-nvidia-gpu:v0.4.0"
 WORKLOAD_IMAGE = "registry.k8s.io/pause:3.10"
 DRIVER_NAMESPACE = "nvidia-dra-driver-gpu"
 WRITE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})

@@ -73,6 +73,34 @@ DEFAULT_FEATURE_GATES: Final[Mapping[str, bool]] = MappingProxyType(
 )
 DAEMON_FEATURE_GATES: Final = frozenset({GATE_DNS_NAMES, GATE_CLIQUES})
 FEATURE_GATES_ENV: Final = "FEATURE_GATES"
+# Gates NVIDIA's v0.4.0 binary also knows (its chart passes them through `featureGates`). They
+# concern GPUs, MIG and logging, not ComputeDomains: accepted so a values file carries over, and
+# otherwise ignored.
+NVIDIA_OTHER_FEATURE_GATES: Final = frozenset(
+    {
+        "AllAlpha",
+        "AllBeta",
+        "ContextualLogging",
+        "DeviceMetadata",
+        "DynamicMIG",
+        "LoggingAlphaOptions",
+        "LoggingBetaOptions",
+        "MPSSupport",
+        "NVMLDeviceHealthCheck",
+        "PassthroughSupport",
+        "TimeSlicingSettings",
+    }
+)
+
+# NVIDIA's DRA driver image of the release whose contract we speak (chart `dra-driver-nvidia-gpu`
+# 0.4.0: repository + "v" + appVersion). The IMEX daemons run it; our image holds no daemon.
+NVIDIA_DRIVER_IMAGE: Final = "registry.k8s.io/dra-driver-nvidia/dra-driver-nvidia-gpu:v0.4.0"
+
+# How NVIDIA's chart names and labels its controller (chart name, not release name).
+NVIDIA_CHART_NAME: Final = "dra-driver-nvidia-gpu"
+NVIDIA_CONTROLLER_DEPLOYMENT: Final = f"{NVIDIA_CHART_NAME}-controller"
+NVIDIA_COMPONENT_LABEL: Final = "nvidia-dra-driver-gpu-component"
+NVIDIA_CONTROLLER_COMPONENT: Final = "controller"
 
 # Additive status fields of ours (never read by NVIDIA's components).
 CONDITION_READY: Final = "Ready"

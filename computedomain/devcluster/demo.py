@@ -52,7 +52,7 @@ from computedomain.sim.fleet import FleetSpec
 
 DRIVER_NAMESPACE = "nvidia-dra-driver-gpu"
 DEMO_NAMESPACE = "demo"
-IMAGE_NAME = "nvcr.io/nvidia/k8s-dra-driver-gpu:v0.4.0"
+IMAGE_NAME = "registry.k8s.io/dra-driver-nvidia/dra-driver-nvidia-gpu:v0.4.0"
 CONTROLLER_SERVICE_ACCOUNT = "computedomain-controller"
 LEASE_NAME = "nvidia-compute-domain-controller"
 RBAC_DIR = REPO_ROOT / "manifests" / "rbac"

@@ -20,7 +20,7 @@ from computedomain.observability.logging import configure_logging
 from computedomain.runtime.client import KubeClient
 from computedomain.runtime.resources import Resource
 
-TEST_IMAGE = "nvcr.io/nvidia/k8s-dra-driver-gpu:v0.4.0"
+TEST_IMAGE = "registry.k8s.io/dra-driver-nvidia/dra-driver-nvidia-gpu:v0.4.0"
 WRITE_METHODS = ("POST", "PUT", "PATCH", "DELETE")
 
 

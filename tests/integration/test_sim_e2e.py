@@ -35,7 +35,7 @@ from tests.integration.reading import labels
 
 pytestmark = pytest.mark.integration
 
-IMAGE = "nvcr.io/nvidia/k8s-dra-driver-gpu:v0.4.0"
+IMAGE = "registry.k8s.io/dra-driver-nvidia/dra-driver-nvidia-gpu:v0.4.0"
 WORKLOAD_IMAGE = "registry.k8s.io/pause:3.10"
 GATES_ON = "ComputeDomainCliques=true,IMEXDaemonsWithDNSNames=true,"
 GATES_LEGACY = "ComputeDomainCliques=false,IMEXDaemonsWithDNSNames=true,"

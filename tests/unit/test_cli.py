@@ -5,6 +5,7 @@ line, before anything connects to a cluster."""
 from __future__ import annotations
 
 import asyncio
+import importlib.metadata
 import subprocess
 import sys
 from pathlib import Path
@@ -17,7 +18,7 @@ from computedomain.cli import EXIT_CONFIG, main
 from computedomain.config import Settings
 
 CONTROLLER_SCRIPT = Path(sys.executable).with_name("computedomain-controller")
-IMAGE = "nvcr.io/nvidia/k8s-dra-driver-gpu:v0.4.0"
+IMAGE = "registry.k8s.io/dra-driver-nvidia/dra-driver-nvidia-gpu:v0.4.0"
 
 # The Deployment's environment (NVIDIA's names where NVIDIA has one, so our image drops into an
 # existing install), plus our own knobs. A rename here breaks installs: keep it explicit.
@@ -121,8 +122,8 @@ def test_help_and_config_errors_do_not_load_the_client_stack() -> None:
     assert done.stdout.strip().splitlines()[-1] == "[0, 2] False"
 
 
-def test_missing_image_exits_2_naming_the_setting(capsys: pytest.CaptureFixture[str]) -> None:
-    assert exit_code([]) == EXIT_CONFIG == 2
+def test_empty_image_exits_2_naming_the_setting(capsys: pytest.CaptureFixture[str]) -> None:
+    assert exit_code(["--image-name", ""]) == EXIT_CONFIG == 2
     err = capsys.readouterr().err
     assert err.startswith("computedomain-controller: ")
     assert "IMAGE_NAME" in err
@@ -210,3 +211,28 @@ def test_valid_environment_starts_the_controller(
     assert settings.lease_namespace == "nvidia-dra-driver-gpu"
     assert settings.pod_name == "controller-0"
     assert settings.image_name == IMAGE
+
+
+def test_version_prints_the_distribution_version(capsys: pytest.CaptureFixture[str]) -> None:
+    # No IMAGE_NAME or other setting needed: --version answers before settings are checked.
+    assert exit_code(["--version"]) == 0
+    version = importlib.metadata.version("computedomain")
+    assert capsys.readouterr().out == f"computedomain-controller {version}\n"
+
+
+def test_console_script_version_does_not_load_the_client_stack() -> None:
+    probe = (
+        "import sys\n"
+        "from computedomain import cli\n"
+        "try:\n"
+        "    cli.main(['--version'])\n"
+        "except SystemExit as done:\n"
+        "    print(done.code, 'kubernetes_asyncio' in sys.modules)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.strip().splitlines()
+    assert lines[0].startswith("computedomain-controller ")
+    assert lines[-1] == "0 False"

@@ -8,7 +8,7 @@ from computedomain.config import (
     parse_settings,
 )
 
-BASE_ENV = {"IMAGE_NAME": "nvcr.io/nvidia/k8s-dra-driver-gpu:v0.4.0"}
+BASE_ENV = {"IMAGE_NAME": "registry.k8s.io/dra-driver-nvidia/dra-driver-nvidia-gpu:v0.4.0"}
 
 
 @pytest.mark.parametrize(
@@ -32,6 +32,23 @@ def test_feature_gates_defaults_and_overrides() -> None:
         "ComputeDomainCliques": False,
         "CrashOnNVLinkFabricErrors": True,
     }
+
+
+def test_nvidia_chart_gates_are_accepted_and_ignored() -> None:
+    # The FEATURE_GATES string NVIDIA's v0.4.0 binary writes lists every gate it knows.
+    nvidia = (
+        "AllAlpha=false,AllBeta=false,ComputeDomainCliques=true,ContextualLogging=true,"
+        "CrashOnNVLinkFabricErrors=true,DeviceMetadata=false,DynamicMIG=false,"
+        "IMEXDaemonsWithDNSNames=true,LoggingAlphaOptions=false,LoggingBetaOptions=true,"
+        "MPSSupport=false,NVMLDeviceHealthCheck=false,PassthroughSupport=false,"
+        "TimeSlicingSettings=false,"
+    )
+    assert parse_feature_gates(nvidia) == parse_feature_gates("")
+
+
+def test_daemon_image_defaults_to_nvidias_chart_image() -> None:
+    settings = parse_settings([], {})
+    assert settings.image_name == "registry.k8s.io/dra-driver-nvidia/dra-driver-nvidia-gpu:v0.4.0"
 
 
 @pytest.mark.parametrize(
@@ -91,7 +108,7 @@ def test_defaults() -> None:
 @pytest.mark.parametrize(
     ("env", "message"),
     [
-        ({}, "IMAGE_NAME is required"),
+        ({"IMAGE_NAME": ""}, "IMAGE_NAME must not be empty"),
         ({**BASE_ENV, "LEADER_ELECTION_RENEW_DEADLINE": "20s"}, "lease duration > renew"),
         ({**BASE_ENV, "WORKERS": "0"}, "must be >= 1"),
         ({**BASE_ENV, "LOG_FORMAT": "xml"}, "want json or text"),
