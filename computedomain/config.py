@@ -349,9 +349,7 @@ def build_parser(environ: Mapping[str, str] | None = None) -> argparse.ArgumentP
         help="shorthand for --log-verbosity [LOG_VERBOSITY]",
         default=argparse.SUPPRESS,
     )
-    parser.add_argument(
-        "--version", action="version", version=f"%(prog)s {distribution_version()}"
-    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {distribution_version()}")
     return parser
 
 
