@@ -19,6 +19,7 @@ from prometheus_client import CollectorRegistry
 from computedomain.api import constants as c
 from computedomain.config import Settings
 from computedomain.domain.caches import BY_CD, Caches, build_caches
+from computedomain.domain.coexistence import CoexistenceMonitor
 from computedomain.domain.desired import DaemonSettings
 from computedomain.domain.handlers import EventRouter
 from computedomain.domain.reconciler import (
@@ -101,6 +102,9 @@ class ControllerProcess:
             timeout=s.reconcile_timeout,
             metrics=self.runtime_metrics,
         )
+        self.coexistence = CoexistenceMonitor(
+            self.recorder, self.domain_metrics, requeue_all=self._enqueue_all
+        )
         self.router = EventRouter(
             self.caches, self.queue.add, self.queue.add_after, s.orphan_grace_period
         )
@@ -126,6 +130,11 @@ class ControllerProcess:
         namespace, _, name = key.rpartition("/")
         with bind(**reconcile_fields(CONTROLLER_NAME, namespace, name)):
             return await self.reconciler.reconcile(key)
+
+    def _enqueue_all(self, priority: int = 0) -> None:
+        for cd in self.caches.cds.list():
+            meta = cd.get("metadata") or {}
+            self.queue.add(f"{meta.get('namespace')}/{meta.get('name')}", priority=priority)
 
     def _wire_handlers(self) -> None:
         router = self.router
@@ -159,6 +168,18 @@ class ControllerProcess:
                 add=router.on_daemon_service_account, delete=router.on_daemon_service_account
             )
         )
+        # Both look at the whole (tiny) store, whatever the event.
+        for informer, changed in (
+            (self.caches.crds, self._crd_changed),
+            (self.caches.nvidia_controller_pods, self._nvidia_pods_changed),
+        ):
+            informer.add_handler(FunctionHandler(add=changed, update=changed, delete=changed))
+
+    def _crd_changed(self, *_: object) -> None:
+        self.coexistence.crd_changed(self.caches.compute_domain_crd())
+
+    def _nvidia_pods_changed(self, *_: object) -> None:
+        self.coexistence.controller_pods_changed(self.caches.nvidia_controller_pods.store.list())
 
     async def run(self, stop: asyncio.Event) -> None:
         await self.server.start()
@@ -201,21 +222,21 @@ class ControllerProcess:
         log.info("Started leading", extra={"identity": self.identity})
         try:
             await self._wait_synced()
+            self.coexistence.set_leading(True)
             async with asyncio.TaskGroup() as group:
                 group.create_task(self.recorder.run())
                 group.create_task(self.controller.run())
                 group.create_task(self._sweep_forever())
                 group.create_task(self._inventory_forever())
         finally:
+            self.coexistence.set_leading(False)
             self.leading.clear()
             self.queue.shutdown(drain=False)
 
     async def _wait_synced(self) -> None:
         await asyncio.gather(*(inf.wait_synced() for inf in self.caches.all))
         # Everything listed so far gets one reconcile; the queue deduplicates.
-        for cd in self.caches.cds.list():
-            meta = cd.get("metadata") or {}
-            self.queue.add(f"{meta.get('namespace')}/{meta.get('name')}", priority=-100)
+        self._enqueue_all(priority=-100)
 
     async def _sweep_forever(self) -> None:
         """Periodic orphan sweep: covers CDs deleted while no controller was running."""

@@ -11,6 +11,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from computedomain.api import constants as c
+from computedomain.domain.coexistence import (
+    CD_CRD_NAME,
+    NVIDIA_CONTROLLER_SELECTOR,
+    missing_status_fields,
+    trim_pod_identity,
+)
 from computedomain.domain.mapping import cd_uids_of_clique
 from computedomain.runtime import resources as r
 from computedomain.runtime.client import KubeClient
@@ -116,6 +122,11 @@ class Caches:
     nodes: Informer
     # The daemon ServiceAccount in the driver namespace, by name (#586: Helm owns it).
     service_accounts: Informer
+    # The ComputeDomain CRD alone: whether it keeps our status fields (NVIDIA's chart never
+    # upgrades CRDs).
+    crds: Informer
+    # NVIDIA's controller pods in the driver namespace: a second controller running beside us.
+    nvidia_controller_pods: Informer
 
     @property
     def all(self) -> list[Informer]:
@@ -127,6 +138,8 @@ class Caches:
             *self.cliques,
             self.nodes,
             self.service_accounts,
+            self.crds,
+            self.nvidia_controller_pods,
         ]
 
     @property
@@ -157,6 +170,13 @@ class Caches:
         """``namespace/name`` of the daemon ServiceAccount while it does not exist, else None."""
         key = f"{self.service_accounts.namespace}/{c.DAEMON_SERVICE_ACCOUNT}"
         return None if self.service_accounts.store.get(key) is not None else key
+
+    def compute_domain_crd(self) -> dict[str, Any] | None:
+        return self.crds.store.get(CD_CRD_NAME)
+
+    def missing_status_fields(self) -> tuple[str, ...]:
+        """Our status fields the installed CD CRD would prune; empty when it keeps them."""
+        return missing_status_fields(self.compute_domain_crd())
 
     def known_uids(self) -> set[str]:
         return {uid for cd in self.cds.list() if (uid := (cd.get("metadata") or {}).get("uid"))}
@@ -246,5 +266,20 @@ def build_caches(client: KubeClient, managed_namespaces: Iterable[str]) -> Cache
             field_selector=f"metadata.name={c.DAEMON_SERVICE_ACCOUNT}",
             transform=strip_managed_fields,
             name=f"serviceaccounts/{namespaces[0]}",
+        ),
+        crds=Informer(
+            client,
+            r.CUSTOM_RESOURCE_DEFINITIONS,
+            field_selector=f"metadata.name={CD_CRD_NAME}",
+            transform=strip_managed_fields,
+            name="customresourcedefinitions",
+        ),
+        nvidia_controller_pods=Informer(
+            client,
+            r.PODS,
+            namespace=namespaces[0],
+            label_selector=NVIDIA_CONTROLLER_SELECTOR,
+            transform=trim_pod_identity,
+            name=f"pods/{namespaces[0]}/nvidia-controller",
         ),
     )

@@ -15,8 +15,8 @@ from typing import Any
 
 from computedomain.api import constants as c
 from computedomain.api.v1beta1 import ComputeDomain, ComputeDomainNode, Condition
+from computedomain.domain import coexistence, desired, projection, topology
 from computedomain.domain import conditions as cond
-from computedomain.domain import desired, projection, topology
 from computedomain.domain.caches import (
     BY_CD,
     BY_GPU_CLIQUE,
@@ -63,6 +63,9 @@ class _DomainMemory:
     node_first_seen: dict[str, float] = field(default_factory=dict)
     stale_entry_since: dict[tuple[str, str], float] = field(default_factory=dict)
     reported_ready: bool = False
+    # While the installed CRD prunes conditions, the last ones we computed live only here.
+    conditions: list[Condition] = field(default_factory=list)
+    reported_crd_outdated: bool = False
 
 
 def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -367,8 +370,13 @@ class ComputeDomainReconciler:
                 result = Result(requeue_after=wait)
 
         now = self._clock.wall()
+        memory = self._memory.setdefault(cd.metadata.uid, _DomainMemory())
+        missing_fields = self._caches.missing_status_fields()
         previous_status = cd.status
-        previous_conditions = list(previous_status.conditions or []) if previous_status else []
+        if missing_fields:
+            previous_conditions = memory.conditions
+        else:
+            previous_conditions = list(previous_status.conditions or []) if previous_status else []
         conditions = cond.conditions_for(
             view, cd.metadata.generation or 0, now, previous_conditions
         )
@@ -383,8 +391,19 @@ class ComputeDomainReconciler:
             "cliqueCount": counts[2],
         }
         self._observe_metrics(cd, view, conditions, nodes, desired_status["status"])
+        if missing_fields:
+            # Writing fields the apiserver prunes would differ from the stored status forever.
+            desired_status = {k: desired_status[k] for k in coexistence.UPSTREAM_STATUS_FIELDS}
+            if not memory.reported_crd_outdated:
+                memory.reported_crd_outdated = True
+                message = coexistence.crd_outdated_message(missing_fields)
+                self._recorder.record(obj, "Warning", "CRDOutdated", "Reconcile", message)
+            memory.conditions = conditions
         current_status = dict(obj.get("status") or {})
         if _status_equal(current_status, desired_status):
+            if missing_fields and conditions != previous_conditions:
+                # No write carries them, yet their transitions are still news.
+                self._emit_transitions(obj, cd, previous_conditions, conditions, nodes)
             return result
 
         patch = {"metadata": {"resourceVersion": _meta(obj)["resourceVersion"]}}

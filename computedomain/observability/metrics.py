@@ -14,7 +14,13 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from threading import Lock
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, disable_created_metrics
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    disable_created_metrics,
+)
 from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 
 PREFIX = "computedomain_"
@@ -161,6 +167,19 @@ class DomainMetrics:
             registry=registry,
         )
 
+        self._crd_missing_status_fields = Gauge(
+            PREFIX + "crd_missing_status_fields",
+            "Status fields of ours the installed ComputeDomain CRD lacks (0: up to date). While "
+            "above 0 only status.status and status.nodes are written; upgrade the CRD.",
+            registry=registry,
+        )
+        self._concurrent_controllers = Gauge(
+            PREFIX + "concurrent_controllers",
+            "Running pods of NVIDIA's ComputeDomain controller seen beside this one in the "
+            "driver namespace (label nvidia-dra-driver-gpu-component=controller). Must be 0.",
+            registry=registry,
+        )
+
     def observe_domain(
         self,
         namespace: str,
@@ -207,6 +226,12 @@ class DomainMetrics:
 
     def inc_foreign_refused(self, kind: str) -> None:
         self._foreign_refused.labels(kind=kind).inc()
+
+    def set_crd_missing_status_fields(self, count: int) -> None:
+        self._crd_missing_status_fields.set(count)
+
+    def set_concurrent_controllers(self, count: int) -> None:
+        self._concurrent_controllers.set(count)
 
     def known_domains(self) -> list[tuple[str, str]]:
         """The exported (namespace, name) pairs, e.g. to forget domains gone from the cache."""

@@ -24,6 +24,8 @@ EXPECTED_CLUSTER_RULES = {
     },
     ("", "nodes"): {"list", "watch", "patch"},
     ("events.k8s.io", "events"): {"create", "patch"},
+    # Only the ComputeDomain CRD (resourceNames): does it keep our status fields?
+    ("apiextensions.k8s.io", "customresourcedefinitions"): {"list", "watch"},
 }  # fmt: skip
 EXPECTED_NAMESPACE_RULES = {
     ("apps", "daemonsets"): {"get", "list", "watch", "create", "delete", "patch"},

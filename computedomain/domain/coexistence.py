@@ -1,0 +1,190 @@
+"""Living inside an NVIDIA DRA driver install: the two hazards of a swap, found and reported.
+
+- NVIDIA's chart installs its CRDs once and never upgrades them, so after a swap the installed
+  ComputeDomain CRD may lack the status fields we add. The apiserver then prunes them silently:
+  conditions vanish, printer columns go empty, and a status written with them would differ from
+  the stored one forever (a write loop). We detect the missing fields, write only the upstream
+  fields, and say what to run.
+- NVIDIA's controller running beside ours (a later `helm upgrade` of NVIDIA's chart scales it
+  back to 1; its leader election is off by default and uses another Lease) means two writers of
+  status and finalizers. Its pods carry NVIDIA's component label; we count the running ones and
+  say so loudly: a log line, a gauge, and a Warning Event on each such pod.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from computedomain.api import constants as c
+from computedomain.domain.ports import CoexistenceMetricsSink
+from computedomain.runtime.events import EventRecorder
+
+log = logging.getLogger(__name__)
+
+CD_CRD_NAME = f"{c.CD_PLURAL}.{c.GROUP}"
+# Status fields NVIDIA's CRD has; everything else in our status is our addition.
+UPSTREAM_STATUS_FIELDS: tuple[str, ...] = ("status", "nodes")
+OUR_STATUS_FIELDS: tuple[str, ...] = (
+    "conditions",
+    "observedGeneration",
+    "nodeCount",
+    "readyNodeCount",
+    "cliqueCount",
+)
+CRD_UPGRADE_COMMAND = "kubectl apply --server-side --force-conflicts -f crds/"
+NVIDIA_CONTROLLER_SELECTOR = f"{c.NVIDIA_COMPONENT_LABEL}={c.NVIDIA_CONTROLLER_COMPONENT}"
+# Our own pods never carry NVIDIA's component label; this guards against a values file that adds it.
+OWN_NAME_LABEL = ("app.kubernetes.io/name", "computedomain-controller")
+
+
+def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    meta = obj.get("metadata")
+    return meta if isinstance(meta, Mapping) else {}
+
+
+def missing_status_fields(crd: Mapping[str, Any] | None) -> tuple[str, ...]:
+    """Our status fields the installed CD CRD would prune (empty when it keeps them all).
+
+    An absent CRD or one without our version reports nothing here: that is another failure,
+    with its own message.
+    """
+    if crd is None:
+        return ()
+    for version in (crd.get("spec") or {}).get("versions") or []:
+        if version.get("name") != c.VERSION:
+            continue
+        schema = (version.get("schema") or {}).get("openAPIV3Schema") or {}
+        status = (schema.get("properties") or {}).get("status") or {}
+        if status.get("x-kubernetes-preserve-unknown-fields"):
+            return ()
+        properties = status.get("properties") or {}
+        return tuple(name for name in OUR_STATUS_FIELDS if name not in properties)
+    return ()
+
+
+def crd_outdated_message(missing: Iterable[str]) -> str:
+    return (
+        f"the installed ComputeDomain CRD lacks status fields {', '.join(missing)}: the apiserver "
+        "drops them, so conditions and `kubectl wait --for=condition=Ready` do not work; only "
+        f"status.status and status.nodes are written. Upgrade the CRD: {CRD_UPGRADE_COMMAND} "
+        "(the chart's crds/ holds the same files)"
+    )
+
+
+def running_nvidia_controllers(pods: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """NVIDIA's controller pods that are running now (not ours, not terminating), by name."""
+    found = []
+    for pod in pods:
+        meta = _meta(pod)
+        labels = meta.get("labels") or {}
+        if labels.get(c.NVIDIA_COMPONENT_LABEL) != c.NVIDIA_CONTROLLER_COMPONENT:
+            continue
+        if labels.get(OWN_NAME_LABEL[0]) == OWN_NAME_LABEL[1] or meta.get("deletionTimestamp"):
+            continue
+        if (pod.get("status") or {}).get("phase") != "Running":
+            continue
+        found.append(pod)
+    return sorted(found, key=lambda p: (_meta(p).get("namespace", ""), _meta(p).get("name", "")))
+
+
+def concurrent_controller_message(pod: Mapping[str, Any]) -> str:
+    meta = _meta(pod)
+    namespace = meta.get("namespace")
+    return (
+        f"NVIDIA's ComputeDomain controller runs beside this one (pod {namespace}/"
+        f"{meta.get('name')}): two controllers write the same status and finalizers. Scale it "
+        f"to 0 (kubectl -n {namespace} scale deployment {c.NVIDIA_CONTROLLER_DEPLOYMENT} "
+        "--replicas=0) and keep it there in NVIDIA's Helm values (controller.replicas=0)"
+    )
+
+
+def trim_pod_identity(pod: dict[str, Any]) -> dict[str, Any]:
+    """What we read of a controller pod: identity, labels, phase."""
+    meta = _meta(pod)
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            key: meta[key]
+            for key in (
+                "name",
+                "namespace",
+                "uid",
+                "resourceVersion",
+                "labels",
+                "deletionTimestamp",
+            )
+            if key in meta
+        },
+        "status": {"phase": (pod.get("status") or {}).get("phase")},
+    }
+
+
+class CoexistenceMonitor:
+    """Reacts to the CD CRD and NVIDIA's controller pods; every replica logs and exports, only
+    the leader records Events (a standby writes nothing)."""
+
+    def __init__(
+        self,
+        recorder: EventRecorder,
+        metrics: CoexistenceMetricsSink,
+        requeue_all: Callable[[], None],
+    ) -> None:
+        self._recorder = recorder
+        self._metrics = metrics
+        self._requeue_all = requeue_all
+        self._leading = False
+        self.missing: tuple[str, ...] = ()
+        self._running: dict[str, Mapping[str, Any]] = {}
+        self._reported_pods: set[str] = set()
+        metrics.set_crd_missing_status_fields(0)
+        metrics.set_concurrent_controllers(0)
+
+    # CRD ---------------------------------------------------------------------------------------
+    def crd_changed(self, crd: Mapping[str, Any] | None) -> None:
+        missing = missing_status_fields(crd)
+        if missing == self.missing:
+            return
+        self.missing = missing
+        self._metrics.set_crd_missing_status_fields(len(missing))
+        if missing:
+            log.warning("ComputeDomain CRD is outdated: %s", crd_outdated_message(missing))
+        else:
+            log.info("ComputeDomain CRD has every status field; writing conditions again")
+        self._requeue_all()
+
+    # NVIDIA's controller ------------------------------------------------------------------------
+    def controller_pods_changed(self, pods: Iterable[Mapping[str, Any]]) -> None:
+        running = {_meta(p).get("uid", ""): p for p in running_nvidia_controllers(pods)}
+        for uid, pod in running.items():
+            if uid not in self._running:
+                log.warning("Concurrent controller: %s", concurrent_controller_message(pod))
+        for uid, pod in self._running.items():
+            if uid not in running:
+                meta = _meta(pod)
+                log.info(
+                    "NVIDIA's controller pod %s/%s no longer runs",
+                    meta.get("namespace"),
+                    meta.get("name"),
+                )
+        self._running = running
+        self._reported_pods &= running.keys()
+        self._metrics.set_concurrent_controllers(len(running))
+        self._report()
+
+    def set_leading(self, leading: bool) -> None:
+        self._leading = leading
+        self._report()
+
+    def _report(self) -> None:
+        if not self._leading:
+            return
+        for uid, pod in self._running.items():
+            if uid in self._reported_pods:
+                continue
+            self._reported_pods.add(uid)
+            self._recorder.record(
+                pod, "Warning", "ConcurrentController", "Detect", concurrent_controller_message(pod)
+            )
