@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import yaml
 from kubernetes_asyncio import config
 from kubernetes_asyncio.client import ApiClient, Configuration
 
@@ -58,3 +59,20 @@ async def service_account_api_client(
 ) -> ApiClient:
     token = await request_service_account_token(admin, namespace, name)
     return bearer_api_client(server, ca_file, token)
+
+
+def token_kubeconfig(path: Path, server: str, ca_file: Path | None, token: str) -> Path:
+    """A kubeconfig that authenticates only with ``token`` (e.g. a ServiceAccount's)."""
+    cluster: dict[str, Any] = {"server": server}
+    if ca_file is not None:
+        cluster["certificate-authority"] = str(ca_file)
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "local", "cluster": cluster}],
+        "users": [{"name": "token", "user": {"token": token}}],
+        "contexts": [{"name": "token", "context": {"cluster": "local", "user": "token"}}],
+        "current-context": "token",
+    }
+    path.write_text(yaml.safe_dump(config))
+    return path

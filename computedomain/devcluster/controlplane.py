@@ -55,6 +55,24 @@ CONTROLLER_BURST = 400
 STATE_FILE = "state.json"
 ETCD_DIR_PREFIX = "computedomain-etcd-"
 OWNER_FILE = "etcd.pid"
+AUDIT_LOG = "audit.log"
+# Writes by ServiceAccounts outside kube-system, at Metadata level: who wrote what, cheaply.
+# Tests use it to attribute every write to an identity (e.g. "0 DaemonSet writes by our
+# controller's ServiceAccount during a swap"); KCM's own ServiceAccounts are left out.
+AUDIT_POLICY = {
+    "apiVersion": "audit.k8s.io/v1",
+    "kind": "Policy",
+    "omitStages": ["RequestReceived"],
+    "rules": [
+        {"level": "None", "userGroups": ["system:serviceaccounts:kube-system"]},
+        {
+            "level": "Metadata",
+            "userGroups": ["system:serviceaccounts"],
+            "verbs": ["create", "update", "patch", "delete", "deletecollection"],
+        },
+        {"level": "None"},
+    ],
+}
 # Start order; stop runs it backwards.
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
 
@@ -127,6 +145,11 @@ class ControlPlane:
     _processes: list[_Process] = field(default_factory=list)
     _data_dir: Path | None = None
     _remove_workdir: bool = False
+
+    @property
+    def audit_log(self) -> Path | None:
+        """The apiserver's audit log (JSON lines, see AUDIT_POLICY); None for a foreign cluster."""
+        return self.workdir / "logs" / AUDIT_LOG if self.workdir is not None else None
 
     # ---- construction -------------------------------------------------------------------
 
@@ -255,6 +278,7 @@ class ControlPlane:
         step("etcd", t)
 
         t = time.monotonic()
+        (self.workdir / "audit-policy.yaml").write_text(yaml.safe_dump(AUDIT_POLICY))
         spawn("kube-apiserver", _apiserver_args(self.workdir, pki, ports))
         admin_tls = _client_tls(pki.ca_cert, pki.admin)
         readyz = f"{self.server}/readyz"
@@ -462,6 +486,10 @@ def _apiserver_args(workdir: Path, pki: Pki, ports: dict[str, int]) -> list[str]
         "--allow-privileged=true",
         "--endpoint-reconciler-type=none",
         "--profiling=false",
+        f"--audit-policy-file={workdir / 'audit-policy.yaml'}",
+        f"--audit-log-path={workdir / 'logs' / AUDIT_LOG}",
+        "--audit-log-format=json",
+        "--audit-log-maxbackup=0",
     ]
 
 

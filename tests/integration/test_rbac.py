@@ -32,7 +32,7 @@ from computedomain.api import constants as c
 from computedomain.app import ControllerProcess, run_controller
 from computedomain.config import parse_settings
 from computedomain.devcluster.assets import AssetsUnavailableError, find_assets
-from computedomain.devcluster.clients import request_service_account_token
+from computedomain.devcluster.clients import request_service_account_token, token_kubeconfig
 from computedomain.devcluster.controlplane import ControlPlane
 from computedomain.devcluster.watching import watch_object, watch_objects
 from computedomain.domain.caches import CLIQUES, COMPUTE_DOMAINS
@@ -180,22 +180,6 @@ async def uninstall(admin: KubeClient, installed: InstalledRbac) -> None:
             continue  # goes with the driver namespace
         with contextlib.suppress(ApiError):
             await admin.delete(res, name, namespace)
-
-
-def token_kubeconfig(path: Path, server: str, ca_file: Path | None, token: str) -> Path:
-    cluster: dict[str, Any] = {"server": server}
-    if ca_file is not None:
-        cluster["certificate-authority"] = str(ca_file)
-    config = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [{"name": "test", "cluster": cluster}],
-        "users": [{"name": CONTROLLER_SA, "user": {"token": token}}],
-        "contexts": [{"name": "sa", "context": {"cluster": "test", "user": CONTROLLER_SA}}],
-        "current-context": "sa",
-    }
-    path.write_text(yaml.safe_dump(config))
-    return path
 
 
 # -- a controller that may be crippled ---------------------------------------------------------

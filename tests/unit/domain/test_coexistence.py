@@ -140,8 +140,9 @@ def test_monitor_events_only_while_leading_once_per_pod(
     monitor.set_leading(True)
     monitor.controller_pods_changed([pod("a")])
     monitor.controller_pods_changed([pod("a"), pod("b")])
-    assert recorder.events == [("a", "Warning", "ConcurrentController")] + [
-        ("b", "Warning", "ConcurrentController")
+    assert recorder.events == [
+        ("a", "Warning", "ConcurrentController"),
+        ("b", "Warning", "ConcurrentController"),
     ]
     monitor.controller_pods_changed([])
     assert metrics.concurrent == 0
