@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # THE test command (README, CI): from a fresh clone, installs uv if missing, syncs the locked
 # environment, builds or reuses the local control plane (hack/controlplane/build.sh, cached in
-# ~/.cache/computedomain), then runs the unit and integration tests against the real binaries.
+# ~/.cache/computedomain) and helm (hack/helm/build.sh), then runs the unit and integration
+# tests against the real binaries.
 # Extra arguments go to pytest. Fails when the binaries cannot be had or when no test ran.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -24,6 +25,16 @@ if [ -z "${KUBEBUILDER_ASSETS:-}" ] && [ "${USE_EXISTING_CLUSTER:-}" != "true" ]
   fi
   echo "test.sh: control plane binaries in $bin_dir ($(( $(date +%s) - start ))s)" >&2
   export KUBEBUILDER_ASSETS="$bin_dir"
+fi
+# helm for the chart tests: HELM (a path) wins; otherwise the pinned build (hack/helm/build.sh).
+if [ -z "${HELM:-}" ]; then
+  start=$(date +%s)
+  if ! helm_dir=$(bash hack/helm/build.sh | tail -n 1) || [ ! -x "$helm_dir/helm" ]; then
+    echo "test.sh: FAILED: helm unavailable (hack/helm/build.sh)" >&2
+    exit 1
+  fi
+  echo "test.sh: helm in $helm_dir ($(( $(date +%s) - start ))s)" >&2
+  export HELM="$helm_dir/helm"
 fi
 # Integration tests must run, never skip, under this script.
 export COMPUTEDOMAIN_REQUIRE_CONTROL_PLANE=1
