@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the controller image from ./Dockerfile with buildah (no Docker engine needed), tags it
 # computedomain-controller:<version from pyproject.toml> and prints its size; with --run, also
-# runs the image's entrypoint with podman (crun): --help, --version, and the controller itself
+# runs the image's entrypoint with podman: --help, --version, and the controller itself
 # against a local control plane until it has reconciled manifests/samples/computedomain.yaml.
 #
 #   hack/image.sh                  build (the base image is reused when present)
@@ -20,10 +20,14 @@
 # container's system bundle for the RUN steps only, with a pip.conf and a uv.toml that point pip
 # and uv at it. Nothing of it lands in an image layer.
 #
-# Tools (buildah, podman, crun, skopeo, umoci, mmdebstrap) come from Debian, installed here when
-# missing (as root). Storage: containers/storage's default (overlay as root; set
-# STORAGE_DRIVER=vfs where the kernel cannot mount overlay). Isolation: buildah's default (OCI,
-# crun); set BUILDAH_ISOLATION=chroot where no namespaces can be created.
+# Tools (buildah, podman, crun, runc, skopeo, umoci, mmdebstrap) come from Debian, installed here
+# when missing (as root). Storage: containers/storage's default, overlay (kernel overlayfs: as
+# root on ext4 it needs nothing else, and layers are shared, not copied per step as with vfs;
+# where overlay cannot be mounted, set driver = "vfs" in /etc/containers/storage.conf on a fresh
+# /var/lib/containers/storage). Runtime: crun, with buildah's OCI isolation; where crun cannot
+# start a container (crun 1.8 refuses hybrid cgroup hosts), chroot isolation for the build and
+# runc for podman, logged. OCI_RUNTIME and BUILDAH_ISOLATION override. Every container runs on
+# the host network (the build reaches PyPI, the controller the local apiserver on 127.0.0.1).
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -69,9 +73,6 @@ if [ "${#missing[@]}" -gt 0 ]; then
   fi
 fi
 
-storage=()
-[ -n "${STORAGE_DRIVER:-}" ] && storage=(--storage-driver "$STORAGE_DRIVER")
-
 version=$(sed -n 's/^version = "\(.*\)"$/\1/p' pyproject.toml | head -n 1)
 image="localhost/computedomain-controller:$version"
 # The base the Dockerfile names by default (ARG PYTHON_IMAGE=...), fully qualified as buildah
@@ -112,7 +113,7 @@ build_debian_base() {
     >"$work/mmdebstrap.log" 2>&1 || { tail -n 40 "$work/mmdebstrap.log" >&2; return 1; }
   log "mmdebstrap: $((SECONDS - started))s, rootfs tarball $(du -h "$work/base.tar" | cut -f1)"
   local description="Stand-in for $base_short: Debian bookworm python3.11 packages (mmdebstrap)"
-  podman "${storage[@]}" import --quiet \
+  podman import --quiet \
     --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
     --change 'ENV LANG=C.UTF-8' \
     --change "LABEL org.opencontainers.image.description=\"$description\"" \
@@ -122,13 +123,13 @@ build_debian_base() {
 }
 
 ensure_base() {
-  if ! $rebuild_base && buildah "${storage[@]}" inspect --type image "$base" >/dev/null 2>&1; then
+  if ! $rebuild_base && buildah inspect --type image "$base" >/dev/null 2>&1; then
     log "base $base: present in local storage, reused"
     return 0
   fi
   if ! $rebuild_base; then
     local pull_error
-    if pull_error=$(buildah "${storage[@]}" pull --quiet "$base" 2>&1 >/dev/null); then
+    if pull_error=$(buildah pull --quiet "$base" 2>&1 >/dev/null); then
       log "base $base: pulled"
       return 0
     fi
@@ -150,7 +151,7 @@ ulimits=(--ulimit "nofile=$nofile:$nofile" --ulimit nproc=4096:4096)
 # (no OCI runtime involved) and podman uses runc. OCI_RUNTIME / BUILDAH_ISOLATION override.
 runtime=${OCI_RUNTIME:-crun}
 isolation=${BUILDAH_ISOLATION:-oci}
-if [ -z "${OCI_RUNTIME:-}" ] && ! probe=$(podman "${storage[@]}" run --rm --runtime crun \
+if [ -z "${OCI_RUNTIME:-}" ] && ! probe=$(podman run --rm --runtime crun \
   --network host "${ulimits[@]}" "$base" true 2>&1); then
   log "crun cannot start a container here: $(grep -m1 'Error: ' <<<"$probe" || echo "$probe")"
   runtime=runc
@@ -183,25 +184,30 @@ build_image() {
   # base was settled above. --layers: unchanged steps come from cache on the next run.
   local how=(--isolation "$isolation")
   [ "$isolation" = chroot ] || how+=(--runtime "$runtime")
-  if ! buildah "${storage[@]}" build --layers --pull=never --network host "${how[@]}" "${mounts[@]}" \
+  if ! buildah build --layers --pull=never --network host "${how[@]}" "${mounts[@]}" \
     --tag "$image" --file Dockerfile . >"$work/build.log" 2>&1; then
     tail -n 40 "$work/build.log" >&2
     return 1
   fi
 }
 timed "image build" build_image
-size=$(podman "${storage[@]}" image inspect --format '{{.Size}}' "$image")
+size=$(podman image inspect --format '{{.Size}}' "$image")
 log "built $image: $((size / 1000000)) MB ($size bytes, uncompressed)"
-podman "${storage[@]}" images --format '  {{.Repository}}:{{.Tag}}  {{.Size}}' |
+description=$(podman image inspect --format \
+  '{{index .Labels "org.opencontainers.image.description"}}' "$image" || true)
+log "on base ${description:-$base}"
+podman images --format '  {{.Repository}}:{{.Tag}}  {{.Size}}' |
   grep -F -e "$image" -e "$base" >&2 || true
 
 $run || exit 0
 
 # --- the smoke run ------------------------------------------------------------------------------
 smoke() {
-  local runner=(podman "${storage[@]}" run --rm --runtime "$runtime" "${ulimits[@]}")
-  log "entrypoint --help:"
-  "${runner[@]}" "$image" --help | head -n 3
+  local runner=(podman run --rm --runtime "$runtime" "${ulimits[@]}")
+  local help
+  help=$("${runner[@]}" "$image" --help)
+  log "entrypoint --help: exit 0, $(wc -l <<<"$help") lines; first 3:"
+  head -n 3 <<<"$help"
   log "entrypoint --version:"
   "${runner[@]}" "$image" --version
 
@@ -237,8 +243,8 @@ for s in socks:
     s.bind(("127.0.0.1", 0))
 print(*(s.getsockname()[1] for s in socks))')
 
-  cleanup_steps+=("podman ${storage[*]} rm --force --time 10 $name >/dev/null")
-  podman "${storage[@]}" run --detach --name "$name" --runtime "$runtime" "${ulimits[@]}" \
+  cleanup_steps+=("podman rm --force --time 10 $name >/dev/null")
+  podman run --detach --name "$name" --runtime "$runtime" "${ulimits[@]}" \
     --network host \
     --volume "$work/kubeconfig:/etc/computedomain/kubeconfig:ro" \
     --env KUBECONFIG=/etc/computedomain/kubeconfig \
@@ -258,16 +264,20 @@ print(*(s.getsockname()[1] for s in socks))')
     || ! "${kubectl[@]}" wait -n "$namespace" --for=create \
       "daemonset/computedomain-daemon-$uid" --timeout=60s; then
     log "FAILED: the controller did not reconcile the ComputeDomain; its log:"
-    podman "${storage[@]}" logs --tail 40 "$name" >&2
+    podman logs --tail 40 "$name" >&2
     return 1
   fi
   log "reconciled in $((SECONDS - started))s:"
   "${kubectl[@]}" get -n "$cd_namespace" -f manifests/samples/computedomain.yaml \
     -o jsonpath='  ComputeDomain {.metadata.name}: finalizers={.metadata.finalizers}{"\n"}'
+  local daemonset='  DaemonSet {.metadata.namespace}/{.metadata.name}: '
+  daemonset+='image={.spec.template.spec.containers[0].image}{"\n"}'
   "${kubectl[@]}" get -n "$namespace" daemonset "computedomain-daemon-$uid" \
-    -o jsonpath='  DaemonSet {.metadata.namespace}/{.metadata.name}: image={.spec.template.spec.containers[0].image}{"\n"}'
-  printf '  controller /readyz: ' && curl -fsS "http://127.0.0.1:${ports[1]}/readyz" && echo
+    -o jsonpath="$daemonset"
+  python3 -c 'import sys, urllib.request
+print("  controller /readyz:", urllib.request.urlopen(sys.argv[1], timeout=10).read().decode())' \
+    "http://127.0.0.1:${ports[1]}/readyz"
   log "controller log (last 5 lines):"
-  podman "${storage[@]}" logs --tail 5 "$name" >&2
+  podman logs --tail 5 "$name" >&2
 }
 timed "smoke run" smoke
