@@ -6,7 +6,9 @@ environment resolved from the pod spec (values and fieldRefs, as the kubelet doe
 credentials of the pod's ServiceAccount (a TokenRequest token, so every write is attributed to
 that identity), and SIGTERM when the pod is deleted. Only the listeners move: the pod's
 `HTTP_ENDPOINT` and `PROBE_ADDRESS` become free loopback ports, because every pod shares this
-host's network. The container image itself is built and run by hack/image.sh.
+host's network. Like a kubelet, it keeps a deleted pod (a finalizer) until the process has
+exited, so `kubectl wait --for=delete pod` means what it means on a real node. The container
+image itself is built and run by hack/image.sh.
 """
 
 from __future__ import annotations
@@ -25,11 +27,12 @@ from kubernetes_asyncio.client import ApiClient
 
 from computedomain.devcluster.clients import request_service_account_token, token_kubeconfig
 from computedomain.devcluster.controlplane import ControlPlane, free_port
-from computedomain.devcluster.watching import watch_object
-from computedomain.runtime.client import KubeClient
+from computedomain.devcluster.watching import watch_object, watch_objects
+from computedomain.runtime.client import ApiError, KubeClient
 from computedomain.runtime.resources import PODS
 
 # The image's ENTRYPOINT, from this environment.
+RUNNING_FINALIZER = "podrunner.computedomain.dev/running"
 CONTROLLER_COMMAND: tuple[str, ...] = (
     str(Path(sys.executable).with_name("computedomain-controller")),
 )
@@ -88,16 +91,22 @@ class LocalPod:
 
     async def stop(self, grace: float = 30.0) -> int:
         """SIGTERM, then SIGKILL after ``grace`` (the pod's termination grace period)."""
+        code = await _terminate(self.process, grace)
         if self._follower is not None:
             self._follower.cancel()
-        if self.process.returncode is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                async with asyncio.timeout(grace):
-                    await self.process.wait()
-            except TimeoutError:
-                self.process.kill()
-        return await self.process.wait()
+            await asyncio.gather(self._follower, return_exceptions=True)
+        return code
+
+
+async def _terminate(process: asyncio.subprocess.Process, grace: float) -> int:
+    if process.returncode is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            async with asyncio.timeout(grace):
+                await process.wait()
+        except TimeoutError:
+            process.kill()
+    return await process.wait()
 
 
 async def run_pod(
@@ -136,6 +145,12 @@ async def run_pod(
         )
     local = LocalPod(meta["namespace"], meta["name"], process, env, log_path)
     kube = KubeClient.from_api_client(admin, field_manager="podrunner")
+    finalizer: list[dict[str, Any]] = [
+        {"op": "add", "path": "/metadata/finalizers/-", "value": RUNNING_FINALIZER}
+    ]
+    if not meta.get("finalizers"):
+        finalizer = [{"op": "add", "path": "/metadata/finalizers", "value": [RUNNING_FINALIZER]}]
+    await kube.patch(PODS, meta["name"], finalizer, meta["namespace"], patch_type="json")
     local._follower = asyncio.create_task(_terminate_when_deleted(kube, local))
     return local
 
@@ -149,9 +164,85 @@ async def _terminate_when_deleted(kube: KubeClient, local: LocalPod) -> None:
     def deleted(pod: dict[str, Any] | None) -> bool:
         return pod is None or bool(pod["metadata"].get("deletionTimestamp"))
 
-    with contextlib.suppress(asyncio.CancelledError):
+    try:
         await watch_object(
             kube, PODS, local.name, deleted, namespace=local.namespace, within=24 * 3600
         )
-        if local.process.returncode is None:
-            local.process.send_signal(signal.SIGTERM)
+        await _terminate(local.process, grace=30.0)
+    finally:
+        await _release(kube, local)
+
+
+async def _release(kube: KubeClient, local: LocalPod) -> None:
+    """Drop our finalizer: the container has exited, the pod may go."""
+    try:
+        pod = await kube.get(PODS, local.name, local.namespace)
+    except ApiError as err:
+        if err.is_not_found:
+            return
+        raise
+    finalizers = pod["metadata"].get("finalizers") or []
+    if RUNNING_FINALIZER in finalizers:
+        index = finalizers.index(RUNNING_FINALIZER)
+        patch = [
+            {"op": "test", "path": f"/metadata/finalizers/{index}", "value": RUNNING_FINALIZER},
+            {"op": "remove", "path": f"/metadata/finalizers/{index}"},
+        ]
+        with contextlib.suppress(ApiError):
+            await kube.patch(PODS, local.name, patch, local.namespace, patch_type="json")
+
+
+class Kubelet:
+    """Runs every pod matching a label selector in a namespace as it appears (see run_pod)."""
+
+    def __init__(
+        self, admin: ApiClient, cp: ControlPlane, namespace: str, selector: str, workdir: Path
+    ) -> None:
+        self.admin = admin
+        self.cp = cp
+        self.namespace = namespace
+        self.selector = selector
+        self.workdir = workdir
+        self.pods: dict[str, LocalPod] = {}
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run())
+
+    async def _run(self) -> None:
+        kube = KubeClient.from_api_client(self.admin, field_manager="podrunner")
+
+        def startable(pods: dict[str, dict[str, Any]]) -> list[dict[str, Any]] | None:
+            fresh = [
+                pod
+                for name, pod in pods.items()
+                if name not in self.pods
+                and pod["spec"].get("nodeName")
+                and not pod["metadata"].get("deletionTimestamp")
+            ]
+            return fresh or None
+
+        while True:
+            fresh: list[dict[str, Any]] = await watch_objects(
+                kube,
+                PODS,
+                startable,
+                namespace=self.namespace,
+                label_selector=self.selector,
+                within=24 * 3600,
+                what=f"pods {self.selector} to run",
+            )
+            for pod in fresh:
+                self.pods[pod["metadata"]["name"]] = await run_pod(
+                    self.admin, self.cp, pod, self.workdir
+                )
+
+    def running(self) -> list[LocalPod]:
+        return [pod for pod in self.pods.values() if pod.process.returncode is None]
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        await asyncio.gather(*(pod.stop() for pod in self.pods.values()))

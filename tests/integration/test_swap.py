@@ -1,0 +1,340 @@
+"""Swapping our controller into an NVIDIA DRA driver install and back out, on the real control
+plane with the fleet simulator: the steps of docs/operations.md, run as `hack/swap.sh`.
+
+Before: ComputeDomains with running workloads whose children NVIDIA's v0.4.0 controller wrote
+(tests/integration/nvidia_install.py), daemons Ready, NVIDIA's CRD, NVIDIA's controller
+Deployment. During and after the swap, and after the rollback, the apiserver's audit log must
+show no write to a DaemonSet or ResourceClaimTemplate by our controller's ServiceAccount, the
+daemon pods must be the same pods (UIDs), and every CD must keep `status.status: Ready`.
+Our controller pods are run by devcluster.podrunner (kwok runs no containers).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes_asyncio.client import ApiClient
+
+from computedomain.api import constants as c
+from computedomain.devcluster.assets import REPO_ROOT, find_assets
+from computedomain.devcluster.audit import AuditedWrite, AuditLog, service_account_user, tally
+from computedomain.devcluster.controlplane import ControlPlane
+from computedomain.devcluster.crds import CRD_DIR, apply_crds
+from computedomain.devcluster.helm import find_helm
+from computedomain.devcluster.podrunner import Kubelet
+from computedomain.devcluster.watching import Objects, watch_objects
+from computedomain.domain.caches import COMPUTE_DOMAINS
+from computedomain.runtime import resources as r
+from computedomain.runtime.client import KubeClient
+from tests.integration import nvidia_install as nvidia
+from tests.integration.e2e_harness import EndToEnd, end_to_end, pod_running, workload
+from tests.integration.reading import condition
+
+pytestmark = pytest.mark.integration
+
+OUR_SA = "computedomain-controller"
+OUR_PODS = "app.kubernetes.io/name=computedomain-controller"
+CHILD_RESOURCES = ("daemonsets", "resourceclaimtemplates")
+
+
+def pod_ready(pod: dict[str, Any]) -> bool:
+    conditions = (pod.get("status") or {}).get("conditions") or []
+    return any(x["type"] == "Ready" and x["status"] == "True" for x in conditions)
+
+
+async def run_script(
+    action: str, method: str, kubeconfig: Path, wait_namespace: str
+) -> tuple[int, str]:
+    env = {
+        **os.environ,
+        "KUBECONFIG": str(kubeconfig),
+        "KUBECTL": str(find_assets()["kubectl"]),
+        "HELM": str(find_helm()),
+        "NS": nvidia.NVIDIA_NAMESPACE,
+        "WAIT_NAMESPACES": wait_namespace,
+        "TIMEOUT": "120s",
+    }
+    process = await asyncio.create_subprocess_exec(
+        "bash",
+        str(REPO_ROOT / "hack" / "swap.sh"),
+        action,
+        method,
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
+    out, _ = await process.communicate()
+    text = out.decode(errors="replace")
+    print(f"--- hack/swap.sh {action} {method}\n{text}")
+    assert process.returncode == 0, f"hack/swap.sh {action} {method} failed:\n{text}"
+    return process.returncode, text
+
+
+class NotReadyWatch:
+    """Records every moment a watched CD's status.status is not Ready."""
+
+    def __init__(self, kube: KubeClient, namespace: str, names: set[str]) -> None:
+        self.seen: list[tuple[str, Any]] = []
+
+        def record(cds: Objects) -> bool:
+            for name in names:
+                status = ((cds.get(name) or {}).get("status") or {}).get("status")
+                if status != c.STATUS_READY:
+                    self.seen.append((name, status))
+            return False
+
+        self.task = asyncio.create_task(
+            watch_objects(kube, COMPUTE_DOMAINS, record, namespace=namespace, within=3600)
+        )
+
+    async def stop(self) -> list[tuple[str, Any]]:
+        self.task.cancel()
+        await asyncio.gather(self.task, return_exceptions=True)
+        return self.seen
+
+
+async def snapshot(kube: KubeClient, uids: list[str]) -> dict[str, Any]:
+    """What must not change: DaemonSet generations, RCT resourceVersions, daemon pod UIDs."""
+    state: dict[str, Any] = {}
+    ns = nvidia.NVIDIA_NAMESPACE
+    for uid in uids:
+        ds = await kube.get(r.DAEMONSETS, c.daemon_name(uid), ns)
+        state[f"ds/{uid}"] = ds["metadata"]["generation"]
+        rcts = await kube.list(r.RESOURCE_CLAIM_TEMPLATES, label_selector=f"{c.CD_LABEL}={uid}")
+        for rct in rcts["items"]:
+            state[f"rct/{rct['metadata']['name']}"] = rct["metadata"]["resourceVersion"]
+        pods = await kube.list(r.PODS, ns, label_selector=f"{c.CD_LABEL}={uid}")
+        for pod in pods["items"]:
+            assert pod_ready(pod), f"daemon pod {pod['metadata']['name']} not Ready"
+            state[f"pod/{pod['metadata']['name']}"] = pod["metadata"]["uid"]
+    return state
+
+
+def child_writes(writes: list[AuditedWrite]) -> list[str]:
+    return [w.target for w in writes if w.resource in CHILD_RESOURCES]
+
+
+@pytest.fixture
+async def e2e(
+    kube: KubeClient, control_plane: ControlPlane, namespace: str
+) -> AsyncIterator[EndToEnd]:
+    async with end_to_end(
+        kube, control_plane.kubeconfig, namespace, nvidia.NVIDIA_NAMESPACE
+    ) as env:
+        yield env
+
+
+@pytest.fixture
+async def nvidia_install(kube: KubeClient) -> AsyncIterator[None]:
+    await nvidia.install(kube)
+    await nvidia.install_nvidia_crd(kube)
+    try:
+        yield
+    finally:
+        await nvidia.uninstall(kube)
+        api = kube.api_client
+        await apply_crds(api, CRD_DIR)  # later tests need our CRD back, whatever happened
+
+
+@pytest.mark.usefixtures("nvidia_install")
+@pytest.mark.parametrize("method", ["helm", "kustomize", "helm-beside"])
+async def test_swap_in_and_back_out_leaves_running_imex_domains_alone(
+    method: str,
+    e2e: EndToEnd,
+    kube: KubeClient,
+    api_client: ApiClient,
+    control_plane: ControlPlane,
+    tmp_path: Path,
+) -> None:
+    assert control_plane.audit_log is not None
+    audit = AuditLog(control_plane.audit_log)
+    ns = e2e.namespace
+    ours_ns = "computedomain-system" if method == "helm-beside" else nvidia.NVIDIA_NAMESPACE
+    our_user = service_account_user(ours_ns, OUR_SA)
+
+    # -- before: NVIDIA's controller made the children, the daemons are Ready ---------------
+    nvidia_sa = await nvidia_api(api_client, control_plane)
+    standin = nvidia.NvidiaController(
+        KubeClient.from_api_client(nvidia_sa, field_manager=nvidia.NVIDIA_FIELD_MANAGER)
+    )
+    await e2e.start_simulator()
+    jobs = {"job-a": "r00", "job-b": "r01"}
+    cds = {}
+    for name, rack in jobs.items():
+        cd = await e2e.create_cd(name, rct_name=f"{name}-channel", num_nodes=2)
+        cds[name] = await standin.adopt(cd)
+        await e2e.run_workload(workload(name, 2, rct_name=f"{name}-channel", racks=[rack]))
+    for name in jobs:
+        await standin.project_until_ready(cds[name])
+        await e2e.workload_pods(name, lambda pods: len(pods) == 2, "2 pods")
+    uids = [cd["metadata"]["uid"] for cd in cds.values()]
+    before = await snapshot(kube, uids)
+    print(f"before the swap: {before}")
+
+    # -- swap in ----------------------------------------------------------------------------
+    kubelet = Kubelet(api_client, control_plane, ours_ns, OUR_PODS, tmp_path)
+    kubelet.start()
+    watch = NotReadyWatch(kube, ns, set(jobs))
+    mark = audit.mark()
+    started = time.monotonic()
+    try:
+        await run_script("in", method, control_plane.kubeconfig, ns)
+        print(f"swap in: every CD Ready=True {time.monotonic() - started:.1f}s after the start")
+        swap_in = audit.writes(since=mark, user=our_user)
+        print(f"writes by {our_user} during swap-in: {tally(swap_in)}")
+        assert child_writes(swap_in) == []
+        assert await snapshot(kube, uids) == before
+        # Status is ours now: conditions, and printer columns' counts.
+        for name in jobs:
+            cd = await kube.get(COMPUTE_DOMAINS, name, ns)
+            assert condition(cd, "Ready")["status"] == "True"
+            assert cd["status"]["readyNodeCount"] == 2
+
+        # New CDs work, and one deleted is cleaned up completely.
+        mark_new = audit.mark()
+        fresh = await e2e.create_cd("job-c", rct_name="job-c-channel", num_nodes=2)
+        await e2e.run_workload(workload("job-c", 2, rct_name="job-c-channel", racks=["r02"]))
+        await e2e.cd_until(
+            "job-c", lambda cd: condition(cd, "Ready").get("status") == "True", "Ready"
+        )
+        created = child_writes(audit.writes(since=mark_new, user=our_user))
+        assert len([w for w in created if w.startswith("create")]) == 3, created
+        await e2e.scale("job-c", 0)
+        await watch_objects(
+            kube,
+            r.PODS,
+            lambda pods: not pods,
+            namespace=ns,
+            label_selector="e2e.computedomain.dev/workload=job-c",
+            what="job-c pods gone",
+        )
+        await kube.delete(COMPUTE_DOMAINS, "job-c", ns)
+        await e2e.cd_until("job-c", lambda cd: cd is None, "gone", within=60)
+        fresh_uid = fresh["metadata"]["uid"]
+        left = await kube.list(r.DAEMONSETS, label_selector=f"{c.CD_LABEL}={fresh_uid}")
+        left_rcts = await kube.list(
+            r.RESOURCE_CLAIM_TEMPLATES, label_selector=f"{c.CD_LABEL}={fresh_uid}"
+        )
+        assert left["items"] == left_rcts["items"] == []
+        await e2e.nodes_labelled(fresh_uid, lambda names: not names, "job-c labels gone")
+
+        # The classic accident: NVIDIA's controller scaled back up beside ours.
+        await concurrent_controller_is_reported(kube, kubelet)
+
+        # -- roll back ----------------------------------------------------------------------
+        mark_out = audit.mark()
+        await run_script("out", method, control_plane.kubeconfig, ns)
+        rollback = audit.writes(since=mark_out, user=our_user)
+        print(f"writes by {our_user} during rollback: {tally(rollback)}")
+        assert child_writes(rollback) == []
+        assert await snapshot(kube, uids) == before
+        assert kubelet.running() == [], "our controller still runs after the rollback"
+        for name in jobs:
+            cd = await kube.get(COMPUTE_DOMAINS, name, ns)
+            # The finalizer is NVIDIA's own name: nothing of ours is left on the CD.
+            assert cd["metadata"]["finalizers"] == [c.FINALIZER]
+            assert cd["status"]["status"] == c.STATUS_READY
+        ours = await kube.list(
+            r.SERVICE_ACCOUNTS, ours_ns, field_selector=f"metadata.name={OUR_SA}"
+        )
+        assert ours["items"] == [], "our ServiceAccount outlived the rollback"
+        lease_name = (
+            "computedomain-controller"
+            if method == "helm-beside"
+            else (c.NVIDIA_CONTROLLER_DEPLOYMENT)
+        )
+        leases = await kube.list(r.LEASES, ours_ns, field_selector=f"metadata.name={lease_name}")
+        for lease in leases["items"]:
+            assert not lease["spec"].get("holderIdentity"), f"Lease still held: {lease['spec']}"
+        seen = await watch.stop()
+        print(
+            f"daemon pods unchanged: {sum(k.startswith('pod/') for k in before)}; "
+            f"DaemonSet/RCT writes by our controller: swap-in {len(child_writes(swap_in))}, "
+            f"rollback {len(child_writes(rollback))}; NotReady moments: {len(seen)}"
+        )
+        assert seen == [], f"a CD left status.status Ready during the swap: {seen}"
+    finally:
+        await watch.stop()
+        await kubelet.stop()
+        await nvidia_sa.close()
+        # The rollback left the CDs to NVIDIA's controller, which does not run here: let ours
+        # finalize them (e2e clean-up) and remove anything a failed run left behind.
+        await e2e.start_controller()
+
+
+async def concurrent_controller_is_reported(kube: KubeClient, kubelet: Kubelet) -> None:
+    ns = nvidia.NVIDIA_NAMESPACE
+    await kube.patch(
+        nvidia.DEPLOYMENTS, c.NVIDIA_CONTROLLER_DEPLOYMENT, {"spec": {"replicas": 1}}, ns
+    )
+
+    selector = f"{c.NVIDIA_COMPONENT_LABEL}={c.NVIDIA_CONTROLLER_COMPONENT}"
+    running = await watch_objects(
+        kube,
+        r.PODS,
+        lambda pods: [p for p in pods.values() if pod_running(p)],
+        namespace=ns,
+        label_selector=selector,
+        what="NVIDIA's controller pod running",
+    )
+    names = {pod["metadata"]["name"] for pod in running}
+
+    def warned(events: Objects) -> list[dict[str, Any]] | None:
+        found = [
+            e
+            for e in events.values()
+            if e.get("reason") == "ConcurrentController"
+            and (e.get("regarding") or {}).get("name") in names
+        ]
+        return found or None
+
+    events = await watch_objects(kube, r.EVENTS, warned, namespace=ns, what="ConcurrentController")
+    print(f"Warning event: {events[0]['note']}")
+    assert events[0]["type"] == "Warning"
+    assert "--replicas=0" in events[0]["note"]
+    assert any("Concurrent controller" in pod.log_text() for pod in kubelet.running())
+    assert await concurrent_gauge(kubelet) == 1.0
+    await kube.patch(
+        nvidia.DEPLOYMENTS, c.NVIDIA_CONTROLLER_DEPLOYMENT, {"spec": {"replicas": 0}}, ns
+    )
+    await watch_objects(
+        kube,
+        r.PODS,
+        lambda pods: not [p for p in pods.values() if pod_running(p)],
+        namespace=ns,
+        label_selector=selector,
+        what="NVIDIA's controller pods gone",
+    )
+    # A gauge has no watch: scrape until it drops.
+    async with asyncio.timeout(30):
+        while await concurrent_gauge(kubelet) != 0.0:
+            await asyncio.sleep(0.2)
+
+
+async def concurrent_gauge(kubelet: Kubelet) -> float:
+    import aiohttp
+
+    values = []
+    async with aiohttp.ClientSession() as session:
+        for pod in kubelet.running():
+            assert pod.metrics_url is not None
+            async with session.get(pod.metrics_url) as response:
+                text = await response.text()
+            for line in text.splitlines():
+                if line.startswith("computedomain_concurrent_controllers "):
+                    values.append(float(line.split()[1]))
+    return max(values, default=-1.0)
+
+
+async def nvidia_api(api_client: ApiClient, cp: ControlPlane) -> ApiClient:
+    from computedomain.devcluster.clients import service_account_api_client
+
+    return await service_account_api_client(
+        api_client, cp.server, cp.ca_file, nvidia.NVIDIA_NAMESPACE, nvidia.NVIDIA_CONTROLLER_SA
+    )
