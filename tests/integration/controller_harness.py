@@ -14,6 +14,7 @@ from prometheus_client import CollectorRegistry
 
 from computedomain.app import ControllerProcess, run_controller
 from computedomain.config import parse_settings
+from computedomain.devcluster.rest import eventually
 from computedomain.devcluster.watching import Predicate, watch_object
 from computedomain.domain.caches import COMPUTE_DOMAINS
 from computedomain.observability.logging import configure_logging
@@ -41,6 +42,17 @@ class RunningController:
                 if sample.name.endswith("_total") and sample.labels.get("method") in WRITE_METHODS:
                     total += sample.value
         return total
+
+    async def wait_idle(self) -> None:
+        """Every enqueued or scheduled reconcile has run and every recorded event is written."""
+        queue = self.process.queue
+
+        async def quiet() -> bool:
+            # Delayed keys count too: a requeue timer firing in the window could write.
+            return len(queue) == 0 and not queue.processing and not queue.delayed
+
+        await eventually(quiet, within=60, what="an empty work queue")
+        await asyncio.wait_for(self.process.recorder.wait_idle(), 60)
 
     async def shutdown(self) -> None:
         self.stop.set()

@@ -24,6 +24,7 @@ import yaml
 from computedomain.api import constants as c
 from computedomain.api.v1beta1 import ComputeDomain
 from computedomain.devcluster.crds import CRD_DIR
+from computedomain.devcluster.rest import eventually
 from computedomain.devcluster.watching import Objects, watch_objects
 from computedomain.domain import desired, projection
 from computedomain.domain.caches import CLIQUES, COMPUTE_DOMAINS
@@ -118,6 +119,18 @@ async def install_nvidia_crd(admin: KubeClient) -> None:
     current = await admin.get(CRDS, body["metadata"]["name"])
     body["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
     await admin.replace(CRDS, body)
+
+    async def serving() -> bool:
+        # After a schema change the apiserver rebuilds the CR storage (429 until then).
+        try:
+            await admin.list(COMPUTE_DOMAINS, limit=1)
+        except ApiError as err:
+            if err.is_too_many_requests:
+                return False
+            raise
+        return True
+
+    await eventually(serving, within=30, what="ComputeDomain storage after the CRD change")
 
 
 async def install(admin: KubeClient) -> None:

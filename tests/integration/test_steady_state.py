@@ -14,7 +14,6 @@ import pytest
 
 from computedomain.api import constants as c
 from computedomain.devcluster.controlplane import ControlPlane
-from computedomain.devcluster.rest import eventually
 from computedomain.devcluster.watching import watch_objects
 from computedomain.domain.caches import CLIQUES, COMPUTE_DOMAINS
 from computedomain.runtime import resources as r
@@ -147,15 +146,7 @@ async def _event_versions(kube: KubeClient, namespaces: tuple[str, ...]) -> dict
 
 
 async def _idle(running: RunningController) -> None:
-    """Every enqueued or scheduled reconcile has run and every recorded event is written."""
-    queue = running.process.queue
-
-    async def quiet() -> bool:
-        # Delayed keys count too: a requeue timer firing in the window could write.
-        return len(queue) == 0 and not queue.processing and not queue.delayed
-
-    await eventually(quiet, within=60, what="an empty work queue")
-    await asyncio.wait_for(running.process.recorder.wait_idle(), 60)
+    await running.wait_idle()
 
 
 async def _snapshot(kube: KubeClient, namespace: str, driver_ns: str) -> dict[str, dict[str, Any]]:

@@ -12,6 +12,7 @@ Our controller pods are run by devcluster.podrunner (kwok runs no containers).
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import time
 from collections.abc import AsyncIterator
@@ -33,6 +34,12 @@ from computedomain.domain.caches import COMPUTE_DOMAINS
 from computedomain.runtime import resources as r
 from computedomain.runtime.client import KubeClient
 from tests.integration import nvidia_install as nvidia
+from tests.integration.controller_harness import (
+    ControllerFactory,
+    RunningController,
+    create_cd,
+    watch_until,
+)
 from tests.integration.e2e_harness import EndToEnd, end_to_end, pod_running, workload
 from tests.integration.reading import condition
 
@@ -338,3 +345,86 @@ async def nvidia_api(api_client: ApiClient, cp: ControlPlane) -> ApiClient:
     return await service_account_api_client(
         api_client, cp.server, cp.ca_file, nvidia.NVIDIA_NAMESPACE, nvidia.NVIDIA_CONTROLLER_SA
     )
+
+
+@pytest.mark.usefixtures("nvidia_install")
+async def test_outdated_crd_is_named_and_only_upstream_status_is_written(
+    kube: KubeClient, control_plane: ControlPlane, namespace: str
+) -> None:
+    """NVIDIA's chart never upgrades CRDs: with its CRD installed, our status fields are pruned.
+    The controller says so (log, gauge, one Warning per CD), writes status.status and
+    status.nodes only, and does not loop writing what the apiserver drops; after the CRD
+    upgrade the conditions appear without a restart."""
+    factory = ControllerFactory(control_plane.kubeconfig, nvidia.NVIDIA_NAMESPACE)
+    logged = LogCapture("computedomain")
+    try:
+        running = await factory.start()
+        assert running.process.coexistence.missing == (
+            "conditions",
+            "observedGeneration",
+            "nodeCount",
+            "readyNodeCount",
+            "cliqueCount",
+        )
+        assert any("CRD is outdated" in line for line in logged.lines)
+        assert gauge(running, "computedomain_crd_missing_status_fields") == 5.0
+        await create_cd(kube, namespace, "upstream-only")
+
+        def ready(cd: dict[str, Any] | None) -> bool:
+            return ((cd or {}).get("status") or {}).get("status") == c.STATUS_READY
+
+        cd = await watch_until(kube, COMPUTE_DOMAINS, "upstream-only", namespace, ready)
+        assert cd is not None
+        assert "conditions" not in cd["status"]
+
+        def outdated(events: Objects) -> list[dict[str, Any]] | None:
+            found = [e for e in events.values() if e.get("reason") == "CRDOutdated"]
+            return found or None
+
+        events = await watch_objects(
+            kube, r.EVENTS, outdated, namespace=namespace, what="a CRDOutdated event"
+        )
+        assert len(events) == 1
+        assert events[0]["type"] == "Warning"
+        assert "kubectl apply --server-side --force-conflicts -f crds/" in events[0]["note"]
+        print(f"Warning CRDOutdated: {events[0]['note']}")
+
+        # No write loop: a reconcile of the unchanged CD writes nothing.
+        await running.wait_idle()
+        before = running.writes()
+        running.process.queue.add(f"{namespace}/upstream-only")
+        await running.wait_idle()
+        assert running.writes() == before
+
+        await apply_crds(kube.api_client, CRD_DIR)
+
+        def has_conditions(cd: dict[str, Any] | None) -> bool:
+            return condition(cd, "ChildrenReady").get("status") == "True"
+
+        await watch_until(kube, COMPUTE_DOMAINS, "upstream-only", namespace, has_conditions)
+        assert gauge(running, "computedomain_crd_missing_status_fields") == 0.0
+    finally:
+        logged.close()
+        await factory.stop_all()
+        await kube.delete(COMPUTE_DOMAINS, "upstream-only", namespace)
+
+
+def gauge(running: RunningController, name: str) -> float:
+    value = running.registry.get_sample_value(name)
+    assert value is not None, f"{name} not exported"
+    return value
+
+
+class LogCapture(logging.Handler):
+    def __init__(self, logger: str) -> None:
+        super().__init__()
+        self.lines: list[str] = []
+        self.logger = logging.getLogger(logger)
+        self.logger.addHandler(self)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+    def close(self) -> None:
+        self.logger.removeHandler(self)
+        super().close()
