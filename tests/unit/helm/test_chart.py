@@ -258,9 +258,28 @@ def test_pod_labels(default: list[Obj]) -> None:
     "sets", [(), ALL_ON, ("nameOverride=nvidia-dra-driver-gpu",)], ids=["default", "all", "name"]
 )
 def test_never_nvidias_component_label(helm: Path, sets: tuple[str, ...]) -> None:
+    # The controller tells NVIDIA's controller pods by this label (alert texts may name it).
     result = run_helm(helm, *template_args(sets=sets))
     assert result.returncode == 0, result.stderr
-    assert NVIDIA_COMPONENT_LABEL not in result.stdout
+    for doc in yaml.safe_load_all(result.stdout):
+        if not doc:
+            continue
+        for labels in label_maps(doc):
+            assert NVIDIA_COMPONENT_LABEL not in labels, f"{doc['kind']} carries it: {labels}"
+
+
+def label_maps(obj: Any) -> list[dict[str, Any]]:
+    """Every `labels`/`matchLabels` map anywhere in a rendered object."""
+    found = []
+    if isinstance(obj, dict):
+        for key, value in obj.items():
+            if key in ("labels", "matchLabels") and isinstance(value, dict):
+                found.append(value)
+            found.extend(label_maps(value))
+    elif isinstance(obj, list):
+        for item in obj:
+            found.extend(label_maps(item))
+    return found
 
 
 # ---- env: known to the controller and accepted by its configuration -----------------------------
