@@ -204,7 +204,7 @@ class ControllerProcess:
         from computedomain.runtime.leaderelection import LeaderElector
 
         elector = LeaderElector(
-            self.client,
+            self.client.unfenced(),
             s.lease_namespace,
             s.lease_name,
             self.identity,
@@ -213,7 +213,10 @@ class ControllerProcess:
             retry_period=s.retry_period,
             clock=self.clock,
             metrics=self.runtime_metrics,
+            restart_prefix=f"{s.pod_name}-",
         )
+        # Every other write (reconciles, events) needs proof of leadership at send time.
+        self.client.write_fence = elector.holds_lease
         await elector.run(self._work)
 
     async def _work(self) -> None:

@@ -9,11 +9,12 @@ and check every status ourselves (36.1.0 lacks the #402 fix), always pass an exp
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import os
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
@@ -81,6 +82,15 @@ class KubeClient:
         self.request_timeout = request_timeout
         self.clock = clock or SystemClock()
         self.host = urlsplit(api_client.configuration.host).netloc or api_client.configuration.host
+        # Checked right before every write is sent; False refuses it (a leader that cannot
+        # prove it still holds its lease must write nothing). None: no fence.
+        self.write_fence: Callable[[], bool] | None = None
+
+    def unfenced(self) -> KubeClient:
+        """The same connection without the write fence (for the leader election itself)."""
+        clone = copy.copy(self)
+        clone.write_fence = None
+        return clone
 
     @classmethod
     def from_api_client(
@@ -160,6 +170,11 @@ class KubeClient:
     ) -> dict[str, Any] | None:
         if self.rate_limiter is not None:
             await self.rate_limiter.acquire()
+        if method != "GET" and self.write_fence is not None and not self.write_fence():
+            self.metrics.rest_client_requests_total.labels(
+                code="<fenced>", method=method, host=self.host
+            ).inc()
+            raise ApiError(0, "LeaseNotHeld", f"{method} {path}: refused, leadership not proven")
         response = await self._send(method, path, query=query, body=body, content_type=content_type)
         try:
             raw = await response.read()

@@ -5,6 +5,18 @@ by comparing remote timestamps, so clock skew between replicas cannot break it. 
 a PUT carrying the RV just read. A leader that cannot renew within ``renew_deadline`` cancels
 its work and raises ``LeadershipLost``; a leader that is cancelled releases the lease (empty
 holder, ``leaseDurationSeconds: 1``) so a standby takes over within about one retry period.
+
+Fencing: ``holds_lease()`` is true only while the last successful renew is younger than
+``renew_deadline`` (monotonic clock) and no other holder has been seen. The renew deadline runs
+from that renew, not from the start of a renew round, so a process resumed after a pause (GC,
+SIGSTOP, a frozen VM) knows at once that it cannot prove leadership; callers gate every write
+on it (``KubeClient.write_fence``), and a Lease seen held by another identity ends leadership
+at once.
+
+Restarts: the identity is ``<pod name>-<random>``. A Lease still held by an identity of *this*
+pod name was held by a previous container of this same pod, which the kubelet only restarts
+after it exited, so it is taken over at once instead of after the lease duration. A controller
+that crash-loops faster than the lease duration therefore still leads between crashes.
 """
 
 from __future__ import annotations
@@ -14,6 +26,7 @@ import contextlib
 import copy
 import logging
 import random
+import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
@@ -68,6 +81,7 @@ class LeaderElector:
         release_on_cancel: bool = True,
         request_timeout: float | None = None,
         rng: random.Random | None = None,
+        restart_prefix: str | None = None,
     ) -> None:
         if not lease_duration > renew_deadline:
             raise ValueError("lease_duration must be greater than renew_deadline")
@@ -75,6 +89,8 @@ class LeaderElector:
             raise ValueError("renew_deadline must be greater than 1.2 x retry_period")
         if not identity:
             raise ValueError("identity must not be empty")
+        # Lease holders named "<this prefix><anything>" were earlier containers of this pod.
+        self.restart_prefix = restart_prefix
         self.client = client
         self.namespace = namespace
         self.name = name
@@ -90,6 +106,7 @@ class LeaderElector:
         self._lease: dict[str, Any] | None = None
         self._observed_spec: dict[str, Any] | None = None
         self._observed_at = 0.0
+        self._renewed_at: float | None = None
         self._is_leader = False
         self._status = self.metrics.leader_election_master_status.labels(name=name)
         self._slowpath = self.metrics.leader_election_slowpath_total.labels(name=name)
@@ -102,6 +119,18 @@ class LeaderElector:
     @property
     def observed_holder(self) -> str:
         return str((self._observed_spec or {}).get("holderIdentity") or "")
+
+    def holds_lease(self) -> bool:
+        """True only while this replica can prove it leads: a renew younger than the renew
+        deadline, and no other holder seen since. Gate every write on it."""
+        if not self._is_leader or self._renewed_at is None:
+            return False
+        if self.observed_holder not in ("", self.identity):
+            return False
+        return self.clock.now() - self._renewed_at < self.renew_deadline
+
+    def _lost_to_another(self) -> bool:
+        return self.observed_holder not in ("", self.identity)
 
     async def run(self, on_started_leading: Callable[[], Awaitable[None]]) -> None:
         """Acquire, run the callback while renewing; raise ``LeadershipLost`` on loss.
@@ -144,9 +173,18 @@ class LeaderElector:
             if work.done():
                 work.result()  # re-raises the callback's exception, if any
                 return
-            deadline = self.clock.now() + self.renew_deadline
+            # From the last successful renew: time spent paused counts against us.
+            deadline = (self._renewed_at or self.clock.now()) + self.renew_deadline
             while not await self._attempt(deadline - self.clock.now()):
                 remaining = deadline - self.clock.now()
+                if self._lost_to_another():
+                    log.error(
+                        "Lease held by another replica, leadership lost",
+                        extra={"lease": self._lease_ref(), "holder": self.observed_holder},
+                    )
+                    raise LeadershipLost(
+                        f"lease {self._lease_ref()} held by {self.observed_holder}"
+                    )
                 if remaining <= 0:
                     log.error(
                         "Failed to renew lease, leadership lost",
@@ -221,7 +259,14 @@ class LeaderElector:
         self._observe(lease)
         spec = lease.get("spec") or {}
         holder = spec.get("holderIdentity") or ""
-        if holder and holder != self.identity and not self._expired(spec):
+        if self._is_leader and holder != self.identity:
+            return False  # someone else holds it now: never take it back while leading
+        if (
+            holder
+            and holder != self.identity
+            and not self._expired(spec)
+            and not self._held_by_previous_container(holder)
+        ):
             return False
         transitions = int(spec.get("leaseTransitions") or 0)
         if holder == self.identity:
@@ -236,6 +281,19 @@ class LeaderElector:
             if error.is_conflict:
                 return False
             raise
+        return True
+
+    def _held_by_previous_container(self, holder: str) -> bool:
+        if not self.restart_prefix or not holder.startswith(self.restart_prefix):
+            return False
+        try:  # "<prefix><uuid>" exactly: another pod whose name extends ours is not us
+            uuid.UUID(holder[len(self.restart_prefix) :])
+        except ValueError:
+            return False
+        log.info(
+            "Taking over the lease from a previous container of this pod",
+            extra={"lease": self._lease_ref(), "previous": holder},
+        )
         return True
 
     def _expired(self, spec: dict[str, Any]) -> bool:
@@ -266,7 +324,10 @@ class LeaderElector:
         self._lease = lease
 
     def _store(self, lease: dict[str, Any]) -> None:
+        """Record a lease we just wrote successfully."""
         self._observe(lease)
+        if (lease.get("spec") or {}).get("holderIdentity") == self.identity:
+            self._renewed_at = self.clock.now()
 
     async def _release(self) -> None:
         """Hand the lease back: empty holder, 1 s duration (client-go ReleaseOnCancel)."""
