@@ -73,6 +73,11 @@ class FakeClock:
         """How many coroutines are currently asleep on this clock."""
         return sum(1 for _, _, f in self._sleepers if not f.done())
 
+    def freeze_for(self, seconds: float) -> None:
+        """Move time forward without waking anyone: what a process sees after SIGSTOP/SIGCONT,
+        a long GC pause or a frozen VM (its timers fire only once it runs again)."""
+        self._now += seconds
+
     async def advance(self, seconds: float) -> None:
         """Move time forward by ``seconds``, waking every sleeper whose deadline passes."""
         target = self._now + seconds

@@ -70,13 +70,18 @@ class LeaseStore:
 
 
 def elector(
-    store: LeaseStore, clock: FakeClock, identity: str, registry: CollectorRegistry | None = None
+    store: LeaseStore,
+    clock: FakeClock,
+    identity: str,
+    registry: CollectorRegistry | None = None,
+    restart_prefix: str | None = None,
 ) -> LeaderElector:
     return LeaderElector(
         store,
         "ns",
         "lock",
         identity,
+        restart_prefix=restart_prefix,
         clock=clock,
         metrics=RuntimeMetrics(registry or CollectorRegistry()),
         rng=random.Random(0),
@@ -196,8 +201,10 @@ async def test_failing_renewals_lose_leadership_after_the_renew_deadline() -> No
         await clock.advance(0.5)
     with pytest.raises(LeadershipLost):
         await task
+    # The deadline runs from the last successful renew, which came at most one jittered retry
+    # period before `last_renew`.
     lost_after = clock.now() - last_renew
-    assert 10 <= lost_after <= 10 + 2.4 + 0.5
+    assert 10 - 2.4 <= lost_after <= 10 + 0.5
     assert work_cancelled.is_set()
     assert not a.is_leader
     assert registry.get_sample_value("leader_election_master_status", {"name": "lock"}) == 0
@@ -216,3 +223,79 @@ async def test_callback_returning_ends_run() -> None:
     await clock.advance(3)
     await asyncio.wait_for(task, 1)
     assert done == [True]
+
+
+POD_A1 = "ctrl-a-00000000-0000-4000-8000-000000000001"
+POD_A2 = "ctrl-a-00000000-0000-4000-8000-000000000002"
+POD_B = "ctrl-b-00000000-0000-4000-8000-000000000003"
+
+
+async def test_a_pause_longer_than_the_renew_deadline_fences_writes_at_once() -> None:
+    clock, store = FakeClock(), LeaseStore()
+    a = elector(store, clock, "a")
+    task = asyncio.create_task(a.run(forever))
+    await clock.advance(3)
+    assert a.holds_lease()
+    clock.freeze_for(10.5)  # SIGSTOP ... SIGCONT: no timer has run yet
+    assert a.is_leader
+    assert not a.holds_lease()  # no write may go out before the renew loop runs
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_a_lease_seen_held_by_another_ends_leadership_without_waiting() -> None:
+    clock, store = FakeClock(), LeaseStore()
+    a = elector(store, clock, "a")
+    task = asyncio.create_task(a.run(forever))
+    await clock.advance(3)
+    assert store.holder == "a"
+    # The standby took over while "a" was paused: the Lease names it now.
+    assert store.lease is not None
+    store.lease["spec"]["holderIdentity"] = "b"
+    store.rv += 1
+    store.lease["metadata"]["resourceVersion"] = str(store.rv)
+    await clock.advance(2.5)
+    assert task.done()
+    with pytest.raises(LeadershipLost, match="held by b"):
+        await task
+    assert not a.holds_lease()
+    assert store.holder == "b"  # and it never took it back
+
+
+async def test_a_restarted_container_of_the_same_pod_takes_its_lease_over_at_once() -> None:
+    clock, store = FakeClock(), LeaseStore()
+    first = LeaderElector(
+        store, "ns", "lock", POD_A1, clock=clock, release_on_cancel=False, rng=random.Random(0)
+    )
+    task = asyncio.create_task(first.run(forever))
+    await clock.advance(3)
+    task.cancel()  # killed: no release
+    await asyncio.gather(task, return_exceptions=True)
+    assert store.holder == POD_A1
+
+    other_pod = elector(store, clock, POD_B, restart_prefix="ctrl-b-")
+    waiting = asyncio.create_task(other_pod.run(forever))
+    restarted = elector(store, clock, POD_A2, restart_prefix="ctrl-a-")
+    again = asyncio.create_task(restarted.run(forever))
+    await clock.advance(2.5)  # far less than the 15 s lease
+    assert store.holder == POD_A2
+    assert restarted.is_leader
+    assert not other_pod.is_leader
+    for t in (waiting, again):
+        t.cancel()
+    await asyncio.gather(waiting, again, return_exceptions=True)
+
+
+async def test_a_pod_whose_name_extends_ours_is_not_a_previous_container() -> None:
+    clock, store = FakeClock(), LeaseStore()
+    holder = "ctrl-a-x-00000000-0000-4000-8000-000000000009"
+    store.lease = {
+        "metadata": {"name": "lock", "namespace": "ns", "resourceVersion": "1"},
+        "spec": {"holderIdentity": holder, "leaseDurationSeconds": 15},
+    }
+    restarted = elector(store, clock, POD_A2, restart_prefix="ctrl-a-")
+    task = asyncio.create_task(restarted.run(forever))
+    await clock.advance(5)
+    assert store.holder == holder
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
