@@ -15,14 +15,19 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import aiohttp
 import pytest
+from kubernetes_asyncio.client import ApiClient
 from prometheus_client.parser import text_string_to_metric_families
 
 from computedomain.api import constants as c
+from computedomain.devcluster.audit import AuditLog, service_account_user, tally
+from computedomain.devcluster.clients import request_service_account_token, token_kubeconfig
+from computedomain.devcluster.controlplane import ControlPlane
 from computedomain.devcluster.rest import eventually
 from computedomain.domain.caches import COMPUTE_DOMAINS
 from computedomain.runtime import resources as r
@@ -33,6 +38,7 @@ from tests.integration.controller_harness import (
     create_cd,
     watch_until,
 )
+from tests.integration.nvidia_install import CLUSTER_ROLE_BINDINGS
 from tests.integration.reading import condition
 
 CONTROLLER_SCRIPT = Path(sys.executable).with_name("computedomain-controller")
@@ -99,7 +105,8 @@ class Replica:
         return "\n".join(text.splitlines()[-lines:])
 
 
-Launcher = Callable[[str], Awaitable[Replica]]
+class Launcher(Protocol):
+    async def __call__(self, pod_name: str, kubeconfig: Path | None = None) -> Replica: ...
 
 
 @pytest.fixture
@@ -119,11 +126,11 @@ async def replicas(
     """`await start(pod_name)` runs one controller process; all are killed at teardown."""
     started: list[Replica] = []
 
-    async def start(pod_name: str) -> Replica:
+    async def start(pod_name: str, kubeconfig: Path | None = None) -> Replica:
         metrics_port, probe_port = _free_port(), _free_port()
         env = {
             **os.environ,
-            "KUBECONFIG": str(kubeconfig_path),
+            "KUBECONFIG": str(kubeconfig or kubeconfig_path),
             "NAMESPACE": driver_namespace,
             "IMAGE_NAME": TEST_IMAGE,
             "LEADER_ELECTION_ENABLED": "true",
@@ -136,7 +143,7 @@ async def replicas(
             "ORPHAN_GRACE_PERIOD": "1s",
             "DAEMON_POD_WAIT_TIMEOUT": "20s",
         }
-        log_path = tmp_path / f"{pod_name}.log"
+        log_path = tmp_path / f"{pod_name}-{len(started)}.log"
         with log_path.open("wb") as log_file:
             process = await asyncio.create_subprocess_exec(
                 str(CONTROLLER_SCRIPT), env=env, stdout=log_file, stderr=asyncio.subprocess.STDOUT
@@ -294,3 +301,144 @@ async def test_one_replica_leads_and_the_standby_takes_over(
     cd = await kube.get(COMPUTE_DOMAINS, "before", namespace)
     assert condition(cd, "Ready"), "the first CD lost its conditions across the handover"
     assert standby.process.returncode is None, standby.log_tail()
+
+
+# -- issue 9: no split brain after a pause; a crash loop faster than the lease still leads ------
+
+
+@pytest.fixture
+async def identities(
+    kube: KubeClient, api_client: ApiClient, control_plane: ControlPlane, tmp_path: Path
+) -> AsyncIterator[Callable[[str], Awaitable[tuple[Path, str]]]]:
+    """`await identity(name)`: a kubeconfig of a fresh ServiceAccount with cluster-admin, and the
+    username the audit log records for it, so every write is attributed to one replica."""
+    ns = "default"
+    made: list[str] = []
+
+    async def make(name: str) -> tuple[Path, str]:
+        sa_name = f"{name}-{uuid.uuid4().hex[:6]}"
+        sa = {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": sa_name}}
+        await kube.create(r.SERVICE_ACCOUNTS, sa, ns)
+        binding = {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": {"name": sa_name},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": "cluster-admin",
+            },
+            "subjects": [{"kind": "ServiceAccount", "name": sa_name, "namespace": ns}],
+        }
+        await kube.create(CLUSTER_ROLE_BINDINGS, binding)
+        made.append(sa_name)
+        token = await request_service_account_token(api_client, ns, sa_name)
+        path = token_kubeconfig(
+            tmp_path / f"{sa_name}.kubeconfig", control_plane.server, control_plane.ca_file, token
+        )
+        return path, service_account_user(ns, sa_name)
+
+    yield make
+    for sa_name in made:
+        with contextlib.suppress(ApiError):
+            await kube.delete(CLUSTER_ROLE_BINDINGS, sa_name)
+        with contextlib.suppress(ApiError):
+            await kube.delete(r.SERVICE_ACCOUNTS, sa_name, ns)
+
+
+async def test_a_paused_leader_writes_nothing_after_it_resumes(
+    # identities first: set up before, torn down after the replicas that use them
+    identities: Callable[[str], Awaitable[tuple[Path, str]]],
+    replicas: Launcher,
+    kube: KubeClient,
+    control_plane: ControlPlane,
+    namespace: str,
+    driver_namespace: str,
+    lease_name: str,
+) -> None:
+    """SIGSTOP the leader past its lease, let the standby take over and reconcile new CDs,
+    SIGCONT: the old leader must not write anything (status, events, the Lease) and exit."""
+    assert control_plane.audit_log is not None
+    audit = AuditLog(control_plane.audit_log)
+    (config_a, user_a), (config_b, user_b) = await identities("ctl-a"), await identities("ctl-b")
+    a = await replicas("replica-a", kubeconfig=config_a)
+    b = await replicas("replica-b", kubeconfig=config_b)
+    for rep in (a, b):
+        await eventually(rep.ready, within=60, what=f"{rep.pod_name} /readyz 200")
+
+    async def leader_elected() -> str:
+        return await _holder(kube, driver_namespace, lease_name)
+
+    holder = await eventually(leader_elected, within=30, what="a lease holder")
+    leader, standby = (a, b) if holder.startswith("replica-a-") else (b, a)
+    leader_user = user_a if leader is a else user_b
+    await create_cd(kube, namespace, "before", rct_name="before-channel")
+    await _children_and_status(kube, namespace, driver_namespace, "before")
+
+    leader.process.send_signal(signal.SIGSTOP)
+    try:
+        await _wait_holder(kube, driver_namespace, lease_name, standby, timeout=40)
+        # Work the frozen leader's cache knows nothing of, and changes to what it knows.
+        for name in ("during-1", "during-2", "during-3"):
+            await create_cd(kube, namespace, name, rct_name=f"{name}-channel")
+        for name in ("during-1", "during-2", "during-3"):
+            await _children_and_status(kube, namespace, driver_namespace, name)
+        await kube.patch(COMPUTE_DOMAINS, "before", {"metadata": {"labels": {"x": "y"}}}, namespace)
+    finally:
+        resumed = audit.mark()
+        leader.process.send_signal(signal.SIGCONT)
+    try:
+        code: int | None = await asyncio.wait_for(leader.process.wait(), 30)
+    except TimeoutError:
+        code = None
+    stale = audit.writes(since=resumed, user=leader_user)
+    print(
+        f"old leader exited {code}; its writes after SIGCONT: {len(stale)} "
+        f"{tally(stale)} (2xx: {sum(200 <= w.code < 300 for w in stale)})"
+    )
+    assert stale == [], [w.target for w in stale]
+    assert code == 3, leader.log_tail()  # EXIT_LEADERSHIP_LOST: a restart gets a clean cache
+    assert standby.process.returncode is None
+
+
+async def test_a_container_restarted_faster_than_the_lease_leads_again_at_once(
+    replicas: Launcher, kube: KubeClient, driver_namespace: str, lease_name: str
+) -> None:
+    """A crash loop shorter than the lease duration (each restart a new identity) used to wait
+    out its own dead lease every time and never lead. The same pod's next container now takes
+    the lease over before it expires."""
+    previous: dict[str, Any] | None = None
+    for attempt in range(3):
+        rep = await replicas("replica-a")  # same pod name: the kubelet restarted the container
+
+        def held_by_new(
+            lease: dict[str, Any] | None, old: dict[str, Any] | None = previous
+        ) -> bool:
+            spec = (lease or {}).get("spec") or {}
+            holder = str(spec.get("holderIdentity") or "")
+            old_holder = ((old or {}).get("spec") or {}).get("holderIdentity")
+            return holder.startswith("replica-a-") and holder != old_holder
+
+        lease = await watch_until(
+            kube,
+            r.LEASES,
+            lease_name,
+            driver_namespace,
+            held_by_new,
+            timeout=LEASE_DURATION + 15,
+            what=f"lease taken by container {attempt}",
+        )
+        assert lease is not None
+        if previous is not None:
+            old_renew = _micro(previous["spec"]["renewTime"])
+            acquired = _micro(lease["spec"]["acquireTime"])
+            print(f"container {attempt} leads {acquired - old_renew:.1f}s after the last renew")
+            # Taken over while the dead container's lease was still valid.
+            assert acquired - old_renew < LEASE_DURATION, rep.log_tail()
+        previous = await kube.get(r.LEASES, lease_name, driver_namespace)
+        rep.process.kill()  # the crash
+        await rep.process.wait()
+
+
+def _micro(text: str) -> float:
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
