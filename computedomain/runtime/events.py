@@ -260,7 +260,7 @@ class EventRecorder:
 
     async def _create(self, pending: _Pending, wall: str) -> None:
         namespace = pending.regarding.get("namespace") or "default"
-        name = f"{pending.regarding.get('name', 'unknown')}.{self._unique_nanos():x}"
+        name = event_name(str(pending.regarding.get("name") or "unknown"), self._unique_nanos())
         body: dict[str, Any] = {
             "apiVersion": EVENTS.api_version,
             "kind": EVENTS.kind,
@@ -337,3 +337,14 @@ class EventRecorder:
         nanos = int(self.clock.wall().timestamp() * 1_000_000_000)
         self._last_nanos = max(nanos, self._last_nanos + 1)
         return self._last_nanos
+
+
+MAX_NAME_LENGTH = 253
+
+
+def event_name(regarding: str, unique: int) -> str:
+    """``<regarding name>.<unique hex>``, cut to a valid DNS subdomain: a 253-character object
+    name plus the suffix would exceed the limit and the apiserver would refuse the Event."""
+    suffix = f".{unique:x}"
+    stem = regarding[: MAX_NAME_LENGTH - len(suffix)].rstrip(".-")
+    return f"{stem or 'event'}{suffix}"
