@@ -1,6 +1,6 @@
 """Every string of the wire contract with NVIDIA's kubelet plugin and IMEX daemon (v0.4.0).
 
-One definition per string: grep finds it here. See docs/contract notes in the README.
+One definition per string: grep finds it here. See docs/contract.md.
 """
 
 from collections.abc import Mapping
