@@ -42,13 +42,13 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 from computedomain.api import constants as c
+from computedomain.api.resources import CLIQUES, COMPUTE_DOMAINS
 from computedomain.app import REPORTING_CONTROLLER, ControllerProcess, run_controller
 from computedomain.config import parse_settings
 from computedomain.devcluster.clients import api_client_from_kubeconfig
 from computedomain.devcluster.controlplane import ControlPlane
 from computedomain.devcluster.crds import CRD_DIR, apply_crds
 from computedomain.devcluster.watching import watch_objects
-from computedomain.domain.caches import CLIQUES, COMPUTE_DOMAINS
 from computedomain.observability.logging import configure_logging
 from computedomain.runtime import resources as r
 from computedomain.runtime.client import ApiError, KubeClient

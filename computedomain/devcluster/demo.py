@@ -27,6 +27,7 @@ import yaml
 from kubernetes_asyncio.client import ApiClient
 
 from computedomain.api import constants as c
+from computedomain.api.resources import COMPUTE_DOMAINS
 from computedomain.devcluster.__main__ import populate
 from computedomain.devcluster.assets import REPO_ROOT, Assets, AssetsUnavailableError, find_assets
 from computedomain.devcluster.clients import (
@@ -62,7 +63,6 @@ DEFAULT_STATE_DIR = REPO_ROOT / ".devcluster" / "demo"
 # The controller keeps this token for its whole life; a kept demo cluster should outlive a day.
 TOKEN_SECONDS = 7 * 24 * 3600
 STOP_GRACE_SECONDS = 10.0
-COMPUTE_DOMAINS = Resource(c.GROUP, c.VERSION, c.CD_PLURAL, c.CD_KIND, namespaced=True)
 NAMESPACED_RBAC_KINDS = {"ServiceAccount", "Role", "RoleBinding"}
 
 _started = time.monotonic()

@@ -45,7 +45,7 @@ DEFAULT_WATCH_INACTIVITY_TIMEOUT = 70.0
 _WATCH_CHUNK_LIMIT = 64 * 1024 * 1024
 
 
-def _parse_retry_after(value: str | None) -> float | None:
+def parse_retry_after(value: str | None) -> float | None:
     if not value:
         return None
     try:
@@ -185,7 +185,7 @@ class KubeClient:
             raise ApiError.from_status(
                 response.status,
                 decoded,
-                retry_after=_parse_retry_after(response.headers.get("Retry-After")),
+                retry_after=parse_retry_after(response.headers.get("Retry-After")),
             )
         return decoded
 
@@ -332,7 +332,7 @@ class KubeClient:
                 raise ApiError.from_status(
                     response.status,
                     _decode(raw),
-                    retry_after=_parse_retry_after(response.headers.get("Retry-After")),
+                    retry_after=parse_retry_after(response.headers.get("Retry-After")),
                 )
             async for line in _lines(response):
                 event = _decode(line)

@@ -18,6 +18,7 @@ from typing import Any, Literal, Protocol
 import aiohttp
 from prometheus_client import CollectorRegistry
 
+from computedomain.runtime import objects
 from computedomain.runtime.client import ApiError
 from computedomain.runtime.clock import Clock, SystemClock, format_microtime
 from computedomain.runtime.metrics import RuntimeMetrics
@@ -58,7 +59,7 @@ def object_reference(obj: Mapping[str, Any]) -> dict[str, str]:
     The resourceVersion is left out on purpose: it would split every series per write.
     """
     if "metadata" in obj:
-        metadata = obj.get("metadata") or {}
+        metadata = objects.meta(obj)
         candidate = {
             "apiVersion": obj.get("apiVersion"),
             "kind": obj.get("kind"),

@@ -21,6 +21,7 @@ import aiohttp
 
 from computedomain.runtime.client import ApiError, KubeClient
 from computedomain.runtime.clock import Clock, SystemClock
+from computedomain.runtime.objects import meta, object_key, resource_version
 from computedomain.runtime.resources import Resource
 
 log = logging.getLogger(__name__)
@@ -28,18 +29,6 @@ log = logging.getLogger(__name__)
 Obj = dict[str, Any]
 Transform = Callable[[Obj], Obj]
 Indexer = Callable[[Obj], Iterable[str]]
-
-
-def object_key(obj: Mapping[str, Any]) -> str:
-    """``namespace/name``, or ``name`` for cluster-scoped objects."""
-    metadata = obj.get("metadata") or {}
-    namespace = metadata.get("namespace")
-    name = metadata.get("name", "")
-    return f"{namespace}/{name}" if namespace else str(name)
-
-
-def resource_version(obj: Mapping[str, Any]) -> str:
-    return str((obj.get("metadata") or {}).get("resourceVersion") or "")
 
 
 def _rv_number(obj: Mapping[str, Any]) -> int | None:
@@ -137,7 +126,7 @@ class Store:
         with an unchanged RV and is skipped.
         """
         key = object_key(obj)
-        metadata = obj.get("metadata") or {}
+        metadata = meta(obj)
         if metadata.get("deletionTimestamp") and not metadata.get("finalizers"):
             return False  # the apiserver removed it as it answered
         if not is_newer(obj, self._items.get(key) or self._deleted.get(key)):
@@ -327,19 +316,20 @@ class Informer:
             field_selector=self.field_selector,
             resource_version=rv,
         )
-        items = [self._prepare(item) for item in result.get("items") or []]
-        self._replace(items)
-        self._resource_version = str((result.get("metadata") or {}).get("resourceVersion", ""))
-        self._synced.set()
+        items = result.get("items") or []
+        self.feed_list(items, resource_version(result))
         log.debug(
             "Listed objects",
             extra={"informer": self.name, "count": len(items), "resourceVersion": rv},
         )
 
-    def _replace(self, items: list[Obj]) -> None:
-        """Make the store equal ``items``; deliver the difference to handlers."""
+    # -- what the reflector delivers; public so tests can feed the informer without an API ---
+
+    def feed_list(self, items: list[Obj], list_resource_version: str = "") -> None:
+        """A LIST result: make the store equal ``items``, deliver the difference to handlers,
+        resume watching from ``list_resource_version``, and count as synced."""
         seen: set[str] = set()
-        for obj in items:
+        for obj in map(self._prepare, items):
             key = object_key(obj)
             seen.add(key)
             self._apply_upsert(obj)
@@ -347,6 +337,8 @@ class Informer:
             tombstone = self.store.remove(key)
             if tombstone is not None:
                 self._notify_delete(tombstone)
+        self._resource_version = list_resource_version
+        self._synced.set()
 
     async def _watch(self) -> None:
         low, high = self.watch_timeout
@@ -365,7 +357,7 @@ class Informer:
                 inactivity_timeout=self.inactivity_timeout,
             ):
                 events += 1
-                self._handle_event(event_type, obj)
+                self.feed(event_type, obj)
         except ApiError as error:
             if error.is_gone or "too large resource version" in error.message.lower():
                 log.info(
@@ -386,7 +378,8 @@ class Informer:
             # The server closed an empty watch at once: do not spin.
             await self.clock.sleep(self._backoff.next_delay())
 
-    def _handle_event(self, event_type: str, obj: Obj) -> None:
+    def feed(self, event_type: str, obj: Obj) -> None:
+        """One watch event (ADDED, MODIFIED, DELETED or BOOKMARK), as the watch delivers it."""
         rv = resource_version(obj)
         if event_type == "BOOKMARK":
             if rv:

@@ -11,11 +11,12 @@ from typing import Any, TypeVar
 
 import aiohttp
 
-from computedomain.api import constants as c
+from computedomain.runtime import objects
 from computedomain.runtime.client import ApiError, KubeClient
 from computedomain.runtime.clock import Clock, format_microtime
-from computedomain.runtime.informer import Informer, object_key
-from computedomain.runtime.resources import EVENTS, Resource
+from computedomain.runtime.informer import Informer
+from computedomain.runtime.objects import object_key
+from computedomain.runtime.resources import EVENTS
 
 from .faults import FaultPlanner, FaultSettings
 from .ipam import DEFAULT_POD_CIDR, PodIPAllocator
@@ -23,8 +24,6 @@ from .signals import Signals
 
 log = logging.getLogger("computedomain.sim")
 
-COMPUTE_DOMAINS = Resource(c.GROUP, c.VERSION, c.CD_PLURAL, c.CD_KIND, namespaced=True)
-CLIQUES = Resource(c.GROUP, c.VERSION, c.CLIQUE_PLURAL, c.CLIQUE_KIND, namespaced=True)
 
 DEFAULT_DRIVER_NAMESPACE = "nvidia-dra-driver-gpu"
 KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
@@ -137,7 +136,7 @@ class SimContext:
         self, pod: Mapping[str, Any], event_type: str, reason: str, note: str, *, once: bool = True
     ) -> None:
         """Record an event on a pod as the kubelet of its node would (once per reason)."""
-        metadata = pod.get("metadata") or {}
+        metadata = objects.meta(pod)
         uid = str(metadata.get("uid", ""))
         if once:
             if (uid, reason) in self._reported:

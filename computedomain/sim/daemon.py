@@ -13,10 +13,12 @@ from functools import partial
 from typing import Any
 
 from computedomain.api import constants as c
+from computedomain.api.resources import CLIQUES, COMPUTE_DOMAINS
+from computedomain.runtime import objects
 from computedomain.runtime.client import ApiError
 from computedomain.runtime.resources import PODS
 
-from .context import CLIQUES, COMPUTE_DOMAINS, SimContext
+from .context import SimContext
 from .decisions import node_clique_id
 from .entries import (
     IndexExhaustedError,
@@ -422,7 +424,7 @@ class FakeImexDaemon:
 
     async def _label_pod(self) -> None:
         pod = self.ctx.pod(self.key)
-        labels = ((pod or {}).get("metadata") or {}).get("labels") or {}
+        labels = objects.labels(pod)
         if labels.get(c.CLIQUE_ID_LABEL) == self.clique_id and c.CLIQUE_ID_LABEL in labels:
             return
         patch = {"metadata": {"labels": {c.CLIQUE_ID_LABEL: self.clique_id}}}

@@ -13,6 +13,7 @@ from enum import Enum
 from typing import Any
 
 from computedomain.api import constants as c
+from computedomain.runtime import objects
 
 from .entries import CLIQUE_KEY, LEGACY_KEY, find_entry
 
@@ -105,7 +106,7 @@ def classify_pod(
 
     ``claims`` maps claim names (in the pod's namespace) to cached claims, or None if unseen.
     """
-    namespace = str((pod.get("metadata") or {}).get("namespace", ""))
+    namespace = objects.namespace(pod) or ""
     workload: DriverConfig | None = None
     daemon: DriverConfig | None = None
     for ref in pod_claim_refs(pod):
@@ -151,8 +152,7 @@ def classify_pod(
 
 def node_clique_id(node: Mapping[str, Any] | None) -> str:
     """The node's clique from the GFD label; ``""`` means no NVLink fabric."""
-    labels = ((node or {}).get("metadata") or {}).get("labels") or {}
-    return str(labels.get(c.GPU_CLIQUE_NODE_LABEL, ""))
+    return str(objects.labels(node).get(c.GPU_CLIQUE_NODE_LABEL, ""))
 
 
 def node_ready_in_domain(
@@ -206,7 +206,7 @@ def decide_workload(
         return Decision(
             Action.WAIT_FOR_DOMAIN, "ComputeDomainNotFound", f"ComputeDomain {domain_id} not found"
         )
-    cd_namespace = (cd.get("metadata") or {}).get("namespace", "")
+    cd_namespace = objects.namespace(cd) or ""
     if cd_namespace != claim_namespace:
         return Decision(
             Action.FAIL,
@@ -216,8 +216,7 @@ def decide_workload(
         )
     if node is None:
         return Decision(Action.WAIT_FOR_NODE, "NodeNotFound", f"node {node_name} not found")
-    labels = (node.get("metadata") or {}).get("labels") or {}
-    current = labels.get(c.CD_LABEL)
+    current = objects.labels(node).get(c.CD_LABEL)
     if current is not None and current != domain_id:
         return Decision(
             Action.WAIT_FOR_NODE,

@@ -16,6 +16,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from computedomain.api import constants as c
+from computedomain.runtime import objects
 
 CLIQUE_KEY = "nodeName"
 LEGACY_KEY = "name"
@@ -199,7 +200,7 @@ def typed_status_update(
     absent from the PUT, and the apiserver therefore erases it (contract §2.3). Reproducing that
     loss is the point: the controller must cope with it.
     """
-    metadata = dict(cd.get("metadata") or {})
+    metadata = dict(objects.meta(cd))
     spec = cd.get("spec") or {}
     status = cd.get("status") or {}
     body: dict[str, Any] = {

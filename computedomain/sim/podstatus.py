@@ -9,6 +9,7 @@ from datetime import datetime
 from enum import Enum
 from typing import Any
 
+from computedomain.runtime import objects
 from computedomain.runtime.clock import format_time
 
 CONDITION_TYPES = (
@@ -51,7 +52,7 @@ def _condition(conditions: Sequence[Mapping[str, Any]], kind: str) -> Mapping[st
 def pod_status(pod: Mapping[str, Any], state: PodState, now: datetime) -> dict[str, Any]:
     """The full ``status`` for a Running pod (a merge patch replaces lists whole)."""
     spec = pod.get("spec") or {}
-    metadata = pod.get("metadata") or {}
+    metadata = objects.meta(pod)
     old_status = pod.get("status") or {}
     old_conditions: Sequence[Mapping[str, Any]] = old_status.get("conditions") or []
     stamp = format_time(now)
@@ -161,7 +162,7 @@ def is_pod_ready(pod: Mapping[str, Any]) -> bool:
 def is_node_ready(node: Mapping[str, Any] | None) -> bool:
     """Ready=True and not being deleted: only then does the node lifecycle controller leave its
     pods' Ready condition alone."""
-    if node is None or (node.get("metadata") or {}).get("deletionTimestamp"):
+    if node is None or objects.meta(node).get("deletionTimestamp"):
         return False
     condition = _condition((node.get("status") or {}).get("conditions") or [], "Ready")
     return condition is not None and condition.get("status") == "True"
@@ -177,7 +178,7 @@ def needs_ready_resync(
     marks the pod not Ready again at once, and the next node transition to Ready re-syncs.
     A pod the simulator holds not Ready is corrected wherever it runs, as nothing fights that.
     """
-    if (pod.get("metadata") or {}).get("deletionTimestamp"):
+    if objects.meta(pod).get("deletionTimestamp"):
         return False
     if (pod.get("status") or {}).get("phase") != "Running":
         return False  # not started by us yet: the pod's own coroutine writes it first

@@ -8,14 +8,14 @@ import logging
 from collections.abc import Coroutine, Mapping
 from typing import Any
 
+from computedomain.api.resources import CLIQUES, COMPUTE_DOMAINS
+from computedomain.runtime import objects
 from computedomain.runtime.client import ApiError, KubeClient
 from computedomain.runtime.clock import Clock, SystemClock
 from computedomain.runtime.informer import FunctionHandler, Informer, strip_managed_fields
 from computedomain.runtime.resources import NODES, PODS, RESOURCE_CLAIMS
 
 from .context import (
-    CLIQUES,
-    COMPUTE_DOMAINS,
     KWOK_NODE_ANNOTATION,
     NODE_NOT_READY_LABEL,
     SimContext,
@@ -33,8 +33,8 @@ Obj = dict[str, Any]
 
 
 def _uid_index(obj: Obj) -> list[str]:
-    uid = (obj.get("metadata") or {}).get("uid")
-    return [uid] if uid else []
+    found = objects.uid(obj)
+    return [found] if found else []
 
 
 def _node_name_index(obj: Obj) -> list[str]:
@@ -42,7 +42,7 @@ def _node_name_index(obj: Obj) -> list[str]:
     return [node_name] if node_name else []
 
 
-def _changed_entries(old: Obj | None, new: Obj | None, path: tuple[str, ...], key: str) -> set[str]:
+def changed_entries(old: Obj | None, new: Obj | None, path: tuple[str, ...], key: str) -> set[str]:
     """Names whose entry differs between two versions of a list-map (added, removed or changed)."""
 
     def entries(obj: Obj | None) -> dict[str, Any]:
@@ -181,13 +181,13 @@ class Simulator:
 
         def on_domain(old: Obj | None, new: Obj) -> None:
             signals.notify(domain_key(new["metadata"].get("uid", "")))
-            changed = _changed_entries(old, new, ("status", "nodes"), "name")
+            changed = changed_entries(old, new, ("status", "nodes"), "name")
             signals.notify(*(node_key(name) for name in changed))
 
         def on_clique(old: Obj | None, new: Obj) -> None:
             metadata = new["metadata"]
             signals.notify(clique_key(metadata["namespace"], metadata["name"]))
-            changed = _changed_entries(old, new, ("daemons",), "nodeName")
+            changed = changed_entries(old, new, ("daemons",), "nodeName")
             signals.notify(*(node_key(name) for name in changed))
 
         def on_pod(old: Obj | None, new: Obj) -> None:
@@ -380,5 +380,5 @@ class Simulator:
 
 
 def _is_kwok_node(node: Mapping[str, Any]) -> bool:
-    annotations = (node.get("metadata") or {}).get("annotations") or {}
+    annotations = objects.meta(node).get("annotations") or {}
     return annotations.get(KWOK_NODE_ANNOTATION) == "fake"

@@ -12,11 +12,11 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
+from computedomain.api.resources import COMPUTE_DOMAINS
 from computedomain.app import ControllerProcess, run_controller
 from computedomain.config import parse_settings
 from computedomain.devcluster.rest import eventually
 from computedomain.devcluster.watching import Predicate, watch_object
-from computedomain.domain.caches import COMPUTE_DOMAINS
 from computedomain.observability.logging import configure_logging
 from computedomain.runtime.client import KubeClient
 from computedomain.runtime.resources import Resource

@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from computedomain.api import constants as c
+from computedomain.api.resources import CLIQUES, COMPUTE_DOMAINS
 from computedomain.devcluster.watching import Objects, watch_objects
-from computedomain.domain.caches import CLIQUES, COMPUTE_DOMAINS
 from computedomain.runtime import resources as r
 from computedomain.runtime.client import ApiError, KubeClient
 from computedomain.runtime.resources import Resource

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from computedomain.api import constants as c
-from computedomain.domain.caches import CLIQUES, COMPUTE_DOMAINS
+from computedomain.api.resources import CLIQUES, COMPUTE_DOMAINS
 from computedomain.runtime import resources as r
 from computedomain.runtime.client import ApiError, KubeClient
 from tests.integration.controller_harness import (

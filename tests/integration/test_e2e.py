@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from computedomain.api import constants as c
+from computedomain.api.resources import COMPUTE_DOMAINS
 from computedomain.devcluster.watching import watch_objects
-from computedomain.domain.caches import COMPUTE_DOMAINS
 from computedomain.runtime import resources as r
 from computedomain.runtime.client import KubeClient
 from computedomain.sim.faults import FaultSettings

@@ -25,11 +25,11 @@ from kubernetes_asyncio.client import ApiClient
 from prometheus_client.parser import text_string_to_metric_families
 
 from computedomain.api import constants as c
+from computedomain.api.resources import COMPUTE_DOMAINS
 from computedomain.devcluster.audit import AuditLog, service_account_user, tally
 from computedomain.devcluster.clients import request_service_account_token, token_kubeconfig
 from computedomain.devcluster.controlplane import ControlPlane
 from computedomain.devcluster.rest import eventually
-from computedomain.domain.caches import COMPUTE_DOMAINS
 from computedomain.runtime import resources as r
 from computedomain.runtime.client import ApiError, KubeClient
 from tests.integration.controller_harness import (

@@ -24,7 +24,7 @@ import yaml
 from kubernetes_asyncio.client import ApiClient
 
 from computedomain.api import constants as c
-from computedomain.domain.caches import COMPUTE_DOMAINS
+from computedomain.api.resources import COMPUTE_DOMAINS
 from computedomain.runtime import resources as r
 from computedomain.runtime.client import ApiError, KubeClient
 from computedomain.sim.context import SimSettings

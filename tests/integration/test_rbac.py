@@ -29,13 +29,13 @@ from kubernetes_asyncio.client import ApiClient
 from prometheus_client import CollectorRegistry
 
 from computedomain.api import constants as c
+from computedomain.api.resources import CLIQUES, COMPUTE_DOMAINS
 from computedomain.app import ControllerProcess, run_controller
 from computedomain.config import parse_settings
 from computedomain.devcluster.assets import AssetsUnavailableError, find_assets
 from computedomain.devcluster.clients import request_service_account_token, token_kubeconfig
 from computedomain.devcluster.controlplane import ControlPlane
 from computedomain.devcluster.watching import watch_object, watch_objects
-from computedomain.domain.caches import CLIQUES, COMPUTE_DOMAINS
 from computedomain.observability.logging import configure_logging
 from computedomain.runtime import resources as r
 from computedomain.runtime.client import ApiError, KubeClient

@@ -16,7 +16,8 @@ from computedomain.devcluster.controlplane import STATE_FILE, ControlPlane
 from computedomain.devcluster.rest import eventually
 from computedomain.runtime.client import KubeClient
 from computedomain.runtime.clock import SystemClock, format_microtime
-from computedomain.runtime.informer import FunctionHandler, Informer, object_key
+from computedomain.runtime.informer import FunctionHandler, Informer
+from computedomain.runtime.objects import object_key
 from computedomain.runtime.resources import EVENTS, Resource
 
 pytestmark = pytest.mark.integration

@@ -18,6 +18,7 @@ import pytest
 from kubernetes_asyncio.client import ApiClient
 
 from computedomain.api import constants as c
+from computedomain.api.resources import CLIQUES, COMPUTE_DOMAINS
 from computedomain.devcluster.watching import Predicate, watch_object, watch_objects
 from computedomain.runtime.client import ApiError, KubeClient
 from computedomain.runtime.resources import (
@@ -28,7 +29,7 @@ from computedomain.runtime.resources import (
     SERVICE_ACCOUNTS,
     Resource,
 )
-from computedomain.sim.context import CLIQUES, COMPUTE_DOMAINS, SimSettings
+from computedomain.sim.context import SimSettings
 from computedomain.sim.faults import DelayRange, FaultSettings
 from computedomain.sim.simulator import Simulator
 from tests.integration.reading import labels

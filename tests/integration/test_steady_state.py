@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 
 from computedomain.api import constants as c
+from computedomain.api.resources import CLIQUES, COMPUTE_DOMAINS
 from computedomain.devcluster.controlplane import ControlPlane
 from computedomain.devcluster.watching import watch_objects
-from computedomain.domain.caches import CLIQUES, COMPUTE_DOMAINS
 from computedomain.runtime import resources as r
 from computedomain.runtime.client import ApiError, KubeClient
 from tests.integration.cluster import fleet_node_names, run_control_plane

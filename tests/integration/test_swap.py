@@ -23,6 +23,7 @@ import pytest
 from kubernetes_asyncio.client import ApiClient
 
 from computedomain.api import constants as c
+from computedomain.api.resources import COMPUTE_DOMAINS
 from computedomain.devcluster.assets import REPO_ROOT, find_assets
 from computedomain.devcluster.audit import AuditedWrite, AuditLog, service_account_user, tally
 from computedomain.devcluster.controlplane import ControlPlane
@@ -30,7 +31,6 @@ from computedomain.devcluster.crds import CRD_DIR, apply_crds
 from computedomain.devcluster.helm import find_helm
 from computedomain.devcluster.podrunner import Kubelet
 from computedomain.devcluster.watching import Objects, watch_objects
-from computedomain.domain.caches import COMPUTE_DOMAINS
 from computedomain.runtime import resources as r
 from computedomain.runtime.client import KubeClient
 from tests.integration import nvidia_install as nvidia

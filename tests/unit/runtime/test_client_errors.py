@@ -1,4 +1,4 @@
-from computedomain.runtime.client import PATCH_CONTENT_TYPES, ApiError, _parse_retry_after
+from computedomain.runtime.client import PATCH_CONTENT_TYPES, ApiError, parse_retry_after
 
 
 def _status(code: int, reason: str, message: str = "m") -> dict[str, object]:
@@ -44,9 +44,9 @@ def test_predicates() -> None:
 
 
 def test_retry_after_parsing() -> None:
-    assert _parse_retry_after("2") == 2.0
-    assert _parse_retry_after(None) is None
-    assert _parse_retry_after("Wed, 21 Oct 2015 07:28:00 GMT") is None
+    assert parse_retry_after("2") == 2.0
+    assert parse_retry_after(None) is None
+    assert parse_retry_after("Wed, 21 Oct 2015 07:28:00 GMT") is None
 
 
 def test_patch_content_types_are_explicit() -> None:

@@ -108,12 +108,12 @@ def make_informer() -> tuple[Informer, Recorder]:
 
 def test_watch_events_update_store_handlers_and_rv() -> None:
     informer, recorder = make_informer()
-    informer._handle_event("ADDED", pod("a", 5))
-    informer._handle_event("MODIFIED", pod("a", 6))
-    informer._handle_event("MODIFIED", pod("a", 6))  # unchanged RV: skipped
-    informer._handle_event("BOOKMARK", {"metadata": {"resourceVersion": "9"}})
+    informer.feed("ADDED", pod("a", 5))
+    informer.feed("MODIFIED", pod("a", 6))
+    informer.feed("MODIFIED", pod("a", 6))  # unchanged RV: skipped
+    informer.feed("BOOKMARK", {"metadata": {"resourceVersion": "9"}})
     assert informer.resource_version == "9"
-    informer._handle_event("DELETED", pod("a", 10))
+    informer.feed("DELETED", pod("a", 10))
     assert recorder.events == [
         ("add", "ns/a", "5"),
         ("update", "ns/a", "6"),
@@ -125,10 +125,10 @@ def test_watch_events_update_store_handlers_and_rv() -> None:
 
 def test_own_write_observed_suppresses_the_echo_event() -> None:
     informer, recorder = make_informer()
-    informer._handle_event("ADDED", pod("a", 5))
+    informer.feed("ADDED", pod("a", 5))
     informer.store.observe_write(pod("a", 7))
-    informer._handle_event("MODIFIED", pod("a", 6))  # older than our write
-    informer._handle_event("MODIFIED", pod("a", 7))  # the echo of our write
+    informer.feed("MODIFIED", pod("a", 6))  # older than our write
+    informer.feed("MODIFIED", pod("a", 7))  # the echo of our write
     assert recorder.events == [("add", "ns/a", "5")]
     stored = informer.store.get("ns/a")
     assert stored is not None
@@ -137,21 +137,22 @@ def test_own_write_observed_suppresses_the_echo_event() -> None:
 
 def test_relist_delivers_vanished_objects_as_deletes_with_last_state() -> None:
     informer, recorder = make_informer()
-    informer._replace([pod("a", 1), pod("b", 1)])
-    informer._handle_event("MODIFIED", pod("b", 3))
+    informer.feed_list([pod("a", 1), pod("b", 1)])
+    informer.feed("MODIFIED", pod("b", 3))
     recorder.events.clear()
-    informer._replace([pod("a", 1), pod("c", 4)])
+    informer.feed_list([pod("a", 1), pod("c", 4)])
     assert recorder.events == [("add", "ns/c", "4"), ("delete", "ns/b", "3")]
 
 
 def test_handler_exceptions_do_not_stop_delivery(caplog: pytest.LogCaptureFixture) -> None:
-    informer, recorder = make_informer()
-
     def explode(obj: dict[str, Any]) -> None:
         raise RuntimeError("handler bug")
 
-    informer._handlers.insert(0, FunctionHandler(add=explode))
-    informer._handle_event("ADDED", pod("a", 1))
+    informer = Informer(None, PODS, clock=FakeClock())  # type: ignore[arg-type]
+    informer.add_handler(FunctionHandler(add=explode))
+    recorder = Recorder()
+    informer.add_handler(recorder.handler())
+    informer.feed("ADDED", pod("a", 1))
     assert recorder.events == [("add", "ns/a", "1")]
     assert "Event handler failed" in caplog.text
 
@@ -160,7 +161,7 @@ def test_transform_and_type_meta_are_applied() -> None:
     informer = Informer(None, PODS, transform=strip_managed_fields)  # type: ignore[arg-type]
     obj = pod("a", 1)
     obj["metadata"]["managedFields"] = [{}]
-    informer._handle_event("ADDED", obj)
+    informer.feed("ADDED", obj)
     stored = informer.store.get("ns/a")
     assert stored is not None
     assert "managedFields" not in stored["metadata"]
@@ -170,7 +171,7 @@ def test_transform_and_type_meta_are_applied() -> None:
 
 def test_late_handler_receives_existing_objects_as_adds() -> None:
     informer, _ = make_informer()
-    informer._replace([pod("a", 1)])
+    informer.feed_list([pod("a", 1)])
     late = Recorder()
     informer.add_handler(late.handler())
     assert late.events == [("add", "ns/a", "1")]

@@ -2,7 +2,7 @@ import asyncio
 
 from computedomain.runtime.clock import FakeClock, settle
 from computedomain.sim.signals import Signals
-from computedomain.sim.simulator import _changed_entries
+from computedomain.sim.simulator import changed_entries
 
 
 async def test_a_notified_key_wakes_its_waiter_and_only_it() -> None:
@@ -46,8 +46,8 @@ def test_changed_entries_names_added_removed_and_modified_nodes() -> None:
     new = {
         "daemons": [{"nodeName": "a", "status": "Ready"}, {"nodeName": "c", "status": "NotReady"}]
     }
-    assert _changed_entries(old, new, ("daemons",), "nodeName") == {"a", "b", "c"}
-    assert _changed_entries(new, new, ("daemons",), "nodeName") == set()
-    assert _changed_entries(
+    assert changed_entries(old, new, ("daemons",), "nodeName") == {"a", "b", "c"}
+    assert changed_entries(new, new, ("daemons",), "nodeName") == set()
+    assert changed_entries(
         None, {"status": {"nodes": [{"name": "x"}]}}, ("status", "nodes"), "name"
     ) == {"x"}
