@@ -53,7 +53,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         extra={
             "driverNamespace": settings.driver_namespace,
             "managedNamespaces": list(settings.managed_namespaces),
-            "featureGates": dict(settings.feature_gates),
+            "featureGates": dict(settings.daemon.feature_gates),
             "leaderElection": settings.leader_election,
         },
     )

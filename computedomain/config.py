@@ -1,7 +1,12 @@
 """Typed settings for the controller, read from flags with environment-variable fallbacks.
 
-Every flag has an environment variable; where NVIDIA's controller has one, the name is the same,
-so our Deployment can be swapped into an existing NVIDIA DRA driver install unchanged.
+Every setting is one row of ``SETTINGS``: flag, environment variable, default, parser, an
+optional check (a range or any validator), help, and where the value goes in ``Settings``.
+Where NVIDIA's controller has an environment variable, the name is the same, so our Deployment
+can be swapped into an existing NVIDIA DRA driver install unchanged.
+
+Adding a setting is one row, plus the field it fills (``Settings``, or ``DaemonSettings`` /
+``ReconcilerSettings`` for what the reconciler gets). Bounding one is one ``check=`` argument.
 """
 
 from __future__ import annotations
@@ -11,27 +16,25 @@ import importlib.metadata
 import os
 import re
 import socket
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from computedomain.api import constants as c
+from computedomain.domain.settings import DaemonSettings, ReconcilerSettings
 
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
-
-# Gates our controller knows, with NVIDIA v0.4.0 defaults (contract §15).
-KNOWN_FEATURE_GATES: Mapping[str, bool] = {
-    c.GATE_DNS_NAMES: True,
-    c.GATE_CLIQUES: True,
-    c.GATE_CRASH_ON_FABRIC_ERRORS: True,
-}
 
 
 class ConfigError(ValueError):
     """A flag or environment variable holds a value that cannot work."""
 
 
-def parse_duration(text: str) -> float:
+# ---- parsers: (text, flag) -> value; they raise ConfigError ------------------------------------
+
+
+def parse_duration(text: str, flag: str = "") -> float:
     """Seconds from a Go-style duration ("15s", "1m30s", "250ms") or a plain number of seconds."""
     text = text.strip()
     try:
@@ -49,17 +52,17 @@ def parse_duration(text: str) -> float:
     return total
 
 
-def parse_feature_gates(text: str) -> dict[str, bool]:
+def parse_feature_gates(text: str, flag: str = "") -> dict[str, bool]:
     """Known gates with defaults, overridden by "Name=true,Other=false," (trailing comma ok)."""
-    gates = dict(KNOWN_FEATURE_GATES)
+    gates = dict(c.DEFAULT_FEATURE_GATES)
     for item in filter(None, (part.strip() for part in text.split(","))):
         name, sep, value = item.partition("=")
         if not sep or value.lower() not in ("true", "false"):
             raise ConfigError(f"invalid feature gate {item!r} (want Name=true or Name=false)")
         if name in c.NVIDIA_OTHER_FEATURE_GATES:
             continue
-        if name not in KNOWN_FEATURE_GATES:
-            known = ", ".join(sorted(KNOWN_FEATURE_GATES))
+        if name not in c.DEFAULT_FEATURE_GATES:
+            known = ", ".join(sorted(c.DEFAULT_FEATURE_GATES))
             raise ConfigError(f"unknown feature gate {name!r} (known: {known})")
         gates[name] = value.lower() == "true"
     if gates[c.GATE_CLIQUES] and not gates[c.GATE_DNS_NAMES]:
@@ -80,7 +83,7 @@ def parse_bind_address(text: str) -> tuple[str, int]:
     return host or "0.0.0.0", int(port)  # noqa: S104 - probes and metrics serve the pod network
 
 
-def _bind(text: str) -> str | None:
+def _bind(text: str, flag: str) -> str | None:
     """A validated "[host]:port" string, or None when empty (endpoint disabled)."""
     if not text:
         return None
@@ -88,11 +91,11 @@ def _bind(text: str) -> str | None:
     return text if ":" in text else f":{text}"
 
 
-def _split_list(text: str) -> tuple[str, ...]:
+def _list(text: str, flag: str) -> tuple[str, ...]:
     return tuple(part.strip() for part in text.split(",") if part.strip())
 
 
-def _bool(text: str) -> bool:
+def _bool(text: str, flag: str) -> bool:
     lowered = text.strip().lower()
     if lowered in ("1", "true", "yes", "on"):
         return True
@@ -101,19 +104,196 @@ def _bool(text: str) -> bool:
     raise ConfigError(f"invalid boolean {text!r}")
 
 
+def _int(text: str, flag: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise ConfigError(f"{flag}: {text!r} is not an integer") from None
+
+
+def _float(text: str, flag: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise ConfigError(f"{flag}: {text!r} is not a number") from None
+
+
+def _text(text: str, flag: str) -> str:
+    return text
+
+
+def _optional(text: str, flag: str) -> str | None:
+    return text or None
+
+
+def _or(default: Callable[[], str]) -> Callable[[str, str], str]:
+    def parse(text: str, flag: str) -> str:
+        return text or default()
+
+    return parse
+
+
+def _one_of(*choices: str) -> Callable[[str, str], str]:
+    def parse(text: str, flag: str) -> str:
+        if text.lower() not in choices:
+            raise ConfigError(f"{flag}: want {' or '.join(choices)}, got {text!r}")
+        return text.lower()
+
+    return parse
+
+
+# ---- checks (ranges, validators): (value, row) -> None; they raise ConfigError ------------------
+
+Check = Callable[[Any, "Setting"], None]
+
+
+def at_least(minimum: float) -> Check:
+    def check(value: Any, row: Setting) -> None:
+        if value < minimum:
+            raise ConfigError(f"{row.flag}: must be >= {minimum}, got {value}")
+
+    return check
+
+
+def above(bound: float) -> Check:
+    def check(value: Any, row: Setting) -> None:
+        if not value > bound:
+            raise ConfigError(f"{row.flag} must be > {bound}")
+
+    return check
+
+
+def required(what: str) -> Check:
+    def check(value: Any, row: Setting) -> None:
+        if not value:
+            raise ConfigError(f"{row.flag} / {row.env} must not be empty ({what})")
+
+    return check
+
+
+# ---- the table ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Setting:
+    flag: str
+    env: str
+    default: str | None
+    parse: Callable[[str, str], Any]
+    help: str
+    # Where the value goes: a ``Settings`` field, ``reconciler.<field>`` or ``daemon.<field>``.
+    dest: str
+    check: Check | None = None
+
+    def value(self, text: str | None) -> Any:
+        parsed = self.parse(text or "", self.flag)
+        if self.check is not None:
+            self.check(parsed, self)
+        return parsed
+
+    @property
+    def option(self) -> str:
+        """The argparse destination (the flag without dashes)."""
+        return self.flag.lstrip("-").replace("-", "_")
+
+
+_GATES_HELP = (
+    "Name=bool pairs, comma-separated: "
+    + ", ".join(f"{k} (default {str(v).lower()})" for k, v in c.DEFAULT_FEATURE_GATES.items())
+    + "; NVIDIA's other gates ("
+    + ", ".join(sorted(c.NVIDIA_OTHER_FEATURE_GATES))
+    + ") are accepted and ignored, so NVIDIA's chart values carry over"
+)
+
+# fmt: off
+SETTINGS: Sequence[Setting] = (
+    Setting("--kubeconfig", "KUBECONFIG", None, _optional,
+            "kubeconfig file; empty means in-cluster config", "kubeconfig"),
+    Setting("--namespace", "NAMESPACE", "default", _or(lambda: "default"),
+            "driver namespace: where the IMEX DaemonSets, daemon RCTs and cliques live",
+            "daemon.driver_namespace"),
+    Setting("--additional-namespaces", "ADDITIONAL_NAMESPACES", "", _list,
+            "comma-separated extra namespaces searched for DaemonSets, pods and cliques "
+            "(after moving the driver to another namespace)", "reconciler.additional_namespaces"),
+    Setting("--image-name", "IMAGE_NAME", c.NVIDIA_DRIVER_IMAGE, _text,
+            "image of the IMEX daemon pods; must be NVIDIA's DRA driver image of the release the "
+            "kubelet plugin runs (NVIDIA's chart passes its own image here)", "daemon.image",
+            check=required("NVIDIA's DRA driver image")),
+    Setting("--cd-daemon-image-pull-secret-names", "CD_DAEMON_IMAGE_PULL_SECRET_NAMES", "", _list,
+            "comma-separated image pull secrets copied into the daemon pod spec",
+            "daemon.image_pull_secrets"),
+    Setting("--log-verbosity-cd-daemon", "LOG_VERBOSITY_CD_DAEMON", "4", _int,
+            "log verbosity passed to the IMEX daemons as LOG_VERBOSITY", "daemon.log_verbosity",
+            check=at_least(0)),
+    Setting("--max-nodes-per-imex-domain", "MAX_NODES_PER_IMEX_DOMAIN",
+            str(c.DEFAULT_MAX_NODES_PER_IMEX_DOMAIN), _int,
+            "IMEX slots per clique passed to the daemons (18 on GB200/GB300 NVL72)",
+            "daemon.max_nodes_per_imex_domain", check=at_least(1)),
+    Setting("--feature-gates", "FEATURE_GATES", "", parse_feature_gates, _GATES_HELP,
+            "daemon.feature_gates"),
+    Setting("--cd-daemon-priority-class-name", "CD_DAEMON_PRIORITY_CLASS_NAME", "", _optional,
+            "optional priorityClassName for the IMEX daemon pods (empty: none, as upstream)",
+            "daemon.priority_class_name"),
+    Setting("--pod-name", "POD_NAME", None, _or(socket.gethostname),
+            "this replica's pod name, the leader-election identity prefix (default: hostname)",
+            "pod_name"),
+    Setting("--leader-election-enabled", "LEADER_ELECTION_ENABLED", "true", _bool,
+            "elect a leader through a Lease; only the leader writes (true/false)",
+            "leader_election"),
+    Setting("--leader-election-lease-lock-name", "LEADER_ELECTION_LEASE_LOCK_NAME",
+            "nvidia-compute-domain-controller", _text, "name of the leader-election Lease",
+            "lease_name"),
+    Setting("--leader-election-lease-lock-namespace", "LEADER_ELECTION_LEASE_LOCK_NAMESPACE", "",
+            _text, "namespace of the Lease (default: the driver namespace)", "lease_namespace"),
+    Setting("--leader-election-lease-duration", "LEADER_ELECTION_LEASE_DURATION", "15s",
+            parse_duration, "how long a standby waits on an unrenewed lease before taking over",
+            "lease_duration"),
+    Setting("--leader-election-renew-deadline", "LEADER_ELECTION_RENEW_DEADLINE", "10s",
+            parse_duration,
+            "how long the leader keeps retrying a renew before it gives up and exits",
+            "renew_deadline"),
+    Setting("--leader-election-retry-period", "LEADER_ELECTION_RETRY_PERIOD", "2s",
+            parse_duration, "interval between lease acquire/renew attempts", "retry_period"),
+    Setting("--kube-api-qps", "KUBE_API_QPS", "50", _float,
+            "client-side rate limit for API requests per second (upstream default 5 throttles "
+            "large domains)", "kube_api_qps", check=above(0)),
+    Setting("--kube-api-burst", "KUBE_API_BURST", "100", _int,
+            "client-side burst above --kube-api-qps", "kube_api_burst", check=at_least(1)),
+    Setting("--http-endpoint", "HTTP_ENDPOINT", ":8080", _bind,
+            "[host]:port serving Prometheus metrics; empty disables it", "metrics_address"),
+    Setting("--metrics-path", "METRICS_PATH", "/metrics", _text,
+            "HTTP path of the metrics endpoint", "metrics_path"),
+    Setting("--probe-address", "PROBE_ADDRESS", ":8081", _bind,
+            "[host]:port serving /healthz and /readyz; empty disables it", "probe_address"),
+    Setting("--log-verbosity", "LOG_VERBOSITY", "0", _int,
+            "controller log verbosity: 0 state changes, 4 per-reconcile detail, 6 API chatter",
+            "log_verbosity", check=at_least(0)),
+    Setting("--log-format", "LOG_FORMAT", "json", _one_of("json", "text"),
+            "log format: json or text", "log_format"),
+    Setting("--workers", "WORKERS", "8", _int,
+            "concurrent reconciles (a ComputeDomain is never reconciled twice at once)",
+            "workers", check=at_least(1)),
+    Setting("--reconcile-timeout", "RECONCILE_TIMEOUT", "60s", parse_duration,
+            "deadline of one reconcile", "reconcile_timeout"),
+    Setting("--orphan-sweep-interval", "ORPHAN_SWEEP_INTERVAL", "10m", parse_duration,
+            "period of the full sweep for children and node labels whose ComputeDomain is gone",
+            "orphan_sweep_interval"),
+    Setting("--orphan-grace-period", "ORPHAN_GRACE_PERIOD", "5s", parse_duration,
+            "how long an unknown ComputeDomain UID must stay unknown before its objects are "
+            "removed", "reconciler.orphan_grace_period"),
+    Setting("--daemon-pod-wait-timeout", "DAEMON_POD_WAIT_TIMEOUT", "60s", parse_duration,
+            "on deletion, how long to wait for IMEX daemon pods to terminate before removing the "
+            "finalizer anyway (with a Warning event)", "reconciler.daemon_pod_wait_timeout"),
+)
+# fmt: on
+
+
 @dataclass(frozen=True)
 class Settings:
     """Everything the controller process needs; built by `parse_settings`."""
 
+    reconciler: ReconcilerSettings
     kubeconfig: str | None
-    driver_namespace: str
-    additional_namespaces: tuple[str, ...]
-    image_name: str
-    image_pull_secret_names: tuple[str, ...]
-    daemon_log_verbosity: int
-    max_nodes_per_imex_domain: int
-    feature_gates: Mapping[str, bool]
-    daemon_priority_class_name: str | None
     pod_name: str
     leader_election: bool
     lease_name: str
@@ -131,182 +311,22 @@ class Settings:
     workers: int
     reconcile_timeout: float
     orphan_sweep_interval: float
-    orphan_grace_period: float
-    daemon_pod_wait_timeout: float
+
+    @property
+    def daemon(self) -> DaemonSettings:
+        return self.reconciler.daemon
+
+    @property
+    def driver_namespace(self) -> str:
+        return self.reconciler.driver_namespace
 
     @property
     def managed_namespaces(self) -> tuple[str, ...]:
-        """Namespaces where DaemonSets, daemon pods and cliques live (driver namespace first)."""
-        ordered = [self.driver_namespace, *self.additional_namespaces]
-        return tuple(dict.fromkeys(ordered))
+        return self.reconciler.managed_namespaces
 
     @property
     def cliques_enabled(self) -> bool:
-        return bool(self.feature_gates[c.GATE_CLIQUES])
-
-
-@dataclass(frozen=True)
-class _Flag:
-    name: str
-    env: str
-    default: str | None
-    help: str
-    metavar: str | None = None
-
-
-_FLAGS: Sequence[_Flag] = (
-    _Flag("--kubeconfig", "KUBECONFIG", None, "kubeconfig file; empty means in-cluster config"),
-    _Flag(
-        "--namespace",
-        "NAMESPACE",
-        "default",
-        "driver namespace: where the IMEX DaemonSets, daemon RCTs and cliques live",
-    ),
-    _Flag(
-        "--additional-namespaces",
-        "ADDITIONAL_NAMESPACES",
-        "",
-        "comma-separated extra namespaces searched for DaemonSets, pods and cliques "
-        "(after moving the driver to another namespace)",
-    ),
-    _Flag(
-        "--image-name",
-        "IMAGE_NAME",
-        c.NVIDIA_DRIVER_IMAGE,
-        "image of the IMEX daemon pods; must be NVIDIA's DRA driver image of the release the "
-        "kubelet plugin runs (NVIDIA's chart passes its own image here)",
-    ),
-    _Flag(
-        "--cd-daemon-image-pull-secret-names",
-        "CD_DAEMON_IMAGE_PULL_SECRET_NAMES",
-        "",
-        "comma-separated image pull secrets copied into the daemon pod spec",
-    ),
-    _Flag(
-        "--log-verbosity-cd-daemon",
-        "LOG_VERBOSITY_CD_DAEMON",
-        "4",
-        "log verbosity passed to the IMEX daemons as LOG_VERBOSITY",
-    ),
-    _Flag(
-        "--max-nodes-per-imex-domain",
-        "MAX_NODES_PER_IMEX_DOMAIN",
-        str(c.DEFAULT_MAX_NODES_PER_IMEX_DOMAIN),
-        "IMEX slots per clique passed to the daemons (18 on GB200/GB300 NVL72)",
-    ),
-    _Flag(
-        "--feature-gates",
-        "FEATURE_GATES",
-        "",
-        "Name=bool pairs, comma-separated: "
-        + ", ".join(f"{k} (default {str(v).lower()})" for k, v in KNOWN_FEATURE_GATES.items())
-        + "; NVIDIA's other gates ("
-        + ", ".join(sorted(c.NVIDIA_OTHER_FEATURE_GATES))
-        + ") are accepted and ignored, so NVIDIA's chart values carry over",
-    ),
-    _Flag(
-        "--cd-daemon-priority-class-name",
-        "CD_DAEMON_PRIORITY_CLASS_NAME",
-        "",
-        "optional priorityClassName for the IMEX daemon pods (empty: none, as upstream)",
-    ),
-    _Flag(
-        "--pod-name",
-        "POD_NAME",
-        None,
-        "this replica's pod name, the leader-election identity prefix (default: hostname)",
-    ),
-    _Flag(
-        "--leader-election-enabled",
-        "LEADER_ELECTION_ENABLED",
-        "true",
-        "elect a leader through a Lease; only the leader writes (true/false)",
-    ),
-    _Flag(
-        "--leader-election-lease-lock-name",
-        "LEADER_ELECTION_LEASE_LOCK_NAME",
-        "nvidia-compute-domain-controller",
-        "name of the leader-election Lease",
-    ),
-    _Flag(
-        "--leader-election-lease-lock-namespace",
-        "LEADER_ELECTION_LEASE_LOCK_NAMESPACE",
-        "",
-        "namespace of the Lease (default: the driver namespace)",
-    ),
-    _Flag(
-        "--leader-election-lease-duration",
-        "LEADER_ELECTION_LEASE_DURATION",
-        "15s",
-        "how long a standby waits on an unrenewed lease before taking over",
-    ),
-    _Flag(
-        "--leader-election-renew-deadline",
-        "LEADER_ELECTION_RENEW_DEADLINE",
-        "10s",
-        "how long the leader keeps retrying a renew before it gives up and exits",
-    ),
-    _Flag(
-        "--leader-election-retry-period",
-        "LEADER_ELECTION_RETRY_PERIOD",
-        "2s",
-        "interval between lease acquire/renew attempts",
-    ),
-    _Flag(
-        "--kube-api-qps",
-        "KUBE_API_QPS",
-        "50",
-        "client-side rate limit for API requests per second (upstream default 5 throttles large "
-        "domains)",
-    ),
-    _Flag("--kube-api-burst", "KUBE_API_BURST", "100", "client-side burst above --kube-api-qps"),
-    _Flag(
-        "--http-endpoint",
-        "HTTP_ENDPOINT",
-        ":8080",
-        "[host]:port serving Prometheus metrics; empty disables it",
-    ),
-    _Flag("--metrics-path", "METRICS_PATH", "/metrics", "HTTP path of the metrics endpoint"),
-    _Flag(
-        "--probe-address",
-        "PROBE_ADDRESS",
-        ":8081",
-        "[host]:port serving /healthz and /readyz; empty disables it",
-    ),
-    _Flag(
-        "--log-verbosity",
-        "LOG_VERBOSITY",
-        "0",
-        "controller log verbosity: 0 state changes, 4 per-reconcile detail, 6 API chatter",
-    ),
-    _Flag("--log-format", "LOG_FORMAT", "json", "log format: json or text"),
-    _Flag(
-        "--workers",
-        "WORKERS",
-        "8",
-        "concurrent reconciles (a ComputeDomain is never reconciled twice at once)",
-    ),
-    _Flag("--reconcile-timeout", "RECONCILE_TIMEOUT", "60s", "deadline of one reconcile"),
-    _Flag(
-        "--orphan-sweep-interval",
-        "ORPHAN_SWEEP_INTERVAL",
-        "10m",
-        "period of the full sweep for children and node labels whose ComputeDomain is gone",
-    ),
-    _Flag(
-        "--orphan-grace-period",
-        "ORPHAN_GRACE_PERIOD",
-        "5s",
-        "how long an unknown ComputeDomain UID must stay unknown before its objects are removed",
-    ),
-    _Flag(
-        "--daemon-pod-wait-timeout",
-        "DAEMON_POD_WAIT_TIMEOUT",
-        "60s",
-        "on deletion, how long to wait for IMEX daemon pods to terminate before removing the "
-        "finalizer anyway (with a Warning event)",
-    ),
-)
+        return self.reconciler.cliques_enabled
 
 
 def distribution_version() -> str:
@@ -317,8 +337,14 @@ def distribution_version() -> str:
         return "unknown"
 
 
-def _dest(flag: _Flag) -> str:
-    return flag.name.lstrip("-").replace("-", "_")
+def environ(**values: str) -> dict[str, str]:
+    """The environment that sets these settings, by option name (``namespace="x"`` gives
+    ``{"NAMESPACE": "x"}``), for whoever starts a controller."""
+    by_option = {row.option: row.env for row in SETTINGS}
+    unknown = sorted(set(values) - by_option.keys())
+    if unknown:
+        raise KeyError(f"no such settings: {', '.join(unknown)}")
+    return {by_option[option]: value for option, value in values.items()}
 
 
 def build_parser(environ: Mapping[str, str] | None = None) -> argparse.ArgumentParser:
@@ -334,14 +360,12 @@ def build_parser(environ: Mapping[str, str] | None = None) -> argparse.ArgumentP
         ),
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    for flag in _FLAGS:
-        default = env.get(flag.env, flag.default)
+    for row in SETTINGS:
         parser.add_argument(
-            flag.name,
-            dest=_dest(flag),
-            default=default,
-            metavar=flag.metavar,
-            help=f"{flag.help} [{flag.env}]",
+            row.flag,
+            dest=row.option,
+            default=env.get(row.env, row.default),
+            help=f"{row.help} [{row.env}]",
         )
     parser.add_argument(
         "-v",
@@ -353,68 +377,22 @@ def build_parser(environ: Mapping[str, str] | None = None) -> argparse.ArgumentP
     return parser
 
 
-def _int(value: str, name: str, minimum: int) -> int:
-    try:
-        number = int(value)
-    except ValueError:
-        raise ConfigError(f"{name}: {value!r} is not an integer") from None
-    if number < minimum:
-        raise ConfigError(f"{name}: must be >= {minimum}, got {number}")
-    return number
-
-
 def settings_from_namespace(ns: argparse.Namespace) -> Settings:
-    if not ns.image_name:
-        raise ConfigError("--image-name / IMAGE_NAME must not be empty (NVIDIA's DRA driver image)")
-    driver_namespace = ns.namespace or "default"
-    lease_duration = parse_duration(ns.leader_election_lease_duration)
-    renew_deadline = parse_duration(ns.leader_election_renew_deadline)
-    retry_period = parse_duration(ns.leader_election_retry_period)
-    if not lease_duration > renew_deadline > 1.2 * retry_period:
+    values: dict[str, dict[str, Any]] = {"": {}, "reconciler": {}, "daemon": {}}
+    for row in SETTINGS:
+        raw = getattr(ns, row.option)
+        group, _, field = row.dest.rpartition(".")
+        values[group][field] = row.value(None if raw is None else str(raw))
+    top = values[""]
+    if not top["lease_duration"] > top["renew_deadline"] > 1.2 * top["retry_period"]:
         raise ConfigError(
             "leader election needs lease duration > renew deadline > 1.2 x retry period"
         )
-    log_format = ns.log_format.lower()
-    if log_format not in ("json", "text"):
-        raise ConfigError(f"--log-format: want json or text, got {ns.log_format!r}")
-    try:
-        qps = float(ns.kube_api_qps)
-    except ValueError:
-        raise ConfigError(f"--kube-api-qps: {ns.kube_api_qps!r} is not a number") from None
-    if qps <= 0:
-        raise ConfigError("--kube-api-qps must be > 0")
-    return Settings(
-        kubeconfig=ns.kubeconfig or None,
-        driver_namespace=driver_namespace,
-        additional_namespaces=_split_list(ns.additional_namespaces),
-        image_name=ns.image_name,
-        image_pull_secret_names=_split_list(ns.cd_daemon_image_pull_secret_names),
-        daemon_log_verbosity=_int(ns.log_verbosity_cd_daemon, "--log-verbosity-cd-daemon", 0),
-        max_nodes_per_imex_domain=_int(
-            ns.max_nodes_per_imex_domain, "--max-nodes-per-imex-domain", 1
-        ),
-        feature_gates=parse_feature_gates(ns.feature_gates),
-        daemon_priority_class_name=ns.cd_daemon_priority_class_name or None,
-        pod_name=ns.pod_name or socket.gethostname(),
-        leader_election=_bool(ns.leader_election_enabled),
-        lease_name=ns.leader_election_lease_lock_name,
-        lease_namespace=ns.leader_election_lease_lock_namespace or driver_namespace,
-        lease_duration=lease_duration,
-        renew_deadline=renew_deadline,
-        retry_period=retry_period,
-        kube_api_qps=qps,
-        kube_api_burst=_int(ns.kube_api_burst, "--kube-api-burst", 1),
-        metrics_address=_bind(ns.http_endpoint),
-        metrics_path=ns.metrics_path,
-        probe_address=_bind(ns.probe_address),
-        log_verbosity=_int(str(ns.log_verbosity), "--log-verbosity", 0),
-        log_format=log_format,
-        workers=_int(ns.workers, "--workers", 1),
-        reconcile_timeout=parse_duration(ns.reconcile_timeout),
-        orphan_sweep_interval=parse_duration(ns.orphan_sweep_interval),
-        orphan_grace_period=parse_duration(ns.orphan_grace_period),
-        daemon_pod_wait_timeout=parse_duration(ns.daemon_pod_wait_timeout),
+    reconciler = ReconcilerSettings(
+        daemon=DaemonSettings(**values["daemon"]), **values["reconciler"]
     )
+    top["lease_namespace"] = top["lease_namespace"] or reconciler.driver_namespace
+    return Settings(reconciler=reconciler, **top)
 
 
 def parse_settings(

@@ -11,20 +11,20 @@ from dataclasses import dataclass
 from typing import Any
 
 from computedomain.api import constants as c
+from computedomain.api.resources import CLIQUES, COMPUTE_DOMAINS
 from computedomain.domain.coexistence import (
     CD_CRD_NAME,
     NVIDIA_CONTROLLER_SELECTOR,
     missing_status_fields,
     trim_pod_identity,
 )
-from computedomain.domain.mapping import cd_uids_of_clique
+from computedomain.domain.labels import cd_uid_of, cd_uids_of_clique
+from computedomain.domain.topology import clique_of
+from computedomain.runtime import objects
 from computedomain.runtime import resources as r
 from computedomain.runtime.client import KubeClient
 from computedomain.runtime.informer import Informer, Store, strip_managed_fields
 from computedomain.runtime.resources import Resource
-
-COMPUTE_DOMAINS = Resource(c.GROUP, c.VERSION, c.CD_PLURAL, c.CD_KIND, namespaced=True)
-CLIQUES = Resource(c.GROUP, c.VERSION, c.CLIQUE_PLURAL, c.CLIQUE_KIND, namespaced=True)
 
 BY_UID = "uid"
 BY_CD = "cd"
@@ -32,29 +32,20 @@ BY_GPU_CLIQUE = "gpuClique"
 CD_LABEL_EXISTS = c.CD_LABEL
 
 
-def _label(obj: Mapping[str, Any], key: str) -> str | None:
-    labels = (obj.get("metadata") or {}).get("labels") or {}
-    value = labels.get(key)
-    return value if isinstance(value, str) else None
+def _listed(value: str | None) -> list[str]:
+    return [value] if value else []
 
 
 def _by_uid(obj: Mapping[str, Any]) -> Iterable[str]:
-    uid = (obj.get("metadata") or {}).get("uid")
-    return [uid] if uid else []
+    return _listed(objects.uid(obj))
 
 
 def _by_cd_label(obj: Mapping[str, Any]) -> Iterable[str]:
-    uid = _label(obj, c.CD_LABEL)
-    return [uid] if uid else []
-
-
-def _by_clique_owner(obj: Mapping[str, Any]) -> Iterable[str]:
-    return cd_uids_of_clique(obj)
+    return _listed(cd_uid_of(obj))
 
 
 def _by_gpu_clique(obj: Mapping[str, Any]) -> Iterable[str]:
-    clique = _label(obj, c.GPU_CLIQUE_NODE_LABEL)
-    return [clique] if clique else []
+    return _listed(clique_of(obj))
 
 
 def trim_node(node: dict[str, Any]) -> dict[str, Any]:
@@ -62,7 +53,7 @@ def trim_node(node: dict[str, Any]) -> dict[str, Any]:
 
     With thousands of Nodes, their images, addresses and heartbeats would dominate memory.
     """
-    meta = node.get("metadata") or {}
+    meta = objects.meta(node)
     conditions = (node.get("status") or {}).get("conditions") or []
     ready = [
         {"type": "Ready", "status": cond.get("status")}
@@ -153,12 +144,12 @@ class Caches:
     def daemonsets_of(self, uid: str) -> list[dict[str, Any]]:
         return [ds for inf in self.daemonsets for ds in inf.store.by_index(BY_CD, uid)]
 
-    def daemonset(self, namespace: str, name: str) -> dict[str, Any] | None:
-        for inf in self.daemonsets:
-            found = inf.store.get(f"{namespace}/{name}")
-            if found is not None:
-                return found
-        return None
+    def claim_templates_of(self, uid: str, target: str | None = None) -> list[dict[str, Any]]:
+        """RCTs labelled with ``uid``; only those for ``target`` (Daemon, Workload) if given."""
+        found = self.claim_templates.store.by_index(BY_CD, uid)
+        return [
+            rct for rct in found if target is None or objects.label(rct, c.TARGET_LABEL) == target
+        ]
 
     def pods_of(self, uid: str) -> list[dict[str, Any]]:
         return [pod for inf in self.daemon_pods for pod in inf.store.by_index(BY_CD, uid)]
@@ -178,8 +169,12 @@ class Caches:
         """Our status fields the installed CD CRD would prune; empty when it keeps them."""
         return missing_status_fields(self.compute_domain_crd())
 
+    def cds_of(self, uid: str) -> list[dict[str, Any]]:
+        """The cached CDs with this UID (none, or one)."""
+        return self.cds.by_index(BY_UID, uid)
+
     def known_uids(self) -> set[str]:
-        return {uid for cd in self.cds.list() if (uid := (cd.get("metadata") or {}).get("uid"))}
+        return {uid for cd in self.cds.list() if (uid := objects.uid(cd))}
 
     def labelled_uids(self) -> set[str]:
         """Every CD UID some child, pod, clique or Node still names."""
@@ -193,14 +188,33 @@ class Caches:
             uid
             for inf in self.cliques
             for clique in inf.store.list()
-            for uid in _by_clique_owner(clique)
+            for uid in cd_uids_of_clique(clique)
         )
         return uids
 
+    def observe_write(self, res: Resource, obj: dict[str, Any]) -> None:
+        """Read-your-writes: put the response of our own write into the cache holding it."""
+        namespace = objects.namespace(obj)
+        if res is COMPUTE_DOMAINS:
+            self.cds.observe_write(obj)
+        elif res is r.RESOURCE_CLAIM_TEMPLATES:
+            self.claim_templates.store.observe_write(obj)
+        elif res is r.NODES:
+            self.nodes.store.observe_write(obj)
+        elif res in (r.DAEMONSETS, CLIQUES):
+            per_namespace = self.daemonsets if res is r.DAEMONSETS else self.cliques
+            for informer in per_namespace:
+                if informer.namespace == namespace:
+                    informer.store.observe_write(obj)
 
-def build_caches(client: KubeClient, managed_namespaces: Iterable[str]) -> Caches:
-    """The first managed namespace is the driver namespace."""
-    namespaces = list(managed_namespaces)
+
+def build_caches(
+    client: KubeClient, *, driver_namespace: str, additional_namespaces: Iterable[str] = ()
+) -> Caches:
+    """DaemonSets, daemon pods and cliques are watched in the driver namespace and the
+    additional ones; the daemon ServiceAccount and NVIDIA's controller pods in the driver
+    namespace alone."""
+    namespaces = list(dict.fromkeys([driver_namespace, *additional_namespaces]))
     return Caches(
         compute_domains=Informer(
             client,
@@ -247,7 +261,7 @@ def build_caches(client: KubeClient, managed_namespaces: Iterable[str]) -> Cache
                 CLIQUES,
                 namespace=ns,
                 transform=strip_managed_fields,
-                indexers={BY_CD: _by_clique_owner},
+                indexers={BY_CD: cd_uids_of_clique},
                 name=f"computedomaincliques/{ns}",
             )
             for ns in namespaces
@@ -262,10 +276,10 @@ def build_caches(client: KubeClient, managed_namespaces: Iterable[str]) -> Cache
         service_accounts=Informer(
             client,
             r.SERVICE_ACCOUNTS,
-            namespace=namespaces[0],
+            namespace=driver_namespace,
             field_selector=f"metadata.name={c.DAEMON_SERVICE_ACCOUNT}",
             transform=strip_managed_fields,
-            name=f"serviceaccounts/{namespaces[0]}",
+            name=f"serviceaccounts/{driver_namespace}",
         ),
         crds=Informer(
             client,
@@ -277,9 +291,9 @@ def build_caches(client: KubeClient, managed_namespaces: Iterable[str]) -> Cache
         nvidia_controller_pods=Informer(
             client,
             r.PODS,
-            namespace=namespaces[0],
+            namespace=driver_namespace,
             label_selector=NVIDIA_CONTROLLER_SELECTOR,
             transform=trim_pod_identity,
-            name=f"pods/{namespaces[0]}/nvidia-controller",
+            name=f"pods/{driver_namespace}/nvidia-controller",
         ),
     )

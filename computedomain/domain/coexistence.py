@@ -19,6 +19,7 @@ from typing import Any
 
 from computedomain.api import constants as c
 from computedomain.domain.ports import CoexistenceMetricsSink
+from computedomain.runtime import objects
 from computedomain.runtime.events import EventRecorder
 
 log = logging.getLogger(__name__)
@@ -37,11 +38,6 @@ CRD_UPGRADE_COMMAND = "kubectl apply --server-side --force-conflicts -f crds/"
 NVIDIA_CONTROLLER_SELECTOR = f"{c.NVIDIA_COMPONENT_LABEL}={c.NVIDIA_CONTROLLER_COMPONENT}"
 # Our own pods never carry NVIDIA's component label; this guards against a values file that adds it.
 OWN_NAME_LABEL = ("app.kubernetes.io/name", "computedomain-controller")
-
-
-def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    meta = obj.get("metadata")
-    return meta if isinstance(meta, Mapping) else {}
 
 
 def missing_status_fields(crd: Mapping[str, Any] | None) -> tuple[str, ...]:
@@ -77,7 +73,7 @@ def running_nvidia_controllers(pods: Iterable[Mapping[str, Any]]) -> list[Mappin
     """NVIDIA's controller pods that are running now (not ours, not terminating), by name."""
     found = []
     for pod in pods:
-        meta = _meta(pod)
+        meta = objects.meta(pod)
         labels = meta.get("labels") or {}
         if labels.get(c.NVIDIA_COMPONENT_LABEL) != c.NVIDIA_CONTROLLER_COMPONENT:
             continue
@@ -86,11 +82,11 @@ def running_nvidia_controllers(pods: Iterable[Mapping[str, Any]]) -> list[Mappin
         if (pod.get("status") or {}).get("phase") != "Running":
             continue
         found.append(pod)
-    return sorted(found, key=lambda p: (_meta(p).get("namespace", ""), _meta(p).get("name", "")))
+    return sorted(found, key=lambda p: (objects.namespace(p) or "", objects.name(p)))
 
 
 def concurrent_controller_message(pod: Mapping[str, Any]) -> str:
-    meta = _meta(pod)
+    meta = objects.meta(pod)
     namespace = meta.get("namespace")
     return (
         f"NVIDIA's ComputeDomain controller runs beside this one (pod {namespace}/"
@@ -102,7 +98,7 @@ def concurrent_controller_message(pod: Mapping[str, Any]) -> str:
 
 def trim_pod_identity(pod: dict[str, Any]) -> dict[str, Any]:
     """What we read of a controller pod: identity, labels, phase."""
-    meta = _meta(pod)
+    meta = objects.meta(pod)
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -157,13 +153,13 @@ class CoexistenceMonitor:
 
     # NVIDIA's controller ------------------------------------------------------------------------
     def controller_pods_changed(self, pods: Iterable[Mapping[str, Any]]) -> None:
-        running = {_meta(p).get("uid", ""): p for p in running_nvidia_controllers(pods)}
+        running = {objects.meta(p).get("uid", ""): p for p in running_nvidia_controllers(pods)}
         for uid, pod in running.items():
             if uid not in self._running:
                 log.warning("Concurrent controller: %s", concurrent_controller_message(pod))
         for uid, pod in self._running.items():
             if uid not in running:
-                meta = _meta(pod)
+                meta = objects.meta(pod)
                 log.info(
                     "NVIDIA's controller pod %s/%s no longer runs",
                     meta.get("namespace"),

@@ -7,7 +7,6 @@ writes; tests compare the output with the golden files in tests/fixtures/upstrea
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 from computedomain.api import constants as c
@@ -16,25 +15,9 @@ from computedomain.api.v1beta1 import (
     ComputeDomainChannelConfig,
     ComputeDomainDaemonConfig,
 )
+from computedomain.domain.settings import DaemonSettings
 
 RESOURCE_API_VERSION = "resource.k8s.io/v1"
-
-
-@dataclass(frozen=True, kw_only=True)
-class DaemonSettings:
-    """What the daemon DaemonSet and its claim template depend on besides the CD itself."""
-
-    driver_namespace: str
-    image: str
-    log_verbosity: int
-    image_pull_secrets: tuple[str, ...] = ()
-    max_nodes_per_imex_domain: int = c.DEFAULT_MAX_NODES_PER_IMEX_DOMAIN
-    # The controller's effective gates; only those the daemon knows are passed on.
-    feature_gates: Mapping[str, bool] = field(default_factory=lambda: dict(c.DEFAULT_FEATURE_GATES))
-    # Optional additions for #1107 (upstream sets neither).
-    priority_class_name: str | None = None
-    # Container resources, e.g. {"requests": {"cpu": "10m"}, "limits": {...}}.
-    daemon_resources: Mapping[str, Mapping[str, str]] | None = None
 
 
 def _require_uid(cd: ComputeDomain) -> str:

@@ -18,7 +18,8 @@ from computedomain.api.v1beta1 import (
     ComputeDomainNode,
     NodeStatus,
 )
-from computedomain.domain.mapping import cd_uids_of_clique, clique_id_of_clique
+from computedomain.domain.labels import cd_uids_of_clique, clique_id_of_clique
+from computedomain.runtime import objects
 
 _TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
 _GO_TRUE = frozenset({"1", "t", "T", "true", "TRUE", "True"})
@@ -113,8 +114,8 @@ def _daemon_container_status(pod: Mapping[str, Any]) -> Mapping[str, Any]:
 
 def daemon_pod_from_dict(pod: Mapping[str, Any]) -> DaemonPod:
     """Build the view from a pod dict as the informer holds it (tolerates trimmed pods)."""
-    meta = pod.get("metadata") or {}
-    labels = meta.get("labels") or {}
+    meta = objects.meta(pod)
+    labels = objects.labels(pod)
     status = pod.get("status") or {}
     container = _daemon_container_status(pod)
     state = container.get("state") or {}
@@ -241,15 +242,6 @@ def project_nodes(
     return _dedup([*fabric, *_non_fabric_nodes(pods)], pods)
 
 
-def nodes_equal(a: Iterable[ComputeDomainNode], b: Iterable[ComputeDomainNode]) -> bool:
-    """Equal as list-maps keyed by name (order does not matter)."""
-
-    a_list, b_list = list(a), list(b)
-    keyed_a = {n.name: n.to_dict() for n in a_list}
-    keyed_b = {n.name: n.to_dict() for n in b_list}
-    return len(a_list) == len(b_list) and keyed_a == keyed_b
-
-
 def global_status(nodes: Sequence[ComputeDomainNode], num_nodes: int) -> NodeStatus:
     """Upstream ``status.status`` (§9.3): Ready with zero nodes when numNodes is 0 (#767)."""
     if len(nodes) < num_nodes or any(n.status != c.STATUS_READY for n in nodes):
@@ -316,3 +308,20 @@ def uses_legacy_protocol(daemonset: Mapping[str, Any]) -> bool:
             gates = parse_feature_gates(str(env.get("value") or ""))
             return not gates.get(c.GATE_CLIQUES, False)
     return True
+
+
+def _normalised_status(status: Mapping[str, Any]) -> dict[str, Any]:
+    out = {k: v for k, v in status.items() if v is not None}
+    if "nodes" in out:
+        out["nodes"] = sorted(out["nodes"], key=lambda n: n.get("name", ""))
+    if not out.get("nodes"):
+        out.pop("nodes", None)
+    if "conditions" in out:
+        out["conditions"] = sorted(out["conditions"], key=lambda x: x.get("type", ""))
+    return out
+
+
+def status_equal(current: Mapping[str, Any], wanted: Mapping[str, Any]) -> bool:
+    """Equal CD statuses: ``nodes`` and ``conditions`` are list-maps (order does not matter),
+    and a field set to None, or an empty ``nodes``, equals an absent one."""
+    return _normalised_status(current) == _normalised_status(wanted)

@@ -12,23 +12,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from computedomain.api import constants as c
+from computedomain.domain.labels import cd_uid_of
+from computedomain.runtime.objects import label, name
 
 NodeLookup = Mapping[str, Mapping[str, Any]] | Callable[[str], Mapping[str, Any] | None]
 
 
-def _labels(node: Mapping[str, Any]) -> Mapping[str, Any]:
-    labels = (node.get("metadata") or {}).get("labels") or {}
-    return labels if isinstance(labels, Mapping) else {}
-
-
-def clique_of(node: Mapping[str, Any]) -> str | None:
+def clique_of(node: Mapping[str, Any] | None) -> str | None:
     """The node's GFD clique label; None when missing or empty (no NVLink fabric)."""
-    value = _labels(node).get(c.GPU_CLIQUE_NODE_LABEL)
-    return value if isinstance(value, str) and value else None
-
-
-def _node_name(node: Mapping[str, Any]) -> str:
-    return str((node.get("metadata") or {}).get("name") or "")
+    return label(node, c.GPU_CLIQUE_NODE_LABEL)
 
 
 @dataclass(frozen=True)
@@ -43,23 +35,23 @@ class CliqueInventory:
         by_clique: dict[str, set[str]] = {}
         cd_by_node: dict[str, str] = {}
         for node in nodes:
-            name = _node_name(node)
-            if not name:
+            node_name = name(node)
+            if not node_name:
                 continue
             clique = clique_of(node)
             if clique is not None:
-                by_clique.setdefault(clique, set()).add(name)
-            uid = _labels(node).get(c.CD_LABEL)
-            if isinstance(uid, str) and uid:
-                cd_by_node[name] = uid
+                by_clique.setdefault(clique, set()).add(node_name)
+            uid = cd_uid_of(node)
+            if uid:
+                cd_by_node[node_name] = uid
         return cls({k: frozenset(v) for k, v in by_clique.items()}, cd_by_node)
 
     def domains_in(self, clique: str) -> set[str]:
         """UIDs of the CDs using nodes of ``clique``."""
         return {
             uid
-            for name in self.nodes_by_clique.get(clique, frozenset())
-            if (uid := self.cd_by_node.get(name))
+            for node_name in self.nodes_by_clique.get(clique, frozenset())
+            if (uid := self.cd_by_node.get(node_name))
         }
 
     def free_nodes(self, clique: str) -> frozenset[str]:
@@ -67,6 +59,12 @@ class CliqueInventory:
         return frozenset(
             n for n in self.nodes_by_clique.get(clique, frozenset()) if n not in self.cd_by_node
         )
+
+    def usage(self) -> tuple[dict[str, int], dict[str, int]]:
+        """(nodes per clique, nodes serving a CD per clique; cliques without any left out)."""
+        sizes = {clique: len(nodes) for clique, nodes in self.nodes_by_clique.items()}
+        in_use = {clique: sizes[clique] - len(self.free_nodes(clique)) for clique in sizes}
+        return sizes, {clique: count for clique, count in in_use.items() if count}
 
     def domain_cliques(self) -> dict[str, set[str]]:
         """CD UID → cliques its labelled nodes lie in."""
@@ -81,8 +79,8 @@ def cliques_spanned(node_names: Iterable[str], nodes: NodeLookup) -> set[str]:
     """Distinct cliques of the named nodes (unknown or unlabelled nodes count for nothing)."""
     lookup = nodes.get if isinstance(nodes, Mapping) else nodes
     spanned: set[str] = set()
-    for name in node_names:
-        node = lookup(name)
+    for node_name in node_names:
+        node = lookup(node_name)
         if node is not None and (clique := clique_of(node)) is not None:
             spanned.add(clique)
     return spanned

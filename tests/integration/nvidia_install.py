@@ -22,12 +22,13 @@ from typing import Any
 import yaml
 
 from computedomain.api import constants as c
+from computedomain.api.resources import CLIQUES, COMPUTE_DOMAINS
 from computedomain.api.v1beta1 import ComputeDomain
 from computedomain.devcluster.crds import CRD_DIR
 from computedomain.devcluster.rest import eventually
 from computedomain.devcluster.watching import Objects, watch_objects
 from computedomain.domain import desired, projection
-from computedomain.domain.caches import CLIQUES, COMPUTE_DOMAINS
+from computedomain.domain.settings import DaemonSettings
 from computedomain.runtime import resources as r
 from computedomain.runtime.client import ApiError, KubeClient
 from computedomain.runtime.resources import Resource
@@ -173,7 +174,7 @@ class NvidiaController:
 
     def __init__(self, kube: KubeClient) -> None:
         self.kube = kube
-        self.settings = desired.DaemonSettings(
+        self.settings = DaemonSettings(
             driver_namespace=NVIDIA_NAMESPACE, image=c.NVIDIA_DRIVER_IMAGE, log_verbosity=4
         )
 

@@ -210,7 +210,7 @@ def test_valid_environment_starts_the_controller(
     assert settings.driver_namespace == "nvidia-dra-driver-gpu"
     assert settings.lease_namespace == "nvidia-dra-driver-gpu"
     assert settings.pod_name == "controller-0"
-    assert settings.image_name == IMAGE
+    assert settings.daemon.image == IMAGE
 
 
 def test_version_prints_the_distribution_version(capsys: pytest.CaptureFixture[str]) -> None:

@@ -48,7 +48,7 @@ def test_nvidia_chart_gates_are_accepted_and_ignored() -> None:
 
 def test_daemon_image_defaults_to_nvidias_chart_image() -> None:
     settings = parse_settings([], {})
-    assert settings.image_name == "registry.k8s.io/dra-driver-nvidia/dra-driver-nvidia-gpu:v0.4.0"
+    assert settings.daemon.image == "registry.k8s.io/dra-driver-nvidia/dra-driver-nvidia-gpu:v0.4.0"
 
 
 @pytest.mark.parametrize(
@@ -80,9 +80,9 @@ def test_upstream_env_names_are_honoured() -> None:
     s = parse_settings([], env)
     assert s.driver_namespace == "nvidia-dra-driver-gpu"
     assert s.managed_namespaces == ("nvidia-dra-driver-gpu", "old-ns")
-    assert s.image_pull_secret_names == ("a", "b")
-    assert s.daemon_log_verbosity == 6
-    assert s.max_nodes_per_imex_domain == 16
+    assert s.daemon.image_pull_secrets == ("a", "b")
+    assert s.daemon.log_verbosity == 6
+    assert s.daemon.max_nodes_per_imex_domain == 16
     assert s.leader_election is False
     assert s.lease_duration == 20.0
     assert s.lease_namespace == "nvidia-dra-driver-gpu"
@@ -100,7 +100,7 @@ def test_defaults() -> None:
     assert s.leader_election is True
     assert (s.lease_duration, s.renew_deadline, s.retry_period) == (15.0, 10.0, 2.0)
     assert s.lease_name == "nvidia-compute-domain-controller"
-    assert s.max_nodes_per_imex_domain == 18
+    assert s.daemon.max_nodes_per_imex_domain == 18
     assert s.cliques_enabled is True
     assert s.probe_address == ":8081"
 

@@ -11,9 +11,9 @@ from computedomain.domain.projection import (
     clique_from_dict,
     daemon_pod_from_dict,
     global_status,
-    nodes_equal,
     project_nodes,
     stale_clique_entries,
+    status_equal,
     uses_legacy_protocol,
 )
 
@@ -188,12 +188,19 @@ def test_global_status(statuses: list[str], num_nodes: int, expected: str) -> No
     assert global_status(nodes, num_nodes) == expected
 
 
-def test_nodes_equal_ignores_order_only() -> None:
+def test_status_equal_ignores_list_order_and_absent_fields_only() -> None:
+    def status(nodes: list[ComputeDomainNode], **extra: Any) -> dict[str, Any]:
+        return {"status": "Ready", "nodes": [n.to_dict() for n in nodes], **extra}
+
     a = [entry("n1", "1"), entry("n2", "2", index=1)]
-    assert nodes_equal(a, list(reversed(a)))
-    assert not nodes_equal(a, [entry("n1", "1"), entry("n2", "2", index=2)])
-    assert not nodes_equal(a, a[:1])
-    assert nodes_equal([], [])
+    assert status_equal(status(a), status(list(reversed(a))))
+    assert not status_equal(status(a), status([entry("n1", "1"), entry("n2", "2", index=2)]))
+    assert not status_equal(status(a), status(a[:1]))
+    assert status_equal(status([]), {"status": "Ready", "nodes": None})
+    ready, waiting = {"type": "Ready"}, {"type": "DaemonsReady"}
+    assert status_equal(
+        status(a, conditions=[ready, waiting]), status(a, conditions=[waiting, ready])
+    )
 
 
 # --- clique hygiene (§9.4) ------------------------------------------------------------------

@@ -1,15 +1,13 @@
-"""Clique inventory from Node labels, and object → CD UID mapping for event handlers."""
+"""Clique inventory from Node labels, and object → CD UID mapping for the event handlers."""
 
 from typing import Any
 
 import pytest
 
 from computedomain.api import constants as c
-from computedomain.domain.mapping import (
+from computedomain.domain.labels import (
     cd_uid_of,
-    cd_uids_of,
     cd_uids_of_clique,
-    cd_uids_of_update,
     clique_id_of_clique,
     split_clique_name,
 )
@@ -19,6 +17,7 @@ from computedomain.domain.topology import (
     cliques_spanned,
     shared_cliques,
 )
+from computedomain.domain.watches import uids_of_change, uids_of_labelled
 
 UID = "0b7c3f4e-2a1d-4c5b-9e8f-6a7b8c9d0e1f"
 
@@ -55,6 +54,7 @@ def test_inventory() -> None:
     assert inventory.free_nodes("rack.a") == frozenset({"a3"})
     assert inventory.domain_cliques() == {"cd1": {"rack.a", "rack.b"}, "cd2": {"rack.a"}}
     assert shared_cliques(inventory.domain_cliques()) == {"rack.a": {"cd1", "cd2"}}
+    assert inventory.usage() == ({"rack.a": 3, "rack.b": 1}, {"rack.a": 2, "rack.b": 1})
 
 
 def test_cliques_spanned_accepts_mapping_or_lookup() -> None:
@@ -100,7 +100,7 @@ def test_clique_maps_by_label_and_name() -> None:
     assert cd_uids_of_clique(by_label) == [UID]
     assert clique_id_of_clique(by_label) == "cl.1"
     unlabelled = labelled(c.CLIQUE_KIND, f"{UID}.cl.1")
-    assert cd_uids_of(unlabelled) == [UID]
+    assert cd_uids_of_clique(unlabelled) == [UID]
     assert clique_id_of_clique(unlabelled) == "cl.1"
     disagreeing = labelled(c.CLIQUE_KIND, "other.cl.1", **{c.CD_LABEL: UID})
     assert cd_uids_of_clique(disagreeing) == [UID, "other"]
@@ -109,14 +109,19 @@ def test_clique_maps_by_label_and_name() -> None:
 def test_children_pods_and_nodes_map_by_label() -> None:
     assert cd_uid_of(labelled("DaemonSet", "ds", **{c.CD_LABEL: UID})) == UID
     assert cd_uid_of(labelled("Pod", "p", **{c.CD_LABEL: ""})) is None
-    assert cd_uids_of(labelled("Node", "n")) == []
-    assert cd_uids_of({"metadata": {"name": "no-labels"}}) == []
+    assert uids_of_labelled(labelled("Node", "n")) == []
+    assert uids_of_labelled({"metadata": {"name": "no-labels"}}) == []
 
 
 def test_update_wakes_old_and_new_owner() -> None:
     old = k8s_node("n", cd="cd-old")
     new = k8s_node("n", cd="cd-new")
-    assert cd_uids_of_update(old, new) == ["cd-new", "cd-old"]
-    assert cd_uids_of_update(old, k8s_node("n")) == ["cd-old"]
-    assert cd_uids_of_update(None, new) == ["cd-new"]
-    assert cd_uids_of_update(new, new) == ["cd-new"]
+    assert uids_of_change(uids_of_labelled, old, new) == ["cd-new", "cd-old"]
+    assert uids_of_change(uids_of_labelled, old, k8s_node("n")) == ["cd-old"]
+    assert uids_of_change(uids_of_labelled, None, new) == ["cd-new"]
+    assert uids_of_change(uids_of_labelled, new, new) == ["cd-new"]
+    renamed = labelled(c.CLIQUE_KIND, "other.cl.1", **{c.CD_LABEL: "other"})
+    assert uids_of_change(cd_uids_of_clique, renamed, labelled(c.CLIQUE_KIND, f"{UID}.cl.1")) == [
+        UID,
+        "other",
+    ]

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from computedomain.api.constants import NVIDIA_COMPONENT_LABEL
-from computedomain.config import _FLAGS, parse_settings
+from computedomain.config import SETTINGS, parse_settings
 from tests.unit.helm.support import (
     CHART,
     NVIDIA_VALUES,
@@ -32,8 +32,8 @@ MANIFESTS = ROOT / "manifests"
 RELEASE_NS = "computedomain-system"
 NVIDIA_NS = "nvidia-dra-driver-gpu"
 # Env the controller reads (its flag table), plus what the NVIDIA container runtime reads.
-KNOWN_ENV = {flag.env for flag in _FLAGS} | {"NVIDIA_VISIBLE_DEVICES"}
-FLAG_DEFAULTS = {flag.env: flag.default for flag in _FLAGS}
+KNOWN_ENV = {row.env for row in SETTINGS} | {"NVIDIA_VISIBLE_DEVICES"}
+FLAG_DEFAULTS = {row.env: row.default for row in SETTINGS}
 # Set by the chart but not by manifests/manager (the controller's defaults, as values).
 CHART_ONLY_ENV = (
     "LEADER_ELECTION_LEASE_DURATION",
@@ -302,7 +302,7 @@ def test_every_env_var_is_one_the_controller_knows(
 def test_default_env_configures_the_controller_as_documented(default: list[Obj]) -> None:
     settings = settings_from(default, RELEASE_NS)
     assert settings.driver_namespace == RELEASE_NS
-    assert settings.image_name == DAEMON_IMAGE
+    assert settings.daemon.image == DAEMON_IMAGE
     assert settings.leader_election is True
     assert (settings.lease_name, settings.lease_namespace) == (
         "computedomain-controller",
@@ -310,8 +310,8 @@ def test_default_env_configures_the_controller_as_documented(default: list[Obj])
     )
     assert (settings.kube_api_qps, settings.kube_api_burst) == (50, 100)
     assert (settings.metrics_address, settings.probe_address) == (":8080", ":8081")
-    assert (settings.log_verbosity, settings.daemon_log_verbosity) == (0, 4)
-    assert settings.image_pull_secret_names == ()
+    assert (settings.log_verbosity, settings.daemon.log_verbosity) == (0, 4)
+    assert settings.daemon.image_pull_secrets == ()
     assert "FEATURE_GATES" not in env_of(default)
     assert "WORKERS" not in env_of(default)
     assert "CD_DAEMON_IMAGE_PULL_SECRET_NAMES" not in env_of(default)
@@ -364,7 +364,7 @@ def test_nvidia_values_env(nvidia: list[Obj]) -> None:
         "value": "nvidia-dra-driver-gpu-old",
     }
     settings = settings_from(nvidia, NVIDIA_NS)
-    assert settings.feature_gates["ComputeDomainCliques"] is True
+    assert settings.daemon.feature_gates["ComputeDomainCliques"] is True
     assert settings.managed_namespaces == (NVIDIA_NS, "nvidia-dra-driver-gpu-old")
     assert settings.lease_namespace == NVIDIA_NS
 

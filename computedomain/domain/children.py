@@ -1,0 +1,152 @@
+"""The live path of a ComputeDomain: its three children exist, or we say why not.
+
+Creates the daemon ResourceClaimTemplate, the IMEX DaemonSet and the workload
+ResourceClaimTemplate from ``desired``. An object of the same name that we made earlier (it
+carries this CD's UID label) is adopted; one that does not is never touched: we refuse, record
+a Warning event, and report it as FOREIGN until someone renames or removes it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from computedomain.api import constants as c
+from computedomain.api.v1beta1 import ComputeDomain
+from computedomain.domain import desired
+from computedomain.domain.conditions import ChildState, ChildStatus
+from computedomain.domain.context import ReconcileContext
+from computedomain.domain.labels import cd_uid_of
+from computedomain.runtime import objects
+from computedomain.runtime import resources as r
+from computedomain.runtime.client import ApiError
+from computedomain.runtime.resources import Resource
+
+log = logging.getLogger(__name__)
+
+# A refused (foreign) object is looked at again this often; until then no create is tried.
+FOREIGN_RECHECK_SECONDS = 60.0
+
+
+def _foreign_state(res: Resource, namespace: str, name: str) -> ChildState:
+    return ChildState(
+        ChildStatus.FOREIGN,
+        f"{res.kind} {namespace}/{name} exists but does not carry this ComputeDomain's "
+        "UID label; rename or remove it",
+    )
+
+
+class ChildMaker:
+    def __init__(self, ctx: ReconcileContext) -> None:
+        self._ctx = ctx
+        # (resource plural, namespace, name) -> monotonic time a foreign object was last confirmed.
+        self._foreign: dict[tuple[str, str, str], float] = {}
+
+    async def ensure(
+        self, cd: ComputeDomain, obj: dict[str, Any]
+    ) -> tuple[dict[str, ChildState], float | None]:
+        """Each child's state, and when to look again (set while a foreign object blocks one)."""
+        caches, s = self._ctx.caches, self._ctx.settings
+        uid = cd.metadata.uid
+        states: dict[str, ChildState] = {}
+
+        # Any child labelled with this UID in a managed namespace serves, including one made
+        # by an older controller with generateName; never create a second one.
+        named = caches.claim_templates.store.get(f"{s.driver_namespace}/{c.daemon_name(uid)}")
+        existing_daemon_rcts = [
+            rct
+            for rct in caches.claim_templates_of(uid, c.TARGET_DAEMON)
+            if objects.namespace(rct) in s.managed_namespaces
+        ]
+        if existing_daemon_rcts or (named and cd_uid_of(named) == uid):
+            states["daemonClaimTemplate"] = ChildState(ChildStatus.OK)
+        else:
+            states["daemonClaimTemplate"] = await self._create(
+                cd,
+                obj,
+                r.RESOURCE_CLAIM_TEMPLATES,
+                desired.daemon_resource_claim_template(cd, s.daemon),
+            )
+
+        if caches.daemonsets_of(uid):
+            states["daemonSet"] = ChildState(ChildStatus.OK)
+        else:
+            states["daemonSet"] = await self._create(
+                cd, obj, r.DAEMONSETS, desired.daemon_daemonset(cd, s.daemon)
+            )
+
+        if caches.claim_templates_of(uid, c.TARGET_WORKLOAD):
+            states["workloadClaimTemplate"] = ChildState(ChildStatus.OK)
+        elif cd.spec is None:
+            # The CRD lets an object without spec through; it names no template to create.
+            states["workloadClaimTemplate"] = ChildState(
+                ChildStatus.MISSING, "spec.channel.resourceClaimTemplate.name is not set"
+            )
+        else:
+            states["workloadClaimTemplate"] = await self._create(
+                cd,
+                obj,
+                r.RESOURCE_CLAIM_TEMPLATES,
+                desired.workload_resource_claim_template(cd),
+                namespace=cd.metadata.namespace,
+            )
+
+        blocked = any(state.status is ChildStatus.FOREIGN for state in states.values())
+        return states, FOREIGN_RECHECK_SECONDS if blocked else None
+
+    async def _create(
+        self,
+        cd: ComputeDomain,
+        cd_obj: Mapping[str, Any],
+        res: Resource,
+        body: dict[str, Any],
+        namespace: str | None = None,
+    ) -> ChildState:
+        ctx = self._ctx
+        namespace = namespace or body["metadata"]["namespace"]
+        name = body["metadata"]["name"]
+        memo_key = (res.plural, namespace, name)
+        confirmed = self._foreign.get(memo_key)
+        if confirmed is not None and ctx.clock.now() - confirmed < FOREIGN_RECHECK_SECONDS:
+            return _foreign_state(res, namespace, name)
+        try:
+            created = await ctx.client.create(res, body, namespace)
+        except ApiError as err:
+            if err.is_forbidden and "being terminated" in err.message:
+                # The namespace is going away; its deletion reaches this CD next, not an error.
+                return ChildState(ChildStatus.MISSING, f"namespace {namespace} is being deleted")
+            if not err.is_already_exists:
+                raise
+            current = await ctx.client.get(res, name, namespace)
+            if cd_uid_of(current) == cd.metadata.uid:
+                # Ours, created by an earlier attempt whose response we lost: adopt it.
+                ctx.caches.observe_write(res, current)
+                self._foreign.pop(memo_key, None)
+                return ChildState(ChildStatus.OK)
+            self._foreign[memo_key] = ctx.clock.now()
+            ctx.metrics.inc_foreign_refused(res.kind)
+            ctx.recorder.record(
+                cd_obj,
+                "Warning",
+                "ForeignObject",
+                "Create",
+                f"{res.kind} {namespace}/{name} exists and does not belong to this "
+                "ComputeDomain; left untouched",
+                related=objects.reference(current, res),
+            )
+            return _foreign_state(res, namespace, name)
+        ctx.caches.observe_write(res, created)
+        self._foreign.pop(memo_key, None)
+        ctx.recorder.record(
+            cd_obj,
+            "Normal",
+            "Created",
+            "Create",
+            f"Created {res.kind} {namespace}/{name}",
+            related=objects.reference(created, res),
+        )
+        log.info("Created %s", res.kind, extra={"object": f"{namespace}/{name}"})
+        # The create succeeded, so the child exists: reporting it as such now saves a second
+        # status write once the watch catches up.
+        return ChildState(ChildStatus.OK)

@@ -1,0 +1,46 @@
+"""What every part of the reconciler works with: the API client, the caches, settings, the
+event recorder, metrics, the clock, and what this process remembers per CD."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from computedomain.api.v1beta1 import Condition
+from computedomain.domain.caches import Caches
+from computedomain.domain.ports import DomainMetricsSink
+from computedomain.domain.settings import ReconcilerSettings
+from computedomain.runtime.client import KubeClient
+from computedomain.runtime.clock import Clock
+from computedomain.runtime.events import EventRecorder
+
+# How often a CD is looked at again while a child or pod it waits for is going away.
+DELETION_POLL_SECONDS = 2.0
+
+
+@dataclass
+class DomainMemory:
+    """What one process remembers about a CD between reconciles (metrics and grace timers)."""
+
+    node_first_seen: dict[str, float] = field(default_factory=dict)
+    stale_entry_since: dict[tuple[str, str], float] = field(default_factory=dict)
+    reported_ready: bool = False
+    # While the installed CRD prunes conditions, the last ones we computed live only here.
+    conditions: list[Condition] = field(default_factory=list)
+    reported_crd_outdated: bool = False
+
+
+@dataclass
+class ReconcileContext:
+    client: KubeClient
+    caches: Caches
+    settings: ReconcilerSettings
+    recorder: EventRecorder
+    metrics: DomainMetricsSink
+    clock: Clock
+    memory: dict[str, DomainMemory] = field(default_factory=dict)
+
+    def memory_of(self, uid: str) -> DomainMemory:
+        return self.memory.setdefault(uid, DomainMemory())
+
+    def forget(self, uid: str) -> None:
+        self.memory.pop(uid, None)

@@ -1,0 +1,162 @@
+"""Deleting a ComputeDomain (contract §10.1): children, node labels, then our finalizer.
+
+Each step stands on its own and is idempotent, so nothing hangs: a DaemonSet removed by hand
+does not block the claim templates, a label that moved to another CD is left alone, and daemon
+pods get a bounded time to stop. The orphan sweeper reuses the first two steps.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from computedomain.api import constants as c
+from computedomain.api.resources import COMPUTE_DOMAINS
+from computedomain.api.v1beta1 import ComputeDomain
+from computedomain.domain.context import DELETION_POLL_SECONDS, ReconcileContext
+from computedomain.domain.status import StatusWriter
+from computedomain.runtime import objects, patches
+from computedomain.runtime import resources as r
+from computedomain.runtime.client import ApiError
+from computedomain.runtime.clock import parse_time
+from computedomain.runtime.controller import Result
+from computedomain.runtime.resources import Resource
+
+log = logging.getLogger(__name__)
+
+
+class Cleanup:
+    """Removes what names a CD UID: its children and its node labels."""
+
+    def __init__(self, ctx: ReconcileContext) -> None:
+        self._ctx = ctx
+
+    async def remove_children_of(self, uid: str, regarding: Mapping[str, Any] | None = None) -> int:
+        """Delete every child labelled with ``uid`` and strip our finalizer from each.
+
+        Returns how many children are still visible (deleted but not yet gone from the caches).
+        Each child is handled on its own, so a DaemonSet removed by hand never blocks the RCTs.
+        """
+        ctx = self._ctx
+        targets: list[tuple[Resource, dict[str, Any]]] = [
+            (r.RESOURCE_CLAIM_TEMPLATES, rct)
+            for rct in ctx.caches.claim_templates_of(uid, c.TARGET_WORKLOAD)
+        ]
+        targets += [
+            (r.RESOURCE_CLAIM_TEMPLATES, rct)
+            for rct in ctx.caches.claim_templates_of(uid)
+            if objects.label(rct, c.TARGET_LABEL) != c.TARGET_WORKLOAD
+        ]
+        targets += [(r.DAEMONSETS, ds) for ds in ctx.caches.daemonsets_of(uid)]
+        remaining = 0
+        for res, child in targets:
+            remaining += 1
+            name, namespace = objects.name(child), objects.namespace(child)
+            issued_delete = not objects.meta(child).get("deletionTimestamp")
+            try:
+                if issued_delete:
+                    await ctx.client.delete(res, name, namespace)
+                patch = patches.remove_finalizer(child, c.FINALIZER)
+                if patch is not None:
+                    written = await ctx.client.patch(res, name, patch, namespace, patch_type="json")
+                    ctx.caches.observe_write(res, written)
+            except ApiError as err:
+                if err.is_not_found:
+                    continue
+                if err.is_invalid:  # finalizer list changed under us; next pass re-reads
+                    continue
+                raise
+            if regarding is not None and issued_delete:
+                ctx.recorder.record(
+                    regarding,
+                    "Normal",
+                    "Deleted",
+                    "Delete",
+                    f"Deleted {res.kind} {namespace}/{name}",
+                    related=objects.reference(child, res),
+                )
+        return remaining
+
+    async def remove_node_labels(self, uid: str) -> int:
+        """Strip the CD label from Nodes still naming ``uid``, only while it still names ``uid``.
+
+        Uses a live, label-selected LIST (the cache may lag a label the plugin just set) and a
+        JSON patch guarded by a ``test``, so a label that moved to another CD is left alone.
+        """
+        ctx = self._ctx
+        listing = await ctx.client.list(r.NODES, label_selector=f"{c.CD_LABEL}={uid}")
+        removed = 0
+        for node in listing.get("items") or []:
+            patch = patches.remove_label_if(c.CD_LABEL, uid)
+            try:
+                written = await ctx.client.patch(
+                    r.NODES, objects.name(node), patch, patch_type="json"
+                )
+            except ApiError as err:
+                if err.is_not_found or err.is_invalid:
+                    continue  # gone, or the label now belongs to someone else
+                raise
+            ctx.caches.observe_write(r.NODES, written)
+            removed += 1
+        return removed
+
+
+class Finalizer:
+    def __init__(self, ctx: ReconcileContext, cleanup: Cleanup, status: StatusWriter) -> None:
+        self._ctx = ctx
+        self._cleanup = cleanup
+        self._status = status
+
+    async def finalize(self, cd: ComputeDomain, obj: dict[str, Any]) -> Result:
+        """Contract §10.1 order, each step on its own and idempotent, never hanging."""
+        ctx = self._ctx
+        if c.FINALIZER not in (cd.metadata.finalizers or []):
+            return Result()
+        uid = cd.metadata.uid
+        removed = await self._cleanup.remove_children_of(uid, regarding=obj)
+        await self._cleanup.remove_node_labels(uid)
+
+        pods = ctx.caches.pods_of(uid)
+        deleted_at = parse_time(cd.metadata.deletion_timestamp or "")
+        waited = (ctx.clock.wall() - deleted_at).total_seconds()
+        if pods and waited < ctx.settings.daemon_pod_wait_timeout:
+            # Keep the CD while its daemon pods stop, so the plugin can still resolve it (#380).
+            await self._status.update(cd, obj, {}, deleting=True)
+            return Result(requeue_after=DELETION_POLL_SECONDS)
+        if pods:
+            names = ", ".join(sorted(objects.name(p) or "?" for p in pods))
+            ctx.recorder.record(
+                obj,
+                "Warning",
+                "DaemonPodsStuck",
+                "Delete",
+                f"Daemon pods still present after {waited:.0f}s, removing the finalizer "
+                f"anyway: {names}",
+            )
+        if removed:
+            # Children are deleted but still visible in the caches; their events requeue us.
+            return Result(requeue_after=DELETION_POLL_SECONDS)
+
+        patch = patches.remove_finalizer(obj, c.FINALIZER)
+        if patch is not None:
+            try:
+                await ctx.client.patch(
+                    COMPUTE_DOMAINS,
+                    cd.metadata.name,
+                    patch,
+                    cd.metadata.namespace,
+                    patch_type="json",
+                )
+            except ApiError as err:
+                if err.is_not_found:
+                    pass
+                elif err.is_invalid:
+                    return Result(requeue=True)  # finalizers moved; re-read from the cache
+                else:
+                    raise
+        ctx.recorder.record(obj, "Normal", "CleanedUp", "Delete", "Removed all children")
+        ctx.metrics.forget_domain(cd.metadata.namespace, cd.metadata.name)
+        ctx.forget(uid)
+        log.info("Finalized ComputeDomain", extra={"uid": uid})
+        return Result()

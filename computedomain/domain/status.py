@@ -1,0 +1,258 @@
+"""A ComputeDomain's status: projected from the caches, written only when it differs.
+
+The projection (``projection``), the conditions (``conditions``) and the events a change is
+worth (``transitions``) are pure; this module reads the caches, prunes stale clique entries,
+writes ``status`` and reports metrics.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from computedomain.api import constants as c
+from computedomain.api.resources import CLIQUES, COMPUTE_DOMAINS
+from computedomain.api.v1beta1 import ComputeDomain, ComputeDomainNode, Condition
+from computedomain.domain import coexistence, projection, topology
+from computedomain.domain import conditions as cond
+from computedomain.domain.caches import BY_CD, BY_GPU_CLIQUE
+from computedomain.domain.conditions import ChildState, DomainView
+from computedomain.domain.context import ReconcileContext
+from computedomain.domain.keys import CDKey
+from computedomain.domain.transitions import transition_events
+from computedomain.runtime import objects
+from computedomain.runtime.client import ApiError
+from computedomain.runtime.clock import parse_time
+from computedomain.runtime.controller import Result
+
+log = logging.getLogger(__name__)
+
+
+def _node_ref(name: str) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}}
+
+
+class StatusWriter:
+    def __init__(self, ctx: ReconcileContext) -> None:
+        self._ctx = ctx
+
+    def domain_view(
+        self, cd: ComputeDomain, children: Mapping[str, ChildState], deleting: bool = False
+    ) -> tuple[DomainView, list[ComputeDomainNode], bool]:
+        """What the conditions are computed from, the projected nodes, and whether the CD's
+        daemons speak the legacy protocol (they write ``status.nodes`` themselves)."""
+        caches, uid = self._ctx.caches, cd.metadata.uid
+        pods = [projection.daemon_pod_from_dict(p) for p in caches.pods_of(uid)]
+        cliques = [projection.clique_from_dict(cl) for cl in caches.cliques_of(uid)]
+        daemonsets = caches.daemonsets_of(uid)
+        legacy = (
+            projection.uses_legacy_protocol(daemonsets[0])
+            if daemonsets
+            else not self._ctx.settings.cliques_enabled
+        )
+        current = list(cd.status.nodes or []) if cd.status else []
+        nodes = projection.project_nodes(cliques, pods, legacy=legacy, current=current)
+
+        node_store = caches.nodes.store
+        members = {n.name for n in nodes} | {
+            objects.name(node) for node in node_store.by_index(BY_CD, uid)
+        }
+        spanned = topology.cliques_spanned(members, node_store.get)
+        # Only the nodes of the cliques this CD spans: the whole fleet is not read per reconcile.
+        inventory = topology.CliqueInventory.from_nodes(
+            node for clique in spanned for node in node_store.by_index(BY_GPU_CLIQUE, clique)
+        )
+        shared: dict[str, frozenset[str]] = {}
+        for clique in spanned:
+            names = frozenset(
+                str(CDKey.of(other_cd))
+                for other in inventory.domains_in(clique) - {uid}
+                for other_cd in caches.cds_of(other)
+            )
+            if names:
+                shared[clique] = names
+        view = DomainView(
+            nodes=tuple(nodes),
+            pods=tuple(pods),
+            num_nodes=cd.spec.num_nodes if cd.spec else 0,
+            children=dict(children),
+            cliques=frozenset(spanned),
+            shared_cliques=shared,
+            deleting=deleting,
+            missing_service_account=caches.missing_daemon_service_account(),
+        )
+        return view, nodes, legacy
+
+    async def update(
+        self,
+        cd: ComputeDomain,
+        obj: dict[str, Any],
+        children: Mapping[str, ChildState],
+        deleting: bool = False,
+    ) -> Result:
+        ctx = self._ctx
+        view, nodes, legacy = self.domain_view(cd, children, deleting)
+        result = Result()
+        if not legacy:
+            wait = await self.prune_cliques(cd)
+            if wait is not None:
+                result = Result(requeue_after=wait)
+
+        memory = ctx.memory_of(cd.metadata.uid)
+        missing_fields = ctx.caches.missing_status_fields()
+        previous_status = cd.status
+        if missing_fields:
+            previous_conditions = memory.conditions
+        else:
+            previous_conditions = list(previous_status.conditions or []) if previous_status else []
+        conditions = cond.conditions_for(
+            view, cd.metadata.generation or 0, ctx.clock.wall(), previous_conditions
+        )
+        counts = cond.status_counts(nodes, view.cliques)
+        desired_status: dict[str, Any] = {
+            "status": projection.global_status(nodes, view.num_nodes),
+            "nodes": [n.to_dict() for n in nodes] or None,
+            "conditions": [x.to_dict() for x in conditions],
+            "observedGeneration": cd.metadata.generation,
+            "nodeCount": counts[0],
+            "readyNodeCount": counts[1],
+            "cliqueCount": counts[2],
+        }
+        self._observe_metrics(cd, view, conditions, nodes, desired_status["status"])
+        if missing_fields:
+            # Writing fields the apiserver prunes would differ from the stored status forever.
+            desired_status = {k: desired_status[k] for k in coexistence.UPSTREAM_STATUS_FIELDS}
+            if not memory.reported_crd_outdated:
+                memory.reported_crd_outdated = True
+                message = coexistence.crd_outdated_message(missing_fields)
+                ctx.recorder.record(obj, "Warning", "CRDOutdated", "Reconcile", message)
+            memory.conditions = conditions
+        if projection.status_equal(dict(obj.get("status") or {}), desired_status):
+            if missing_fields and conditions != previous_conditions:
+                # No write carries them, yet their transitions are still news.
+                self._emit_transitions(obj, cd, previous_conditions, conditions, nodes)
+            return result
+
+        patch = {
+            "metadata": {"resourceVersion": objects.resource_version(obj)},
+            "status": desired_status,
+        }
+        try:
+            written = await ctx.client.patch(
+                COMPUTE_DOMAINS,
+                cd.metadata.name,
+                patch,
+                cd.metadata.namespace,
+                patch_type="merge",
+                subresource="status",
+            )
+        except ApiError as err:
+            if err.is_conflict:
+                # Someone (a legacy daemon) wrote in between; the watch event requeues us.
+                return Result(requeue=True)
+            if err.is_not_found:  # gone without our finalizer; orphan handling takes over
+                return Result()
+            raise
+        ctx.caches.observe_write(COMPUTE_DOMAINS, written)
+        self._emit_transitions(obj, cd, previous_conditions, conditions, nodes)
+        return result
+
+    def _observe_metrics(
+        self,
+        cd: ComputeDomain,
+        view: DomainView,
+        conditions: list[Condition],
+        nodes: list[ComputeDomainNode],
+        global_status: str,
+    ) -> None:
+        ctx = self._ctx
+        memory = ctx.memory_of(cd.metadata.uid)
+        now = ctx.clock.now()
+        by_status: dict[str, int] = {c.STATUS_READY: 0, c.STATUS_NOT_READY: 0}
+        for node in nodes:
+            status = node.status or c.STATUS_NOT_READY
+            by_status[status] = by_status.get(status, 0) + 1
+            first = memory.node_first_seen.setdefault(node.name, now)
+            if node.status == c.STATUS_READY and first >= 0:
+                ctx.metrics.observe_daemon_ready_latency(now - first)
+                memory.node_first_seen[node.name] = -1.0  # observed once per join
+        for gone in set(memory.node_first_seen) - {n.name for n in nodes}:
+            del memory.node_first_seen[gone]
+        by_type = {x.type: x.status for x in conditions}
+        if by_type.get("Ready") == "True" and not memory.reported_ready:
+            memory.reported_ready = True
+            created = cd.metadata.creation_timestamp
+            if created is not None:
+                ctx.metrics.observe_time_to_ready(
+                    max(0.0, (ctx.clock.wall() - parse_time(created)).total_seconds())
+                )
+        ctx.metrics.observe_domain(
+            cd.metadata.namespace,
+            cd.metadata.name,
+            conditions=by_type,
+            nodes_by_status=by_status,
+            cliques=len(view.cliques),
+            global_status=global_status,
+        )
+
+    def _emit_transitions(
+        self,
+        obj: Mapping[str, Any],
+        cd: ComputeDomain,
+        before: list[Condition],
+        after: list[Condition],
+        nodes: list[ComputeDomainNode],
+    ) -> None:
+        old_nodes = list(cd.status.nodes or []) if cd.status else []
+        for event in transition_events(old_nodes, nodes, before, after):
+            related = _node_ref(event.node) if event.node else None
+            self._ctx.recorder.record(
+                obj, event.type, event.reason, event.action, event.note, related=related
+            )
+
+    async def prune_cliques(self, cd: ComputeDomain) -> float | None:
+        """Drop clique entries whose node runs no daemon pod of this CD in that clique.
+
+        An entry is pruned only after it stayed stale for the grace period: the pod cache may
+        lag a daemon that has just written its entry. Returns when to look again, if needed.
+        """
+        ctx, uid = self._ctx, cd.metadata.uid
+        memory = ctx.memory_of(uid)
+        pods = [projection.daemon_pod_from_dict(p) for p in ctx.caches.pods_of(uid)]
+        now = ctx.clock.now()
+        wait: float | None = None
+        seen: set[tuple[str, str]] = set()
+        for raw in ctx.caches.cliques_of(uid):
+            clique = projection.clique_from_dict(raw)
+            due = []
+            for node_name in projection.stale_clique_entries(clique, pods):
+                key = (clique.metadata.name, node_name)
+                seen.add(key)
+                since = memory.stale_entry_since.setdefault(key, now)
+                remaining = ctx.settings.orphan_grace_period - (now - since)
+                if remaining <= 0:
+                    due.append(node_name)
+                else:
+                    wait = remaining if wait is None else min(wait, remaining)
+            if due:
+                body = dict(raw)
+                body["daemons"] = [
+                    d for d in raw.get("daemons") or [] if d.get("nodeName") not in due
+                ]
+                try:
+                    written = await ctx.client.replace(CLIQUES, body, objects.namespace(raw))
+                except ApiError as err:
+                    if err.is_conflict or err.is_not_found:
+                        return 0.5
+                    raise
+                ctx.caches.observe_write(CLIQUES, written)
+                for node_name in due:
+                    memory.stale_entry_since.pop((clique.metadata.name, node_name), None)
+                log.info(
+                    "Pruned stale clique entries",
+                    extra={"clique": clique.metadata.name, "nodes": due},
+                )
+        for key in set(memory.stale_entry_since) - seen:
+            del memory.stale_entry_since[key]
+        return wait

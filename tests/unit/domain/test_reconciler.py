@@ -1,0 +1,374 @@
+"""The reconciler against pre-filled caches and one recording fake client, in the style of
+kubernetes/sample-controller's controller_test.go: each test states the world, reconciles one
+key, and asserts the exact API calls (verb, resource, namespace/name) the reconciler made."""
+
+from __future__ import annotations
+
+import copy
+import itertools
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from computedomain.api import constants as c
+from computedomain.api.resources import COMPUTE_DOMAINS
+from computedomain.domain.caches import Caches, build_caches
+from computedomain.domain.reconciler import ComputeDomainReconciler
+from computedomain.domain.settings import DaemonSettings, ReconcilerSettings
+from computedomain.observability.metrics import DomainMetrics
+from computedomain.runtime import objects
+from computedomain.runtime import resources as r
+from computedomain.runtime.client import ApiError
+from computedomain.runtime.clock import FakeClock, format_time
+from computedomain.runtime.controller import Result
+from computedomain.runtime.resources import Resource
+
+DRIVER_NS = "nvidia-dra-driver-gpu"
+NS = "team-a"
+UID = "5d1ad1b8-3c3a-4a8e-9d47-0b2cde000001"
+GHOST = "5d1ad1b8-3c3a-4a8e-9d47-0b2cde0000ff"
+DAEMON = c.daemon_name(UID)
+SETTINGS = ReconcilerSettings(
+    daemon=DaemonSettings(driver_namespace=DRIVER_NS, image=c.NVIDIA_DRIVER_IMAGE, log_verbosity=4),
+    orphan_grace_period=5.0,
+    daemon_pod_wait_timeout=60.0,
+)
+Obj = dict[str, Any]
+Call = tuple[str, str, str]
+
+
+# ---- the fake client: an in-memory apiserver that records every call ----------------------------
+
+
+@dataclass
+class FakeClient:
+    """Answers like the apiserver for the calls the reconciler makes, and records each as
+    ``(verb, resource[/subresource], namespace/name)``."""
+
+    objects: dict[tuple[str, str, str], Obj] = field(default_factory=dict)
+    calls: list[Call] = field(default_factory=list)
+    _rv: Any = field(default_factory=lambda: itertools.count(100))
+
+    def add(self, res: Resource, obj: Obj) -> Obj:
+        stored = copy.deepcopy(obj)
+        stored.setdefault("apiVersion", res.api_version)
+        stored.setdefault("kind", res.kind)
+        meta = stored["metadata"]
+        meta.setdefault("uid", f"uid-{meta['name']}")
+        meta["resourceVersion"] = str(next(self._rv))
+        self.objects[(res.plural, meta.get("namespace", ""), meta["name"])] = stored
+        return copy.deepcopy(stored)
+
+    def _record(self, verb: str, res: Resource, ns: str | None, name: str, sub: str = "") -> None:
+        plural = f"{res.plural}/{sub}" if sub else res.plural
+        self.calls.append((verb, plural, f"{ns}/{name}" if ns else name))
+
+    def _stored(self, res: Resource, name: str, ns: str | None) -> Obj:
+        try:
+            return self.objects[(res.plural, ns or "", name)]
+        except KeyError:
+            raise ApiError(404, "NotFound", f"{res.plural} {name} not found") from None
+
+    async def create(self, res: Resource, body: Obj, namespace: str | None = None) -> Obj:
+        name = body["metadata"]["name"]
+        self._record("create", res, namespace, name)
+        if (res.plural, namespace or "", name) in self.objects:
+            raise ApiError(409, "AlreadyExists", f"{res.plural} {name} already exists")
+        return self.add(res, {**body, "metadata": {**body["metadata"], "namespace": namespace}})
+
+    async def get(self, res: Resource, name: str, namespace: str | None = None) -> Obj:
+        self._record("get", res, namespace, name)
+        return copy.deepcopy(self._stored(res, name, namespace))
+
+    async def list(
+        self, res: Resource, namespace: str | None = None, label_selector: str | None = None
+    ) -> Obj:
+        self._record("list", res, namespace, label_selector or "")
+        key, _, value = (label_selector or "").partition("=")
+        items = [
+            copy.deepcopy(obj)
+            for (plural, ns, _), obj in self.objects.items()
+            if plural == res.plural
+            and (namespace is None or ns == namespace)
+            and (not key or objects.labels(obj).get(key) == value)
+        ]
+        return {"items": items, "metadata": {"resourceVersion": str(next(self._rv))}}
+
+    async def delete(self, res: Resource, name: str, namespace: str | None = None) -> None:
+        self._record("delete", res, namespace, name)
+        stored = self._stored(res, name, namespace)
+        stored["metadata"]["deletionTimestamp"] = "2025-01-01T00:00:00Z"
+
+    async def patch(
+        self,
+        res: Resource,
+        name: str,
+        patch: Any,
+        namespace: str | None = None,
+        patch_type: str = "merge",
+        subresource: str | None = None,
+    ) -> Obj:
+        self._record("patch", res, namespace, name, subresource or "")
+        stored = self._stored(res, name, namespace)
+        if patch_type == "json":
+            for op in patch:
+                _apply(stored, op)
+        else:
+            _merge(stored, {k: v for k, v in patch.items() if k != "metadata"})
+        stored["metadata"]["resourceVersion"] = str(next(self._rv))
+        return copy.deepcopy(stored)
+
+    async def replace(self, res: Resource, body: Obj, namespace: str | None = None) -> Obj:
+        self._record("replace", res, namespace, body["metadata"]["name"])
+        return self.add(res, body)
+
+
+def _merge(target: Obj, patch: Obj) -> None:
+    """RFC 7386: null deletes, objects merge, everything else replaces."""
+    for key, value in patch.items():
+        if value is None:
+            target.pop(key, None)
+        elif isinstance(value, dict):
+            if not isinstance(target.get(key), dict):
+                target[key] = {}
+            _merge(target[key], value)
+        else:
+            target[key] = copy.deepcopy(value)
+
+
+def _apply(obj: Obj, op: dict[str, Any]) -> None:
+    *parents, last = [p.replace("~1", "/").replace("~0", "~") for p in op["path"][1:].split("/")]
+    target: Any = obj
+    for part in parents:
+        target = target[int(part)] if isinstance(target, list) else target[part]
+    if op["op"] == "test":
+        current = target[int(last)] if isinstance(target, list) else target.get(last)
+        if current != op["value"]:
+            raise ApiError(422, "Invalid", f"test failed at {op['path']}")
+    elif op["op"] == "add" and last == "-":
+        target.append(op["value"])
+    elif op["op"] == "add":
+        target[last] = op["value"]
+    elif op["op"] == "remove":
+        del target[int(last) if isinstance(target, list) else last]
+
+
+@dataclass
+class FakeRecorder:
+    events: list[tuple[str, str]] = field(default_factory=list)
+
+    def record(self, regarding: Obj, type: str, reason: str, *_: Any, **__: Any) -> bool:
+        self.events.append((type, reason))
+        return True
+
+
+# ---- the world ----------------------------------------------------------------------------------
+
+
+@dataclass
+class World:
+    client: FakeClient
+    caches: Caches
+    recorder: FakeRecorder
+    clock: FakeClock
+    reconciler: ComputeDomainReconciler
+
+    def fill(self, **stores: list[Obj]) -> None:
+        """Pre-fill the caches (as a LIST would) with what the apiserver holds; every other
+        cache is synced and empty."""
+        for informer in self.caches.all:
+            informer.feed_list([])
+        informers = {
+            "cds": [self.caches.compute_domains],
+            "daemonsets": self.caches.daemonsets,
+            "rcts": [self.caches.claim_templates],
+            "pods": self.caches.daemon_pods,
+            "nodes": [self.caches.nodes],
+            "service_accounts": [self.caches.service_accounts],
+        }
+        for name, items in stores.items():
+            informers[name][0].feed_list(items)
+
+    async def reconcile(self, key: str) -> Result:
+        self.client.calls.clear()
+        result = await self.reconciler.reconcile(key)
+        return result
+
+
+@pytest.fixture
+def world() -> World:
+    client, recorder, clock = FakeClient(), FakeRecorder(), FakeClock()
+    caches = build_caches(client, driver_namespace=DRIVER_NS)  # type: ignore[arg-type]
+    reconciler = ComputeDomainReconciler(
+        client,  # type: ignore[arg-type]
+        caches,
+        SETTINGS,
+        recorder,  # type: ignore[arg-type]
+        DomainMetrics(CollectorRegistry()),
+        clock,
+    )
+    return World(client, caches, recorder, clock, reconciler)
+
+
+def compute_domain(**meta: Any) -> Obj:
+    return {
+        "apiVersion": c.API_VERSION,
+        "kind": c.CD_KIND,
+        "metadata": {"name": "cd", "namespace": NS, "uid": UID, "generation": 1, **meta},
+        "spec": {"numNodes": 0, "channel": {"resourceClaimTemplate": {"name": "channel"}}},
+    }
+
+
+def service_account() -> Obj:
+    return {"metadata": {"name": c.DAEMON_SERVICE_ACCOUNT, "namespace": DRIVER_NS}}
+
+
+def labelled(name: str, namespace: str, uid: str = UID, **extra_labels: str) -> Obj:
+    return {
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": {c.CD_LABEL: uid, **extra_labels},
+            "finalizers": [c.FINALIZER],
+        }
+    }
+
+
+NEW_CD_CALLS = [
+    ("patch", "computedomains", f"{NS}/cd"),  # the finalizer, before any child
+    ("create", "resourceclaimtemplates", f"{DRIVER_NS}/{DAEMON}"),
+    ("create", "daemonsets", f"{DRIVER_NS}/{DAEMON}"),
+    ("create", "resourceclaimtemplates", f"{NS}/channel"),
+    ("patch", "computedomains/status", f"{NS}/cd"),
+]
+
+
+async def test_new_cd_gets_finalizer_children_and_status(world: World) -> None:
+    cd = world.client.add(COMPUTE_DOMAINS, compute_domain())
+    world.fill(cds=[cd], service_accounts=[service_account()])
+
+    assert await world.reconcile(f"{NS}/cd") == Result()
+
+    assert world.client.calls == NEW_CD_CALLS
+    assert world.recorder.events == [
+        ("Normal", "Created"),
+        ("Normal", "Created"),
+        ("Normal", "Created"),
+        ("Normal", "WaitingForWorkload"),
+    ]
+    stored = world.client.objects[("computedomains", NS, "cd")]
+    assert stored["metadata"]["finalizers"] == [c.FINALIZER]
+    assert stored["status"]["status"] == c.STATUS_READY  # numNodes 0 (#767)
+
+
+async def test_steady_state_makes_no_calls(world: World) -> None:
+    cd = world.client.add(COMPUTE_DOMAINS, compute_domain())
+    world.fill(cds=[cd], service_accounts=[service_account()])
+    await world.reconcile(f"{NS}/cd")  # its writes went into the caches (read-your-writes)
+    world.recorder.events.clear()
+    await world.clock.advance(30)
+
+    assert await world.reconcile(f"{NS}/cd") == Result()
+
+    assert world.client.calls == []
+    assert world.recorder.events == []
+
+
+async def test_a_foreign_daemonset_is_refused_not_touched(world: World) -> None:
+    cd = world.client.add(COMPUTE_DOMAINS, compute_domain())
+    # Same name, no UID label: the label-selected cache does not even see it.
+    world.client.add(r.DAEMONSETS, {"metadata": {"name": DAEMON, "namespace": DRIVER_NS}})
+    world.fill(cds=[cd], service_accounts=[service_account()])
+
+    result = await world.reconcile(f"{NS}/cd")
+
+    assert world.client.calls == [
+        ("patch", "computedomains", f"{NS}/cd"),
+        ("create", "resourceclaimtemplates", f"{DRIVER_NS}/{DAEMON}"),
+        ("create", "daemonsets", f"{DRIVER_NS}/{DAEMON}"),
+        ("get", "daemonsets", f"{DRIVER_NS}/{DAEMON}"),  # whose is it? not ours: left alone
+        ("create", "resourceclaimtemplates", f"{NS}/channel"),
+        ("patch", "computedomains/status", f"{NS}/cd"),
+    ]
+    assert ("Warning", "ForeignObject") in world.recorder.events
+    assert result.requeue_after == 60.0
+    foreign = world.client.objects[("daemonsets", DRIVER_NS, DAEMON)]
+    assert "labels" not in foreign["metadata"]
+    assert "deletionTimestamp" not in foreign["metadata"]
+
+
+async def test_deletion_with_daemon_pods_removes_children_and_labels_then_waits(
+    world: World,
+) -> None:
+    deleted_at = format_time(world.clock.wall())
+    cd = world.client.add(
+        COMPUTE_DOMAINS, compute_domain(finalizers=[c.FINALIZER], deletionTimestamp=deleted_at)
+    )
+    workload = world.client.add(
+        r.RESOURCE_CLAIM_TEMPLATES,
+        labelled("channel", NS, **{c.TARGET_LABEL: c.TARGET_WORKLOAD}),
+    )
+    daemon_rct = world.client.add(
+        r.RESOURCE_CLAIM_TEMPLATES,
+        labelled(DAEMON, DRIVER_NS, **{c.TARGET_LABEL: c.TARGET_DAEMON}),
+    )
+    daemonset = world.client.add(r.DAEMONSETS, labelled(DAEMON, DRIVER_NS))
+    node = world.client.add(r.NODES, {"metadata": {"name": "n1", "labels": {c.CD_LABEL: UID}}})
+    pod = labelled(f"{DAEMON}-abcde", DRIVER_NS)
+    world.fill(
+        cds=[cd],
+        rcts=[workload, daemon_rct],
+        daemonsets=[daemonset],
+        pods=[pod],
+        nodes=[node],
+        service_accounts=[service_account()],
+    )
+
+    result = await world.reconcile(f"{NS}/cd")
+
+    assert world.client.calls == [
+        ("delete", "resourceclaimtemplates", f"{NS}/channel"),  # the workload's first
+        ("patch", "resourceclaimtemplates", f"{NS}/channel"),  # its finalizer
+        ("delete", "resourceclaimtemplates", f"{DRIVER_NS}/{DAEMON}"),
+        ("patch", "resourceclaimtemplates", f"{DRIVER_NS}/{DAEMON}"),
+        ("delete", "daemonsets", f"{DRIVER_NS}/{DAEMON}"),
+        ("patch", "daemonsets", f"{DRIVER_NS}/{DAEMON}"),
+        ("list", "nodes", f"{c.CD_LABEL}={UID}"),  # live: the cache may lag the plugin
+        ("patch", "nodes", "n1"),  # test-and-remove of the CD label
+        ("patch", "computedomains/status", f"{NS}/cd"),  # Ready=False while pods stop
+    ]
+    assert result == Result(requeue_after=2.0)  # the CD keeps its finalizer for now
+    assert world.client.objects[("computedomains", NS, "cd")]["metadata"]["finalizers"]
+    assert c.CD_LABEL not in world.client.objects[("nodes", "", "n1")]["metadata"]["labels"]
+    assert world.recorder.events.count(("Normal", "Deleted")) == 3
+
+
+async def test_an_orphan_is_removed_after_the_grace_period_and_a_live_check(
+    world: World,
+) -> None:
+    daemonset = world.client.add(r.DAEMONSETS, labelled(c.daemon_name(GHOST), DRIVER_NS, GHOST))
+    world.fill(daemonsets=[daemonset], service_accounts=[service_account()])
+    key = f"orphan:{GHOST}"
+
+    assert await world.reconcile(key) == Result(requeue_after=5.0)
+    assert world.client.calls == []  # seen, not yet acted on
+
+    await world.clock.advance(5)
+    result = await world.reconcile(key)
+
+    assert world.client.calls == [
+        ("list", "computedomains", ""),  # no CD has this UID, even live
+        ("delete", "daemonsets", f"{DRIVER_NS}/{c.daemon_name(GHOST)}"),
+        ("patch", "daemonsets", f"{DRIVER_NS}/{c.daemon_name(GHOST)}"),
+        ("list", "nodes", f"{c.CD_LABEL}={GHOST}"),
+    ]
+    assert result == Result(requeue_after=2.0)  # until the DaemonSet leaves the cache
+    assert world.recorder.events == []  # an orphan has no CD to report on
+
+
+async def test_a_cd_gone_from_the_cache_is_routine(world: World) -> None:
+    world.fill()
+    assert await world.reconcile(f"{NS}/gone") == Result()
+    assert world.client.calls == []

@@ -1,0 +1,87 @@
+"""The event-transition rules, as a table: (before, after) → the Events recorded."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+
+from computedomain.api.v1beta1 import ComputeDomainNode, Condition
+from computedomain.domain.transitions import EventSpec, transition_events
+
+T0 = datetime(2025, 1, 1, tzinfo=UTC)
+
+
+def cond(ctype: str, status: str, reason: str, message: str = "") -> Condition:
+    return Condition(
+        type=ctype, status=status, reason=reason, message=message, last_transition_time=T0
+    )  # type: ignore[arg-type]
+
+
+def node(name: str, clique: str = "c.1") -> ComputeDomainNode:
+    return ComputeDomainNode.model_validate(
+        {"name": name, "ipAddress": "10.0.0.1", "cliqueID": clique, "index": 0, "status": "Ready"}
+    )
+
+
+READY = cond("Ready", "True", "Ready", "all daemons ready")
+WAITING = cond("Ready", "False", "WaitingForWorkload", "no workload pod yet")
+NOT_READY = cond("Ready", "False", "DaemonsNotReady", "n1: starting")
+DAEMONS_NOT_READY = cond("DaemonsReady", "False", "DaemonsNotReady", "n1: starting")
+DAEMONS_READY = cond("DaemonsReady", "True", "AllReady", "")
+SHARED = cond("ExclusiveClique", "False", "CliqueShared", "c.1 also runs ns/other")
+CHILDREN_OK = cond("ChildrenReady", "True", "AllCreated")
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "events"),
+    [
+        pytest.param([], [WAITING], [EventSpec("Normal", "WaitingForWorkload", "Reconcile",
+                     "no workload pod yet")], id="a new CD waits: Normal"),
+        pytest.param([WAITING], [WAITING], [], id="unchanged: nothing"),
+        pytest.param([WAITING], [cond("Ready", "False", "WaitingForWorkload", "other words")], [],
+                     id="only the message changed: nothing"),
+        pytest.param([WAITING], [READY], [EventSpec("Normal", "Ready", "Reconcile",
+                     "all daemons ready")], id="Ready turns True: Normal Ready"),
+        pytest.param([READY], [NOT_READY], [EventSpec("Warning", "DaemonsNotReady", "Reconcile",
+                     "n1: starting")], id="Ready turns False: Warning"),
+        pytest.param([READY], [NOT_READY, DAEMONS_NOT_READY], [EventSpec("Warning",
+                     "DaemonsNotReady", "Reconcile", "n1: starting")],
+                     id="Ready repeating a sub-condition word for word: one event"),
+        pytest.param([], [SHARED], [EventSpec("Warning", "CliqueShared", "Reconcile",
+                     "c.1 also runs ns/other")], id="a warning condition turns False: Warning"),
+        pytest.param([DAEMONS_NOT_READY], [DAEMONS_READY], [],
+                     id="a warning condition turns True: nothing"),
+        pytest.param([], [CHILDREN_OK], [], id="other conditions: nothing"),
+        pytest.param([], [cond("Ready", "False", "", "")], [EventSpec("Warning", "", "Reconcile",
+                     "")], id="no message: the reason is the note"),
+    ],
+)  # fmt: skip
+def test_condition_transitions(
+    before: list[Condition], after: list[Condition], events: list[EventSpec]
+) -> None:
+    assert transition_events([], [], before, after) == events
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "events"),
+    [
+        pytest.param([], [node("n2"), node("n1", "")], [
+            EventSpec("Normal", "NodeJoined", "Join", "Node n1 joined (clique none)", node="n1"),
+            EventSpec("Normal", "NodeJoined", "Join", "Node n2 joined (clique c.1)", node="n2"),
+        ], id="joins, by name; no clique says none"),
+        pytest.param([node("n1"), node("n2")], [node("n2")], [
+            EventSpec("Normal", "NodeLeft", "Leave", "Node n1 left", node="n1"),
+        ], id="a leave"),
+        pytest.param([node("n1")], [node("n1", "c.2")], [], id="a node that stays: nothing"),
+    ],
+)  # fmt: skip
+def test_node_transitions(
+    before: list[ComputeDomainNode], after: list[ComputeDomainNode], events: list[EventSpec]
+) -> None:
+    assert transition_events(before, after, [], []) == events
+
+
+def test_nodes_come_before_conditions() -> None:
+    events = transition_events([], [node("n1")], [], [WAITING])
+    assert [e.reason for e in events] == ["NodeJoined", "WaitingForWorkload"]
