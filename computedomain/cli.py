@@ -17,26 +17,31 @@ log = logging.getLogger("computedomain")
 
 EXIT_CONFIG = 2
 EXIT_LEADERSHIP_LOST = 3
+EXIT_STARTUP = 1
 
 
 async def _main(settings: Settings) -> int:
     # Imported here: `--help` and configuration errors answer without loading the client stack.
     from computedomain.app import run_controller
+    from computedomain.runtime.errors import StartupError
     from computedomain.runtime.leaderelection import LeadershipLost
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    code = 0
     try:
         await run_controller(settings, stop)
     except* LeadershipLost:
         # Exit at once: a restart gets a clean cache, and the new leader owns all writes.
         log.error("Lost leadership, exiting")
-        lost = True
-    else:
-        lost = False
-    return EXIT_LEADERSHIP_LOST if lost else 0
+        code = EXIT_LEADERSHIP_LOST
+    except* StartupError as group:
+        for err in group.exceptions:
+            print(f"computedomain-controller: {err}", file=sys.stderr)
+        code = EXIT_STARTUP
+    return code
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -144,31 +144,95 @@ def _one_of(*choices: str) -> Callable[[str, str], str]:
 
 # ---- checks (ranges, validators): (value, row) -> None; they raise ConfigError ------------------
 
-Check = Callable[[Any, "Setting"], None]
+
+@dataclass(frozen=True)
+class Check:
+    """A validator plus the words that say what it accepts (shown in --help and the docs)."""
+
+    accepts: str
+    test: Callable[[Any, Setting], None]
+
+    def __call__(self, value: Any, row: Setting) -> None:
+        self.test(value, row)
 
 
-def at_least(minimum: float) -> Check:
+def _number(value: float) -> str:
+    return f"{value:g}"
+
+
+def at_least(minimum: float, maximum: float | None = None) -> Check:
     def check(value: Any, row: Setting) -> None:
-        if value < minimum:
-            raise ConfigError(f"{row.flag}: must be >= {minimum}, got {value}")
+        if value < minimum or (maximum is not None and value > maximum):
+            raise ConfigError(f"{row.flag} / {row.env}: must be {accepts}, got {value}")
 
-    return check
+    accepts = (
+        f">= {_number(minimum)}"
+        if maximum is None
+        else (f"{_number(minimum)} to {_number(maximum)}")
+    )
+    return Check(accepts, check)
 
 
 def above(bound: float) -> Check:
     def check(value: Any, row: Setting) -> None:
         if not value > bound:
-            raise ConfigError(f"{row.flag} must be > {bound}")
+            raise ConfigError(f"{row.flag} / {row.env}: must be > {_number(bound)}, got {value}")
 
-    return check
+    return Check(f"> {_number(bound)}", check)
+
+
+def seconds_at_least(minimum: float) -> Check:
+    def check(value: Any, row: Setting) -> None:
+        if value < minimum:
+            raise ConfigError(
+                f"{row.flag} / {row.env}: must be at least {_number(minimum)}s, got {value:g}s"
+            )
+
+    return Check(f"duration >= {_number(minimum)}s", check)
 
 
 def required(what: str) -> Check:
     def check(value: Any, row: Setting) -> None:
         if not value:
             raise ConfigError(f"{row.flag} / {row.env} must not be empty ({what})")
+        if any(ch.isspace() for ch in str(value)):
+            raise ConfigError(f"{row.flag} / {row.env}: {value!r} contains white space")
 
-    return check
+    return Check(f"non-empty ({what})", check)
+
+
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+
+
+def _valid_names(kind: str, *, label: bool, optional: bool = False) -> Check:
+    """Each name (one, a tuple of them, or None when optional) is a DNS-1123 label/subdomain."""
+    pattern = _DNS_LABEL if label else _DNS_SUBDOMAIN
+    rule = "DNS-1123 label" if label else "DNS-1123 subdomain"
+
+    def check(value: Any, row: Setting) -> None:
+        names = value if isinstance(value, tuple) else (() if value is None else (value,))
+        if not names and not optional and not isinstance(value, tuple):
+            raise ConfigError(f"{row.flag} / {row.env} must not be empty")
+        for name in names:
+            if len(name) > (63 if label else 253) or not pattern.match(name):
+                raise ConfigError(
+                    f"{row.flag} / {row.env}: {name!r} is not a valid {kind} name ({rule}: "
+                    f"lower-case letters, digits and '-'{'' if label else ' or .'}, starting and "
+                    "ending alphanumeric)"
+                )
+
+    return Check(f"{kind} name ({rule})", check)
+
+
+def _path(value: Any, row: Setting) -> None:
+    if not str(value).startswith("/"):
+        raise ConfigError(f"{row.flag} / {row.env}: {value!r} must start with '/'")
+
+
+def _kubeconfig(value: Any, row: Setting) -> None:
+    if value is not None and not os.path.isfile(value):
+        raise ConfigError(f"{row.flag} / {row.env}: {value} is not a file")
 
 
 # ---- the table ----------------------------------------------------------------------------------
@@ -208,32 +272,35 @@ _GATES_HELP = (
 # fmt: off
 SETTINGS: Sequence[Setting] = (
     Setting("--kubeconfig", "KUBECONFIG", None, _optional,
-            "kubeconfig file; empty means in-cluster config", "kubeconfig"),
+            "kubeconfig file; empty: the pod's in-cluster credentials, or ~/.kube/config outside "
+            "a cluster", "kubeconfig", check=Check("an existing file, or empty", _kubeconfig)),
     Setting("--namespace", "NAMESPACE", "default", _or(lambda: "default"),
             "driver namespace: where the IMEX DaemonSets, daemon RCTs and cliques live",
-            "daemon.driver_namespace"),
+            "daemon.driver_namespace", check=_valid_names("namespace", label=True)),
     Setting("--additional-namespaces", "ADDITIONAL_NAMESPACES", "", _list,
             "comma-separated extra namespaces searched for DaemonSets, pods and cliques "
-            "(after moving the driver to another namespace)", "reconciler.additional_namespaces"),
+            "(after moving the driver to another namespace)", "reconciler.additional_namespaces",
+            check=_valid_names("namespace", label=True)),
     Setting("--image-name", "IMAGE_NAME", c.NVIDIA_DRIVER_IMAGE, _text,
             "image of the IMEX daemon pods; must be NVIDIA's DRA driver image of the release the "
             "kubelet plugin runs (NVIDIA's chart passes its own image here)", "daemon.image",
             check=required("NVIDIA's DRA driver image")),
     Setting("--cd-daemon-image-pull-secret-names", "CD_DAEMON_IMAGE_PULL_SECRET_NAMES", "", _list,
             "comma-separated image pull secrets copied into the daemon pod spec",
-            "daemon.image_pull_secrets"),
+            "daemon.image_pull_secrets", check=_valid_names("Secret", label=False)),
     Setting("--log-verbosity-cd-daemon", "LOG_VERBOSITY_CD_DAEMON", "4", _int,
             "log verbosity passed to the IMEX daemons as LOG_VERBOSITY", "daemon.log_verbosity",
-            check=at_least(0)),
+            check=at_least(0, 10)),
     Setting("--max-nodes-per-imex-domain", "MAX_NODES_PER_IMEX_DOMAIN",
             str(c.DEFAULT_MAX_NODES_PER_IMEX_DOMAIN), _int,
             "IMEX slots per clique passed to the daemons (18 on GB200/GB300 NVL72)",
-            "daemon.max_nodes_per_imex_domain", check=at_least(1)),
+            "daemon.max_nodes_per_imex_domain", check=at_least(1, 2048)),
     Setting("--feature-gates", "FEATURE_GATES", "", parse_feature_gates, _GATES_HELP,
             "daemon.feature_gates"),
     Setting("--cd-daemon-priority-class-name", "CD_DAEMON_PRIORITY_CLASS_NAME", "", _optional,
             "optional priorityClassName for the IMEX daemon pods (empty: none, as upstream)",
-            "daemon.priority_class_name"),
+            "daemon.priority_class_name",
+            check=_valid_names("PriorityClass", label=False, optional=True)),
     Setting("--pod-name", "POD_NAME", None, _or(socket.gethostname),
             "this replica's pod name, the leader-election identity prefix (default: hostname)",
             "pod_name"),
@@ -242,18 +309,20 @@ SETTINGS: Sequence[Setting] = (
             "leader_election"),
     Setting("--leader-election-lease-lock-name", "LEADER_ELECTION_LEASE_LOCK_NAME",
             "nvidia-compute-domain-controller", _text, "name of the leader-election Lease",
-            "lease_name"),
+            "lease_name", check=_valid_names("Lease", label=False)),
     Setting("--leader-election-lease-lock-namespace", "LEADER_ELECTION_LEASE_LOCK_NAMESPACE", "",
-            _text, "namespace of the Lease (default: the driver namespace)", "lease_namespace"),
+            _optional, "namespace of the Lease (default: the driver namespace)", "lease_namespace",
+            check=_valid_names("namespace", label=True, optional=True)),
     Setting("--leader-election-lease-duration", "LEADER_ELECTION_LEASE_DURATION", "15s",
             parse_duration, "how long a standby waits on an unrenewed lease before taking over",
-            "lease_duration"),
+            "lease_duration", check=seconds_at_least(1)),
     Setting("--leader-election-renew-deadline", "LEADER_ELECTION_RENEW_DEADLINE", "10s",
             parse_duration,
             "how long the leader keeps retrying a renew before it gives up and exits",
-            "renew_deadline"),
+            "renew_deadline", check=seconds_at_least(1)),
     Setting("--leader-election-retry-period", "LEADER_ELECTION_RETRY_PERIOD", "2s",
-            parse_duration, "interval between lease acquire/renew attempts", "retry_period"),
+            parse_duration, "interval between lease acquire/renew attempts", "retry_period",
+            check=seconds_at_least(0.1)),
     Setting("--kube-api-qps", "KUBE_API_QPS", "50", _float,
             "client-side rate limit for API requests per second (upstream default 5 throttles "
             "large domains)", "kube_api_qps", check=above(0)),
@@ -262,28 +331,30 @@ SETTINGS: Sequence[Setting] = (
     Setting("--http-endpoint", "HTTP_ENDPOINT", ":8080", _bind,
             "[host]:port serving Prometheus metrics; empty disables it", "metrics_address"),
     Setting("--metrics-path", "METRICS_PATH", "/metrics", _text,
-            "HTTP path of the metrics endpoint", "metrics_path"),
+            "HTTP path of the metrics endpoint", "metrics_path",
+            check=Check("a path starting with '/'", _path)),
     Setting("--probe-address", "PROBE_ADDRESS", ":8081", _bind,
             "[host]:port serving /healthz and /readyz; empty disables it", "probe_address"),
     Setting("--log-verbosity", "LOG_VERBOSITY", "0", _int,
             "controller log verbosity: 0 state changes, 4 per-reconcile detail, 6 API chatter",
-            "log_verbosity", check=at_least(0)),
+            "log_verbosity", check=at_least(0, 10)),
     Setting("--log-format", "LOG_FORMAT", "json", _one_of("json", "text"),
             "log format: json or text", "log_format"),
     Setting("--workers", "WORKERS", "8", _int,
             "concurrent reconciles (a ComputeDomain is never reconciled twice at once)",
-            "workers", check=at_least(1)),
+            "workers", check=at_least(1, 256)),
     Setting("--reconcile-timeout", "RECONCILE_TIMEOUT", "60s", parse_duration,
-            "deadline of one reconcile", "reconcile_timeout"),
+            "deadline of one reconcile", "reconcile_timeout", check=seconds_at_least(1)),
     Setting("--orphan-sweep-interval", "ORPHAN_SWEEP_INTERVAL", "10m", parse_duration,
             "period of the full sweep for children and node labels whose ComputeDomain is gone",
-            "orphan_sweep_interval"),
+            "orphan_sweep_interval", check=seconds_at_least(10)),
     Setting("--orphan-grace-period", "ORPHAN_GRACE_PERIOD", "5s", parse_duration,
             "how long an unknown ComputeDomain UID must stay unknown before its objects are "
-            "removed", "reconciler.orphan_grace_period"),
+            "removed", "reconciler.orphan_grace_period", check=seconds_at_least(1)),
     Setting("--daemon-pod-wait-timeout", "DAEMON_POD_WAIT_TIMEOUT", "60s", parse_duration,
             "on deletion, how long to wait for IMEX daemon pods to terminate before removing the "
-            "finalizer anyway (with a Warning event)", "reconciler.daemon_pod_wait_timeout"),
+            "finalizer anyway (with a Warning event)", "reconciler.daemon_pod_wait_timeout",
+            check=seconds_at_least(1)),
 )
 # fmt: on
 
@@ -329,6 +400,17 @@ class Settings:
         return self.reconciler.cliques_enabled
 
 
+def settings_markdown() -> str:
+    """Every setting as a Markdown table (docs/operations.md carries it; a test keeps it true)."""
+    rows = ["| Flag | Environment | Default | Accepts | Meaning |", "|---|---|---|---|---|"]
+    for row in SETTINGS:
+        default = f"`{row.default}`" if row.default else "(empty)"
+        accepts = row.check.accepts if row.check else "any"
+        meaning = row.help.replace("|", "\\|")
+        rows.append(f"| `{row.flag}` | `{row.env}` | {default} | {accepts} | {meaning} |")
+    return "\n".join(rows) + "\n"
+
+
 def distribution_version() -> str:
     """The installed `computedomain` distribution's version (what --version prints)."""
     try:
@@ -365,7 +447,7 @@ def build_parser(environ: Mapping[str, str] | None = None) -> argparse.ArgumentP
             row.flag,
             dest=row.option,
             default=env.get(row.env, row.default),
-            help=f"{row.help} [{row.env}]",
+            help=f"{row.help} [{row.env}{'; ' + row.check.accepts if row.check else ''}]",
         )
     parser.add_argument(
         "-v",

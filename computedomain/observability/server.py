@@ -14,6 +14,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.aiohttp import make_aiohttp_handler
 
 from computedomain.observability.health import HealthChecks
+from computedomain.runtime.errors import StartupError
 
 log = logging.getLogger(__name__)
 
@@ -110,7 +111,13 @@ class ObservabilityServer:
         self._runners.append(runner)
         host, port = bind
         site = web.TCPSite(runner, host, port)
-        await site.start()
+        try:
+            await site.start()
+        except OSError as err:
+            raise StartupError(
+                f"cannot listen on {host or ''}:{port}: {err.strerror or err} (check "
+                "HTTP_ENDPOINT / PROBE_ADDRESS, or what else uses the port)"
+            ) from err
         # Port 0 (tests) binds an ephemeral port: report what the socket really got.
         bound_host, bound_port = runner.addresses[0][:2]
         url_host = f"[{bound_host}]" if ":" in bound_host else bound_host

@@ -19,12 +19,14 @@ from typing import Any, Literal
 from urllib.parse import urlsplit
 
 import aiohttp
+import yaml
 from kubernetes_asyncio import config as kube_config
 from kubernetes_asyncio.client import ApiClient, Configuration
 from prometheus_client import CollectorRegistry
 
 from computedomain.runtime.clock import Clock, SystemClock
 from computedomain.runtime.errors import ApiError as ApiError  # re-exported: callers import it here
+from computedomain.runtime.errors import StartupError
 from computedomain.runtime.metrics import RuntimeMetrics
 from computedomain.runtime.ratelimit import TokenBucket
 from computedomain.runtime.resources import Resource
@@ -376,6 +378,20 @@ def _in_cluster() -> bool:
     )
 
 
+DEFAULT_KUBECONFIG = "~/.kube/config"
+
+
+def _kubeconfig_path(kubeconfig: str | None) -> str | None:
+    """The file to load: the one given, else ~/.kube/config if it exists."""
+    path = kubeconfig or os.path.expanduser(DEFAULT_KUBECONFIG)
+    return path if kubeconfig or os.path.isfile(path) else None
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip().splitlines()
+    return (text[0] if text else type(err).__name__)[:300]
+
+
 async def load_client(
     kubeconfig: str | None,
     qps: float,
@@ -387,15 +403,30 @@ async def load_client(
 ) -> KubeClient:
     """Build a client from ``kubeconfig``, else in-cluster credentials, else ~/.kube/config.
 
-    In-cluster credentials re-read the projected token, so bound-token rotation works.
+    In-cluster credentials re-read the projected token, so bound-token rotation works. Unusable
+    credentials raise StartupError with one line naming the file and the reason.
     """
     configuration = Configuration()
     if kubeconfig is None and _in_cluster():
-        kube_config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+        try:
+            kube_config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+        except Exception as err:  # the library raises several kinds; all mean the same here
+            raise StartupError(f"in-cluster credentials: {_first_line(err)}") from err
     else:
-        await kube_config.load_kube_config(
-            config_file=kubeconfig, client_configuration=configuration, persist_config=False
-        )
+        path = _kubeconfig_path(kubeconfig)
+        if path is None:
+            raise StartupError(
+                f"no credentials: KUBECONFIG is empty, this is not a pod with a service account, "
+                f"and {DEFAULT_KUBECONFIG} does not exist"
+            )
+        try:
+            await kube_config.load_kube_config(
+                config_file=path, client_configuration=configuration, persist_config=False
+            )
+        except yaml.YAMLError as err:
+            raise StartupError(f"kubeconfig {path}: not valid YAML ({_first_line(err)})") from err
+        except Exception as err:  # ConfigException, missing keys, bad certificates: one story
+            raise StartupError(f"kubeconfig {path}: {_first_line(err)}") from err
     api_client = ApiClient(configuration)
     return KubeClient(
         api_client,

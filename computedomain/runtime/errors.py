@@ -70,3 +70,8 @@ class ApiError(Exception):
     def is_gone(self) -> bool:
         """The resourceVersion is too old (410 Gone / Expired)."""
         return self.status == 410
+
+
+class StartupError(Exception):
+    """The process cannot start (unusable credentials, a port it cannot bind); the message is
+    one line that says why, for the CLI to print instead of a traceback."""

@@ -110,7 +110,7 @@ def test_defaults() -> None:
     [
         ({"IMAGE_NAME": ""}, "IMAGE_NAME must not be empty"),
         ({**BASE_ENV, "LEADER_ELECTION_RENEW_DEADLINE": "20s"}, "lease duration > renew"),
-        ({**BASE_ENV, "WORKERS": "0"}, "must be >= 1"),
+        ({**BASE_ENV, "WORKERS": "0"}, "must be 1 to 256"),
         ({**BASE_ENV, "LOG_FORMAT": "xml"}, "want json or text"),
         ({**BASE_ENV, "HTTP_ENDPOINT": "localhost:http"}, "invalid bind address"),
     ],
@@ -129,4 +129,45 @@ def test_help_names_every_env_var() -> None:
         "LEADER_ELECTION_ENABLED",
         "KUBE_API_QPS",
     ):
-        assert f"[{env}]" in text
+        assert f"[{env}]" in text or f"[{env};" in text
+
+
+def test_operations_doc_lists_every_setting_with_its_range() -> None:
+    from pathlib import Path
+
+    from computedomain.config import settings_markdown
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "operations.md").read_text()
+    start = doc.index("<!-- settings-table:")
+    start = doc.index("\n", start) + 1
+    end = doc.index("<!-- end settings-table -->")
+    assert doc[start:end] == settings_markdown(), (
+        "docs/operations.md's settings table is stale: paste "
+        "`uv run python -c 'from computedomain.config import settings_markdown as m; print(m())'`"
+    )
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"ORPHAN_SWEEP_INTERVAL": "0"}, "at least 10s"),
+        ({"RECONCILE_TIMEOUT": "0"}, "at least 1s"),
+        ({"NAMESPACE": "Not_A_Namespace"}, "not a valid namespace name"),
+        ({"ADDITIONAL_NAMESPACES": ",,Bad_NS,,"}, "'Bad_NS' is not a valid namespace name"),
+        ({"CD_DAEMON_IMAGE_PULL_SECRET_NAMES": "a b,,UPPER"}, "'a b' is not a valid Secret"),
+        ({"CD_DAEMON_IMAGE_PULL_SECRET_NAMES": "ok,UPPER"}, "'UPPER' is not a valid Secret"),
+        ({"CD_DAEMON_PRIORITY_CLASS_NAME": "High Prio"}, "not a valid PriorityClass name"),
+        ({"LEADER_ELECTION_LEASE_LOCK_NAMESPACE": "X"}, "not a valid namespace name"),
+        ({"IMAGE_NAME": "has space:v1"}, "contains white space"),
+        ({"MAX_NODES_PER_IMEX_DOMAIN": "0"}, "must be 1 to 2048"),
+        ({"LOG_VERBOSITY": "11"}, "must be 0 to 10"),
+    ],
+)
+def test_out_of_range_settings_are_refused(env: dict[str, str], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        parse_settings([], env)
+
+
+def test_empty_optional_names_are_fine() -> None:
+    s = parse_settings([], {"CD_DAEMON_PRIORITY_CLASS_NAME": "", "ADDITIONAL_NAMESPACES": "a,,b,"})
+    assert s.reconciler.additional_namespaces == ("a", "b")
