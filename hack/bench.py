@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import gc
 import json
 import logging
@@ -39,37 +38,30 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from prometheus_client import CollectorRegistry
-
 from computedomain.api import constants as c
 from computedomain.api.resources import CLIQUES, COMPUTE_DOMAINS
-from computedomain.app import REPORTING_CONTROLLER, ControllerProcess, run_controller
-from computedomain.config import parse_settings
+from computedomain.app import REPORTING_CONTROLLER, ControllerProcess
+from computedomain.config import environ
 from computedomain.devcluster.clients import api_client_from_kubeconfig
+from computedomain.devcluster.cluster import populate
 from computedomain.devcluster.controlplane import ControlPlane
-from computedomain.devcluster.crds import CRD_DIR, apply_crds
+from computedomain.devcluster.harness import WRITE_METHODS, RunningController, compute_domain
+from computedomain.devcluster.harness import start_controller as start_controller_in_process
 from computedomain.devcluster.watching import watch_objects
 from computedomain.observability.logging import configure_logging
 from computedomain.runtime import resources as r
 from computedomain.runtime.client import ApiError, KubeClient
+from computedomain.runtime.objects import condition, labels
 from computedomain.runtime.resources import Resource
 from computedomain.sim.context import SimSettings
 from computedomain.sim.faults import FaultSettings
-from computedomain.sim.fleet import (
-    RACK_LABEL,
-    FleetSpec,
-    build_nodes,
-    create_fleet,
-    wait_nodes_ready,
-)
+from computedomain.sim.fleet import RACK_LABEL, FleetSpec, build_nodes
 from computedomain.sim.simulator import Simulator
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 RESULTS_DIR = REPO_ROOT / "bench-results"
-IMAGE = "registry.k8s.io/dra-driver-nvidia/dra-driver-nvidia-gpu:v0.4.0"
 WORKLOAD_IMAGE = "registry.k8s.io/pause:3.10"
 DRIVER_NAMESPACE = "nvidia-dra-driver-gpu"
-WRITE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 STATEFULSETS = Resource("apps", "v1", "statefulsets", "StatefulSet", namespaced=True)
 PROJECTION_TARGET_S = 0.250
 BURST_WRITES_TARGET = 5.0
@@ -128,17 +120,6 @@ def summary(values: Sequence[float]) -> dict[str, float]:
     }
 
 
-def labels_of(obj: Obj | None) -> dict[str, str]:
-    return dict(((obj or {}).get("metadata") or {}).get("labels") or {})
-
-
-def condition(obj: Obj | None, ctype: str) -> Obj:
-    for cond in ((obj or {}).get("status") or {}).get("conditions") or []:
-        if cond.get("type") == ctype:
-            return dict(cond)
-    return {}
-
-
 def cd_ready(cd: Obj | None) -> bool:
     status = (cd or {}).get("status") or {}
     return status.get("status") == c.STATUS_READY and condition(cd, "Ready").get("status") == "True"
@@ -183,57 +164,37 @@ class WriteTally:
 
 @dataclass
 class ControllerUnderTest:
-    process: ControllerProcess
-    registry: CollectorRegistry
-    stop: asyncio.Event
-    task: asyncio.Task[None]
+    """The harness's in-process replica, plus what the benchmark reads of it."""
+
+    running: RunningController
     tally: WriteTally
+
+    @property
+    def process(self) -> ControllerProcess:
+        return self.running.process
 
     def writes_since(self, before: Counter[str], per: int) -> dict[str, float]:
         delta = self.tally.snapshot()
         delta.subtract(before)
         return {key: round(v / per, 2) for key, v in sorted(delta.items()) if v}
 
-    def requests(self, predicate: Callable[[dict[str, str]], bool]) -> float:
-        """Sum of rest_client_requests_total samples whose labels satisfy `predicate`."""
-        total = 0.0
-        for metric in self.registry.collect():
-            if metric.name != "rest_client_requests":
-                continue
-            for sample in metric.samples:
-                if sample.name.endswith("_total") and predicate(sample.labels):
-                    total += sample.value
-        return total
-
     def writes(self) -> float:
-        return self.requests(lambda labels: labels.get("method") in WRITE_METHODS)
+        return self.running.writes()
 
     def writes_by_method(self) -> dict[str, float]:
-        totals = dict.fromkeys(sorted(WRITE_METHODS), 0.0)
-        for metric in self.registry.collect():
-            if metric.name != "rest_client_requests":
-                continue
-            for sample in metric.samples:
-                method = sample.labels.get("method", "")
-                if sample.name.endswith("_total") and method in totals:
-                    totals[method] += sample.value
-        return totals
+        return {
+            method: self.running.requests(lambda sample, m=method: sample.get("method") == m)
+            for method in sorted(WRITE_METHODS)
+        }
 
     def reads(self) -> float:
-        return self.requests(lambda labels: labels.get("method") == "GET")
+        return self.running.requests(lambda sample: sample.get("method") == "GET")
 
     def conflicts(self) -> float:
-        return self.requests(lambda labels: labels.get("code") == "409")
-
-    def counter(self, name: str) -> float:
-        total = 0.0
-        for metric in self.registry.collect():
-            if metric.name == name:
-                total += sum(s.value for s in metric.samples if s.name.endswith("_total"))
-        return total
+        return self.running.requests(lambda sample: sample.get("code") == "409")
 
     def reconciles(self) -> float:
-        return self.counter("controller_runtime_reconcile")
+        return self.running.counter("controller_runtime_reconcile")
 
     def cache_sizes(self) -> dict[str, dict[str, int]]:
         """Objects and their JSON bytes per informer: what the RSS growth is made of."""
@@ -261,41 +222,21 @@ class ControllerUnderTest:
         return now() - begin
 
     async def shutdown(self) -> None:
-        self.stop.set()
-        with contextlib.suppress(asyncio.CancelledError, TimeoutError):
-            await asyncio.wait_for(self.task, timeout=30)
+        await self.running.shutdown()
 
 
-async def start_controller(kubeconfig: Path, verbosity: int, **env: str) -> ControllerUnderTest:
-    environ = {
-        "IMAGE_NAME": IMAGE,
-        "NAMESPACE": DRIVER_NAMESPACE,
-        "KUBECONFIG": str(kubeconfig),
-        "LEADER_ELECTION_ENABLED": "false",
-        "HTTP_ENDPOINT": "127.0.0.1:0",
-        "PROBE_ADDRESS": "127.0.0.1:0",
-        "LOG_FORMAT": "text",
-        # Clique entries of the latency phase have no daemon pod behind them; keep them.
-        "ORPHAN_GRACE_PERIOD": "30m",
-        **env,
-    }
-    settings = parse_settings([], environ)
-    registry = CollectorRegistry()
-    stop = asyncio.Event()
-    ready: asyncio.Future[ControllerProcess] = asyncio.get_running_loop().create_future()
-
+async def start_controller(kubeconfig: Path) -> ControllerUnderTest:
     tally = WriteTally()
-
-    async def on_ready(process: ControllerProcess) -> None:
-        tally.install(process.client)
-        ready.set_result(process)
-
-    task = asyncio.create_task(run_controller(settings, stop, registry=registry, on_ready=on_ready))
-    process = await asyncio.wait_for(asyncio.shield(ready), timeout=60)
-    await asyncio.wait_for(
-        asyncio.gather(*(inf.wait_synced() for inf in process.caches.all)), timeout=300
+    running = await start_controller_in_process(
+        kubeconfig,
+        DRIVER_NAMESPACE,
+        # Clique entries of the latency phase have no daemon pod behind them; keep them.
+        environ(orphan_grace_period="30m"),
+        wait_synced=300,
+        log_verbosity=None,
+        on_ready=lambda process: tally.install(process.client),
     )
-    return ControllerUnderTest(process, registry, stop, task, tally)
+    return ControllerUnderTest(running, tally)
 
 
 # -- watching the API (list, then watch from its resourceVersion; no polling) ---------------------
@@ -383,15 +324,6 @@ class ObjectWatch:
 # -- objects -------------------------------------------------------------------------------------
 
 
-def compute_domain(name: str, rct_name: str, num_nodes: int) -> Obj:
-    return {
-        "apiVersion": c.API_VERSION,
-        "kind": c.CD_KIND,
-        "metadata": {"name": name},
-        "spec": {"numNodes": num_nodes, "channel": {"resourceClaimTemplate": {"name": rct_name}}},
-    }
-
-
 def worker_statefulset(name: str, rct_name: str, rack: str, replicas: int) -> Obj:
     """A job of `replicas` workers in one NVL72 rack, one per node, each with a channel claim."""
     app = {"app": name}
@@ -460,7 +392,7 @@ class Bench:
     async def memory_and_start(self) -> None:
         baseline = settled_rss_mb()
         begin = now()
-        self.controller = await start_controller(self.kubeconfig, self.args.verbosity)
+        self.controller = await start_controller(self.kubeconfig)
         synced = now() - begin
         after_sync = settled_rss_mb()
         nodes = len(self.nodes)
@@ -492,9 +424,9 @@ class Bench:
                 if len(uids) < n:
                     return False
                 seen = {
-                    labels_of(o).get(c.CD_LABEL)
+                    labels(o).get(c.CD_LABEL)
                     for o in objects.values()
-                    if target == "" or labels_of(o).get(c.TARGET_LABEL) == target
+                    if target == "" or labels(o).get(c.TARGET_LABEL) == target
                 }
                 return uids <= seen
 
@@ -601,7 +533,7 @@ class Bench:
         ns = "bench-latency"
         await create_namespace(self.client, ns)
         entries_needed = math.ceil(changes / 2)
-        fabric = [n for n in self.nodes if labels_of(n).get(c.GPU_CLIQUE_NODE_LABEL)]
+        fabric = [n for n in self.nodes if labels(n).get(c.GPU_CLIQUE_NODE_LABEL)]
         chosen = fabric[:entries_needed]
         cd = await self.client.create(
             COMPUTE_DOMAINS, compute_domain("latency", "latency-channel", len(chosen)), ns
@@ -621,7 +553,7 @@ class Bench:
         async with ObjectWatch(self.client, COMPUTE_DOMAINS, "latency", ns) as cd_watch:
             for i, node in enumerate(chosen):
                 node_name = node["metadata"]["name"]
-                clique_id = labels_of(node)[c.GPU_CLIQUE_NODE_LABEL]
+                clique_id = labels(node)[c.GPU_CLIQUE_NODE_LABEL]
                 for status in (c.STATUS_NOT_READY, c.STATUS_READY):
                     if len(latencies) >= changes:
                         break
@@ -701,7 +633,7 @@ class Bench:
         writes_before, conflicts_before = self.ctl.writes(), self.ctl.conflicts()
         tally_before = self.ctl.tally.snapshot()
         # Racks 0-1 hold the latency phase's clique entries; jobs take whole racks from 2 on.
-        racks = sorted({labels_of(n).get(RACK_LABEL, "") for n in self.nodes} - {"", "none"})
+        racks = sorted({labels(n).get(RACK_LABEL, "") for n in self.nodes} - {"", "none"})
         job_racks = racks[2 : 2 + m]
         if len(job_racks) < m:
             raise SystemExit(f"--jobs {m} needs {m + 2} racks, the fleet has {len(racks)}")
@@ -962,11 +894,9 @@ async def run(args: argparse.Namespace, cp: ControlPlane, started: float) -> dic
     controller: ControllerUnderTest | None = None
     try:
         begin = now()
-        await apply_crds(api, CRD_DIR)
-        names = await create_fleet(api, spec)
-        await wait_nodes_ready(api, names, timeout=600)
+        await populate(cp, spec, ready_timeout=600)
         setup["fleet_ready_s"] = round(now() - begin, 1)
-        print(f"fleet: {len(names)} nodes Ready in {setup['fleet_ready_s']:.0f}s", flush=True)
+        print(f"fleet: {spec.total_nodes} nodes Ready in {setup['fleet_ready_s']:.0f}s", flush=True)
         await create_namespace(client, DRIVER_NAMESPACE)
         sa = {
             "apiVersion": "v1",

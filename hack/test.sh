@@ -43,6 +43,8 @@ export COMPUTEDOMAIN_REQUIRE_CONTROL_PLANE=1
 "${uv[@]}" run --locked ruff check .
 "${uv[@]}" run --locked ruff format --check computedomain tests hack
 "${uv[@]}" run --locked mypy
+# The layer rules of docs/design.md ([tool.importlinter] in pyproject.toml).
+"${uv[@]}" run --locked lint-imports
 
 status=0
 "${uv[@]}" run --locked pytest tests/unit tests/integration "$@" || status=$?

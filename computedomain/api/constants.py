@@ -73,6 +73,15 @@ DEFAULT_FEATURE_GATES: Final[Mapping[str, bool]] = MappingProxyType(
 )
 DAEMON_FEATURE_GATES: Final = frozenset({GATE_DNS_NAMES, GATE_CLIQUES})
 FEATURE_GATES_ENV: Final = "FEATURE_GATES"
+# The IMEX daemon's environment (contract §7.3): set by the DaemonSet, read by the daemon.
+DAEMON_LOG_VERBOSITY_ENV: Final = "LOG_VERBOSITY"
+MAX_NODES_PER_IMEX_DOMAIN_ENV: Final = "MAX_NODES_PER_IMEX_DOMAIN"
+NODE_NAME_ENV: Final = "NODE_NAME"
+POD_IP_ENV: Final = "POD_IP"
+POD_UID_ENV: Final = "POD_UID"
+POD_NAME_ENV: Final = "POD_NAME"
+POD_NAMESPACE_ENV: Final = "POD_NAMESPACE"
+NVIDIA_VISIBLE_DEVICES_ENV: Final = "NVIDIA_VISIBLE_DEVICES"
 # Gates NVIDIA's v0.4.0 binary also knows (its chart passes them through `featureGates`). They
 # concern GPUs, MIG and logging, not ComputeDomains: accepted so a values file carries over, and
 # otherwise ignored.

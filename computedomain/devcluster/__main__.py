@@ -15,10 +15,8 @@ import time
 from pathlib import Path
 
 from computedomain.devcluster.assets import REPO_ROOT, AssetsUnavailableError, find_assets
-from computedomain.devcluster.clients import api_client_from_kubeconfig
+from computedomain.devcluster.cluster import add_fleet_arguments, fleet_spec, populate
 from computedomain.devcluster.controlplane import STATE_FILE, ControlPlane, ControlPlaneError
-from computedomain.devcluster.crds import CRD_DIR, apply_crds
-from computedomain.sim.fleet import FleetSpec, create_fleet, wait_nodes_ready
 
 STATE_DIR_ENV = "COMPUTEDOMAIN_DEVCLUSTER_STATE_DIR"
 DEFAULT_STATE_DIR = REPO_ROOT / ".devcluster"
@@ -30,32 +28,6 @@ def _log(line: str) -> None:
 
 def _export_line(kubeconfig: Path) -> str:
     return f"export KUBECONFIG={kubeconfig}"
-
-
-async def populate(cp: ControlPlane, spec: FleetSpec, ready_timeout: float) -> dict[str, float]:
-    """Apply the CRDs (if ``crds/`` has any), create the fleet and wait for Ready nodes."""
-    timings: dict[str, float] = {}
-    api = await api_client_from_kubeconfig(cp.kubeconfig)
-    try:
-        t = time.monotonic()
-        crds = await apply_crds(api, CRD_DIR)
-        timings["crds"] = time.monotonic() - t
-        _log(f"{len(crds)} CRDs Established in {timings['crds']:.1f}s")
-        t = time.monotonic()
-        names = await create_fleet(api, spec)
-        timings["fleet_create"] = time.monotonic() - t
-        _log(
-            f"created {len(names)} nodes + ResourceSlices ({spec.racks} racks x "
-            f"{spec.nodes_per_rack}, {spec.non_fabric} non-fabric) "
-            f"in {timings['fleet_create']:.1f}s"
-        )
-        t = time.monotonic()
-        await wait_nodes_ready(api, names, ready_timeout)
-        timings["fleet_ready"] = time.monotonic() - t
-        _log(f"all {len(names)} nodes Ready after another {timings['fleet_ready']:.1f}s")
-    finally:
-        await api.close()
-    return timings
 
 
 def cmd_up(args: argparse.Namespace) -> int:
@@ -76,14 +48,9 @@ def cmd_up(args: argparse.Namespace) -> int:
     except (AssetsUnavailableError, ControlPlaneError) as error:
         _log(f"failed: {error}")
         return 1
-    spec = FleetSpec(
-        racks=args.racks,
-        nodes_per_rack=args.nodes_per_rack,
-        non_fabric=args.non_fabric,
-        seed=args.seed,
-    )
+    spec = fleet_spec(args)
     try:
-        asyncio.run(populate(cp, spec, args.ready_timeout))
+        asyncio.run(populate(cp, spec, args.ready_timeout, log=_log))
     except BaseException as error:
         _log(f"fleet setup failed ({error!r}); stopping the control plane")
         cp.stop()
@@ -116,13 +83,6 @@ def cmd_env(args: argparse.Namespace) -> int:
     return 0
 
 
-def _non_negative(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError("must be >= 0")
-    return value
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="computedomain-devcluster",
@@ -149,19 +109,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="start the control plane detached and create the fleet",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    up.add_argument(
-        "--racks", type=_non_negative, default=4, help="NVL72 racks (one NVLink clique each)"
-    )
-    up.add_argument(
-        "--nodes-per-rack", type=int, default=18, help="p6e-gb200.36xlarge nodes per rack"
-    )
-    up.add_argument(
-        "--non-fabric",
-        type=_non_negative,
-        default=0,
-        help="extra GPU nodes outside any NVLink domain (no nvidia.com/gpu.clique label)",
-    )
-    up.add_argument("--seed", type=int, default=0, help="seed for cluster UUIDs and network IDs")
+    add_fleet_arguments(up, racks=4, non_fabric=0)
     up.add_argument(
         "--ready-timeout",
         type=float,

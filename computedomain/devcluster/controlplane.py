@@ -18,20 +18,17 @@ detached control plane can be stopped later by PID (:meth:`ControlPlane.attach`)
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import functools
 import json
 import os
 import shutil
-import signal
 import socket
 import ssl
-import subprocess
 import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -41,6 +38,13 @@ import yaml
 
 from computedomain.devcluster.assets import REPO_ROOT, Assets, find_assets
 from computedomain.devcluster.pki import ClientCert, Pki, generate_pki, kubeconfig_yaml
+from computedomain.devcluster.processes import (
+    STOP_GRACE_SECONDS,
+    ChildProcess,
+    pid_runs,
+    spawn,
+    tail,
+)
 
 KWOK_STAGE_DIR = REPO_ROOT / "hack" / "controlplane" / "kwok"
 KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
@@ -49,7 +53,6 @@ SERVICE_CIDR = "10.0.0.0/24"
 # Pod IPs handed out by kwok: wide enough for large fleets, disjoint from the service range.
 POD_CIDR = "10.128.0.0/14"
 KWOK_NODE_IP = "10.127.0.1"
-STOP_GRACE_SECONDS = 10.0
 CONTROLLER_QPS = 200
 CONTROLLER_BURST = 400
 STATE_FILE = "state.json"
@@ -92,46 +95,6 @@ def use_existing_cluster(env: dict[str, str] | None = None) -> bool:
     return env.get("USE_EXISTING_CLUSTER", "").lower() == "true"
 
 
-def _set_parent_death_signal() -> None:
-    # Runs in the child between fork and exec: die with the parent (e.g. a killed pytest).
-    libc = ctypes.CDLL(None, use_errno=True)
-    pr_set_pdeathsig = 1
-    libc.prctl(pr_set_pdeathsig, signal.SIGTERM)
-
-
-def _pid_runs(pid: int, binary_name: str) -> bool:
-    """True if ``pid`` is alive and still the process we started (guards against PID reuse)."""
-    try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    if stat.rsplit(")", 1)[-1].split()[0] == "Z":
-        return False
-    argv0 = cmdline.split(b"\0", 1)[0].decode(errors="replace")
-    return Path(argv0).name == binary_name
-
-
-def _tail(path: Path, lines: int = 25) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return "(no log)"
-
-
-@dataclass
-class _Process:
-    name: str
-    pid: int
-    log: Path
-    popen: subprocess.Popen[bytes] | None = None
-
-    def alive(self) -> bool:
-        if self.popen is not None:
-            return self.popen.poll() is None
-        return _pid_runs(self.pid, self.name)
-
-
 @dataclass
 class ControlPlane:
     kubeconfig: Path
@@ -142,7 +105,7 @@ class ControlPlane:
     # Seconds per start step (etcd, kube-apiserver, controllers, kwok, total).
     timings: dict[str, float] = field(default_factory=dict)
     versions: dict[str, str] = field(default_factory=dict)
-    _processes: list[_Process] = field(default_factory=list)
+    _processes: list[ChildProcess] = field(default_factory=list)
     _data_dir: Path | None = None
     _remove_workdir: bool = False
 
@@ -225,7 +188,7 @@ class ControlPlane:
             owned=True,
             timings=state.get("timings", {}),
             _processes=[
-                _Process(name, pid, workdir / "logs" / f"{name}.log")
+                ChildProcess(name, pid, workdir / "logs" / f"{name}.log")
                 for name, pid in state["pids"].items()
             ],
             _data_dir=Path(state["data_dir"]) if state.get("data_dir") else None,
@@ -250,19 +213,10 @@ class ControlPlane:
         self.server = f"https://127.0.0.1:{ports['apiserver']}"
         self._write_state(ports)
 
-        def spawn(name: str, args: list[str]) -> None:
+        def start(name: str, args: list[str]) -> None:
+            argv = [str(assets[name]), *args]
             log_path = logs / f"{name}.log"
-            with log_path.open("wb") as out:
-                popen = subprocess.Popen(
-                    [str(assets[name]), *args],
-                    stdin=subprocess.DEVNULL,
-                    stdout=out,
-                    stderr=subprocess.STDOUT,
-                    cwd=self.workdir,
-                    start_new_session=True,
-                    preexec_fn=None if detach else _set_parent_death_signal,
-                )
-            self._processes.append(_Process(name, popen.pid, log_path, popen))
+            self._processes.append(spawn(name, argv, log_path, detach=detach, cwd=self.workdir))
             self._write_state(ports)
 
         def step(name: str, started: float) -> None:
@@ -270,7 +224,7 @@ class ControlPlane:
             log(f"{name} ready in {self.timings[name]:.1f}s")
 
         t = time.monotonic()
-        spawn("etcd", _etcd_args(self._data_dir / "data", ports["etcd"], ports["etcd-peer"]))
+        start("etcd", _etcd_args(self._data_dir / "data", ports["etcd"], ports["etcd-peer"]))
         # Lets a later run sweep this tmpfs dir if we die without stopping (memory-backed).
         (self._data_dir / OWNER_FILE).write_text(str(self._processes[-1].pid))
         etcd_health = f"http://127.0.0.1:{ports['etcd']}/health"
@@ -279,7 +233,7 @@ class ControlPlane:
 
         t = time.monotonic()
         (self.workdir / "audit-policy.yaml").write_text(yaml.safe_dump(AUDIT_POLICY))
-        spawn("kube-apiserver", _apiserver_args(self.workdir, pki, ports))
+        start("kube-apiserver", _apiserver_args(self.workdir, pki, ports))
         admin_tls = _client_tls(pki.ca_cert, pki.admin)
         readyz = f"{self.server}/readyz"
         self._wait(lambda: _http_ok(readyz, admin_tls), "kube-apiserver /readyz", timeout, begin)
@@ -298,11 +252,11 @@ class ControlPlane:
         )
 
         t = time.monotonic()
-        spawn("kube-controller-manager", _kcm_args(kcm_kubeconfig, pki, ports["kcm"]))
-        spawn("kube-scheduler", _scheduler_args(scheduler_kubeconfig, ports["scheduler"]))
+        start("kube-controller-manager", _kcm_args(kcm_kubeconfig, pki, ports["kcm"]))
+        start("kube-scheduler", _scheduler_args(scheduler_kubeconfig, ports["scheduler"]))
         kwok_config = self.workdir / "kwok.yaml"
         kwok_config.write_text(kwok_configuration_yaml())
-        spawn("kwok", _kwok_args(self.kubeconfig, kwok_config))
+        start("kwok", _kwok_args(self.kubeconfig, kwok_config))
         # Serving certs of KCM and scheduler are self-signed; /healthz needs no credentials.
         insecure = ssl.create_default_context()
         insecure.check_hostname = False
@@ -350,13 +304,13 @@ class ControlPlane:
                 if not process.alive():
                     raise ControlPlaneError(
                         f"{process.name} exited while waiting for {what}; "
-                        f"last log lines of {process.log}:\n{_tail(process.log)}"
+                        f"last log lines of {process.log}:\n{tail(process.log)}"
                     )
             with contextlib.suppress(OSError, ValueError, KeyError):
                 if ready():
                     return
             if time.monotonic() - begin > timeout:
-                logs = "\n".join(f"--- {p.name}:\n{_tail(p.log, 10)}" for p in self._processes)
+                logs = "\n".join(f"--- {p.name}:\n{tail(p.log, 10)}" for p in self._processes)
                 raise ControlPlaneError(
                     f"timed out after {timeout:.0f}s waiting for {what}\n{logs}"
                 )
@@ -385,7 +339,7 @@ class ControlPlane:
         if not self.owned:
             return
         for process in reversed(self._processes):
-            _terminate(process, grace)
+            process.stop(grace)
         self._processes.clear()
         if self._data_dir is not None:
             shutil.rmtree(self._data_dir, ignore_errors=True)
@@ -408,27 +362,6 @@ class ControlPlane:
         self.stop()
 
 
-def _terminate(process: _Process, grace: float) -> None:
-    if not process.alive():
-        if process.popen is not None:
-            process.popen.wait()
-        return
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(process.pid, signal.SIGTERM)
-    deadline = time.monotonic() + grace
-    while process.alive() and time.monotonic() < deadline:
-        if process.popen is not None:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                process.popen.wait(timeout=0.1)
-        else:
-            time.sleep(0.1)
-    if process.alive():
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(process.pid, signal.SIGKILL)
-        if process.popen is not None:
-            process.popen.wait()
-
-
 # ---- component arguments ----------------------------------------------------------------
 
 
@@ -440,7 +373,7 @@ def sweep_stale_etcd_dirs(root: Path) -> list[Path]:
             pid = int((directory / OWNER_FILE).read_text())
         except (OSError, ValueError):
             continue  # being set up right now, or not ours
-        if not _pid_runs(pid, "etcd"):
+        if not pid_runs(pid, "etcd"):
             shutil.rmtree(directory, ignore_errors=True)
             removed.append(directory)
     return removed
@@ -602,7 +535,3 @@ def _request(
         if accept and error.code in accept:
             return {}
         raise
-
-
-def iter_component_logs(workdir: Path) -> Iterator[Path]:
-    yield from sorted((workdir / "logs").glob("*.log"))

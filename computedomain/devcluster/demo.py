@@ -11,10 +11,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import ctypes
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -28,18 +26,21 @@ from kubernetes_asyncio.client import ApiClient
 
 from computedomain.api import constants as c
 from computedomain.api.resources import COMPUTE_DOMAINS
-from computedomain.devcluster.__main__ import populate
+from computedomain.config import environ
 from computedomain.devcluster.assets import REPO_ROOT, Assets, AssetsUnavailableError, find_assets
 from computedomain.devcluster.clients import (
     api_client_from_kubeconfig,
     request_service_account_token,
 )
+from computedomain.devcluster.cluster import add_fleet_arguments, fleet_spec, populate
 from computedomain.devcluster.controlplane import (
     STATE_FILE,
     ControlPlane,
     ControlPlaneError,
     free_port,
 )
+from computedomain.devcluster.processes import ChildProcess, spawn, tail
+from computedomain.runtime import objects
 from computedomain.runtime.client import ApiError, KubeClient
 from computedomain.runtime.resources import (
     EVENTS,
@@ -49,11 +50,9 @@ from computedomain.runtime.resources import (
     SERVICE_ACCOUNTS,
     Resource,
 )
-from computedomain.sim.fleet import FleetSpec
 
 DRIVER_NAMESPACE = "nvidia-dra-driver-gpu"
 DEMO_NAMESPACE = "demo"
-IMAGE_NAME = "registry.k8s.io/dra-driver-nvidia/dra-driver-nvidia-gpu:v0.4.0"
 CONTROLLER_SERVICE_ACCOUNT = "computedomain-controller"
 LEASE_NAME = "nvidia-compute-domain-controller"
 RBAC_DIR = REPO_ROOT / "manifests" / "rbac"
@@ -62,7 +61,6 @@ SAMPLE_FILES = ("computedomain.yaml", "workload-multinode.yaml")
 DEFAULT_STATE_DIR = REPO_ROOT / ".devcluster" / "demo"
 # The controller keeps this token for its whole life; a kept demo cluster should outlive a day.
 TOKEN_SECONDS = 7 * 24 * 3600
-STOP_GRACE_SECONDS = 10.0
 NAMESPACED_RBAC_KINDS = {"ServiceAccount", "Role", "RoleBinding"}
 
 _started = time.monotonic()
@@ -84,67 +82,27 @@ class DemoError(RuntimeError):
 # ---- child processes ------------------------------------------------------------------------
 
 
-def _die_with_parent() -> None:
-    # Between fork and exec: without --keep, the controller and simulator die with the demo.
-    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-
-
-@dataclass
-class Child:
-    name: str
-    popen: subprocess.Popen[bytes]
-    log: Path
-
-    def alive(self) -> bool:
-        return self.popen.poll() is None
-
-    def stop(self, grace: float = STOP_GRACE_SECONDS) -> int | None:
-        if self.alive():
-            self.popen.send_signal(signal.SIGTERM)
-            try:
-                self.popen.wait(timeout=grace)
-            except subprocess.TimeoutExpired:
-                self.popen.kill()
-                self.popen.wait()
-        return self.popen.returncode
-
-
 def spawn_console_script(
     script: str, args: Sequence[str], env: dict[str, str], log: Path, keep: bool
-) -> Child:
+) -> ChildProcess:
     """Run a console script of this venv with the script's path as argv[0], so that
     ``devcluster down`` recognises the process by name in ``state.json`` (it checks argv[0])."""
     path = Path(sys.executable).parent / script
     if not path.is_file():
         raise DemoError(f"{path} not found: run `uv sync --locked --all-groups` first")
-    with log.open("wb") as out:
-        popen = subprocess.Popen(
-            [str(path), str(path), *args],
-            executable=sys.executable,
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            env={**os.environ, **env},
-            start_new_session=True,
-            preexec_fn=None if keep else _die_with_parent,
-        )
-    return Child(script, popen, log)
+    argv = [str(path), str(path), *args]
+    return spawn(
+        script, argv, log, detach=keep, env={**os.environ, **env}, executable=sys.executable
+    )
 
 
-def record_children(state_dir: Path, children: Sequence[Child]) -> None:
+def record_children(state_dir: Path, children: Sequence[ChildProcess]) -> None:
     """Add our children to the control plane's state.json: `down` stops them first, by PID."""
     path = state_dir / STATE_FILE
     state = json.loads(path.read_text())
     # `down` stops in reverse order, so appending makes these go before the control plane.
-    state["pids"] = {**state["pids"], **{child.name: child.popen.pid for child in children}}
+    state["pids"] = {**state["pids"], **{child.name: child.pid for child in children}}
     path.write_text(json.dumps(state, indent=2) + "\n")
-
-
-def tail(path: Path, lines: int = 15) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return "(no log)"
 
 
 # ---- cluster set-up -------------------------------------------------------------------------
@@ -242,13 +200,6 @@ def sample_replicas(directory: Path = SAMPLES_DIR) -> int:
 # ---- live progress --------------------------------------------------------------------------
 
 
-def _condition(cd: dict[str, Any], ctype: str) -> dict[str, Any]:
-    for cond in (cd.get("status") or {}).get("conditions") or []:
-        if cond.get("type") == ctype:
-            return dict(cond)
-    return {}
-
-
 def clique_progress(cd: dict[str, Any]) -> dict[str, tuple[int, int]]:
     """cliqueID (or "none") -> (nodes joined, nodes Ready), from status.nodes."""
     progress: dict[str, tuple[int, int]] = {}
@@ -302,7 +253,7 @@ class Progress:
                         f"clique {_short_clique(clique)}: {joined} nodes joined, {ready} ready"
                     )
             self.cliques = cliques
-        cond = _condition(cd, "Ready")
+        cond = objects.condition(cd, "Ready")
         line = f"{cond.get('status', '?')} {cond.get('reason', '')}: {cond.get('message', '')}"
         if cond and line != self.cd_ready_line:
             self.cd_ready_line = line
@@ -392,7 +343,7 @@ class Demo:
     args: argparse.Namespace
     assets: Assets
     cp: ControlPlane
-    children: list[Child] = field(default_factory=list)
+    children: list[ChildProcess] = field(default_factory=list)
 
     @property
     def state_dir(self) -> Path:
@@ -401,13 +352,8 @@ class Demo:
 
     async def run(self) -> None:
         args = self.args
-        spec = FleetSpec(
-            racks=args.racks,
-            nodes_per_rack=args.nodes_per_rack,
-            non_fabric=args.non_fabric,
-            seed=args.seed,
-        )
-        await populate(self.cp, spec, ready_timeout=120.0)
+        spec = fleet_spec(args)
+        await populate(self.cp, spec, ready_timeout=120.0, log=say)
         say(f"fleet Ready: {spec.racks} NVL72 racks x {spec.nodes_per_rack} + {spec.non_fabric}")
         admin = await api_client_from_kubeconfig(self.cp.kubeconfig)
         kube = KubeClient.from_api_client(admin, field_manager="computedomain-demo")
@@ -446,16 +392,17 @@ class Demo:
 
     async def _start_processes(self) -> None:
         logs = self.state_dir / "logs"
-        controller_env = {
-            "KUBECONFIG": str(self.state_dir / "controller.kubeconfig"),
-            "NAMESPACE": DRIVER_NAMESPACE,
-            "IMAGE_NAME": IMAGE_NAME,
-            "LEADER_ELECTION_ENABLED": "true",
-            "LOG_FORMAT": "text",
-            "POD_NAME": "demo-controller",
-            "HTTP_ENDPOINT": f"127.0.0.1:{free_port()}",
-            "PROBE_ADDRESS": f"127.0.0.1:{free_port()}",
-        }
+        metrics_address = f"127.0.0.1:{free_port()}"
+        controller_env = environ(
+            kubeconfig=str(self.state_dir / "controller.kubeconfig"),
+            namespace=DRIVER_NAMESPACE,
+            image_name=c.NVIDIA_DRIVER_IMAGE,
+            leader_election_enabled="true",
+            log_format="text",
+            pod_name="demo-controller",
+            http_endpoint=metrics_address,
+            probe_address=f"127.0.0.1:{free_port()}",
+        )
         controller = spawn_console_script(
             "computedomain-controller",
             [],
@@ -465,8 +412,8 @@ class Demo:
         )
         self.children.append(controller)
         say(
-            f"controller started (pid {controller.popen.pid}, metrics "
-            f"http://{controller_env['HTTP_ENDPOINT']}/metrics, log {controller.log})"
+            f"controller started (pid {controller.pid}, metrics "
+            f"http://{metrics_address}/metrics, log {controller.log})"
         )
         sim = spawn_console_script(
             "computedomain-sim",
@@ -486,7 +433,7 @@ class Demo:
         )
         self.children.append(sim)
         record_children(self.state_dir, self.children)
-        say(f"simulator started (pid {sim.popen.pid}, log {sim.log})")
+        say(f"simulator started (pid {sim.pid}, log {sim.log})")
 
     async def _wait_leader(self, kube: KubeClient) -> None:
         """Apply the samples only once the controller leads, so the timings show its work."""
@@ -546,7 +493,7 @@ class Demo:
 
     def _timeout_message(self, progress: Progress) -> str:
         logs = "\n".join(
-            f"--- last lines of {child.log}:\n{tail(child.log)}" for child in self.children
+            f"--- last lines of {child.log}:\n{tail(child.log, 15)}" for child in self.children
         )
         return (
             f"the ComputeDomain was not Ready with all workload pods Running within "
@@ -558,8 +505,8 @@ class Demo:
         for child in self.children:
             if not child.alive():
                 raise DemoError(
-                    f"{child.name} exited with code {child.popen.returncode}; "
-                    f"last lines of {child.log}:\n{tail(child.log)}"
+                    f"{child.name} exited with code {child.returncode}; "
+                    f"last lines of {child.log}:\n{tail(child.log, 15)}"
                 )
 
     def stop(self) -> None:
@@ -592,18 +539,7 @@ def build_parser() -> argparse.ArgumentParser:
         ),
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    parser.add_argument(
-        "--racks", type=int, default=2, help="NVL72 racks, 18 nodes each, one NVLink clique each"
-    )
-    parser.add_argument(
-        "--nodes-per-rack", type=int, default=18, help="p6e-gb200.36xlarge nodes per rack"
-    )
-    parser.add_argument(
-        "--non-fabric",
-        type=int,
-        default=2,
-        help="GPU nodes outside any NVLink clique (no nvidia.com/gpu.clique label)",
-    )
+    add_fleet_arguments(parser, racks=2, non_fabric=2)
     parser.add_argument(
         "--timeout",
         type=float,
@@ -627,9 +563,6 @@ def build_parser() -> argparse.ArgumentParser:
         "--daemon-delay",
         default="0.5-2s",
         help="simulated IMEX daemon start-up time (from joining its clique to Ready)",
-    )
-    parser.add_argument(
-        "--seed", type=int, default=0, help="seed of the fleet's IDs and the simulator's choices"
     )
     return parser
 

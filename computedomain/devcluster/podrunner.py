@@ -28,6 +28,7 @@ from kubernetes_asyncio.client import ApiClient
 from computedomain.devcluster.clients import request_service_account_token, token_kubeconfig
 from computedomain.devcluster.controlplane import ControlPlane, free_port
 from computedomain.devcluster.watching import watch_object, watch_objects
+from computedomain.runtime import patches
 from computedomain.runtime.client import ApiError, KubeClient
 from computedomain.runtime.resources import PODS
 
@@ -145,12 +146,9 @@ async def run_pod(
         )
     local = LocalPod(meta["namespace"], meta["name"], process, env, log_path)
     kube = KubeClient.from_api_client(admin, field_manager="podrunner")
-    finalizer: list[dict[str, Any]] = [
-        {"op": "add", "path": "/metadata/finalizers/-", "value": RUNNING_FINALIZER}
-    ]
-    if not meta.get("finalizers"):
-        finalizer = [{"op": "add", "path": "/metadata/finalizers", "value": [RUNNING_FINALIZER]}]
-    await kube.patch(PODS, meta["name"], finalizer, meta["namespace"], patch_type="json")
+    finalizer = patches.add_finalizer(pod, RUNNING_FINALIZER, guard_rv=False)
+    if finalizer is not None:
+        await kube.patch(PODS, meta["name"], finalizer, meta["namespace"], patch_type="json")
     local._follower = asyncio.create_task(_terminate_when_deleted(kube, local))
     return local
 
@@ -181,13 +179,8 @@ async def _release(kube: KubeClient, local: LocalPod) -> None:
         if err.is_not_found:
             return
         raise
-    finalizers = pod["metadata"].get("finalizers") or []
-    if RUNNING_FINALIZER in finalizers:
-        index = finalizers.index(RUNNING_FINALIZER)
-        patch = [
-            {"op": "test", "path": f"/metadata/finalizers/{index}", "value": RUNNING_FINALIZER},
-            {"op": "remove", "path": f"/metadata/finalizers/{index}"},
-        ]
+    patch = patches.remove_finalizer(pod, RUNNING_FINALIZER)
+    if patch is not None:
         with contextlib.suppress(ApiError):
             await kube.patch(PODS, local.name, patch, local.namespace, patch_type="json")
 

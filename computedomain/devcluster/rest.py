@@ -6,15 +6,11 @@ tiny helper so that it tests the control plane without depending on the code und
 
 from __future__ import annotations
 
-import asyncio
-import time
-from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any
 
 from kubernetes_asyncio.client import ApiClient
 
 _HEADERS = {"Content-Type": "application/json", "Accept": "application/json"}
-T = TypeVar("T")
 
 
 async def request_json(
@@ -36,24 +32,3 @@ async def request_json(
         _return_http_data_only=True,
     )
     return result or {}
-
-
-async def eventually(
-    probe: Callable[[], Awaitable[T | None]],
-    *,
-    within: float,
-    what: str,
-    interval: float = 0.2,
-    clock: Callable[[], float] = time.monotonic,
-) -> T:
-    """Poll ``probe`` until it returns something other than None/False; TimeoutError after
-    ``within`` seconds, naming ``what`` and the last value seen."""
-    deadline = clock() + within
-    last: T | None = None
-    while True:
-        last = await probe()
-        if last is not None and last is not False:
-            return last
-        if clock() >= deadline:
-            raise TimeoutError(f"timed out after {within:.0f}s waiting for {what} (last: {last!r})")
-        await asyncio.sleep(interval)

@@ -118,15 +118,18 @@ def _field_env(name: str, path: str) -> dict[str, Any]:
 
 def _daemon_env(settings: DaemonSettings) -> list[dict[str, Any]]:
     env: list[dict[str, Any]] = [
-        {"name": "LOG_VERBOSITY", "value": str(settings.log_verbosity)},
-        {"name": "MAX_NODES_PER_IMEX_DOMAIN", "value": str(settings.max_nodes_per_imex_domain)},
-        _field_env("NODE_NAME", "spec.nodeName"),
-        _field_env("POD_IP", "status.podIP"),
-        _field_env("POD_UID", "metadata.uid"),
-        _field_env("POD_NAME", "metadata.name"),
-        _field_env("POD_NAMESPACE", "metadata.namespace"),
+        {"name": c.DAEMON_LOG_VERBOSITY_ENV, "value": str(settings.log_verbosity)},
+        {
+            "name": c.MAX_NODES_PER_IMEX_DOMAIN_ENV,
+            "value": str(settings.max_nodes_per_imex_domain),
+        },
+        _field_env(c.NODE_NAME_ENV, "spec.nodeName"),
+        _field_env(c.POD_IP_ENV, "status.podIP"),
+        _field_env(c.POD_UID_ENV, "metadata.uid"),
+        _field_env(c.POD_NAME_ENV, "metadata.name"),
+        _field_env(c.POD_NAMESPACE_ENV, "metadata.namespace"),
         # Without "void" the NVIDIA runtime would expose every GPU to the daemon.
-        {"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"},
+        {"name": c.NVIDIA_VISIBLE_DEVICES_ENV, "value": "void"},
     ]
     gates = feature_gates_env(settings.feature_gates)
     if gates:

@@ -97,13 +97,6 @@ def _shorten(text: str, limit: int = 120) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def _condition(pod: Mapping[str, Any], kind: str) -> Mapping[str, Any]:
-    for cond in (pod.get("status") or {}).get("conditions") or []:
-        if cond.get("type") == kind:
-            return cond  # type: ignore[no-any-return]
-    return {}
-
-
 def _daemon_container_status(pod: Mapping[str, Any]) -> Mapping[str, Any]:
     statuses = (pod.get("status") or {}).get("containerStatuses") or []
     for status in statuses:
@@ -122,7 +115,7 @@ def daemon_pod_from_dict(pod: Mapping[str, Any]) -> DaemonPod:
     waiting = state.get("waiting") or {}
     terminated = state.get("terminated") or (container.get("lastState") or {}).get("terminated")
     terminated = terminated or {}
-    scheduled = _condition(pod, "PodScheduled")
+    scheduled = objects.condition(pod, "PodScheduled")
     unschedulable = scheduled.get("status") == "False" and scheduled.get("reason") == (
         "Unschedulable"
     )
@@ -143,7 +136,7 @@ def daemon_pod_from_dict(pod: Mapping[str, Any]) -> DaemonPod:
         node_name=(pod.get("spec") or {}).get("nodeName") or None,
         pod_ip=status.get("podIP") or None,
         clique_id=clique_id if isinstance(clique_id, str) else None,
-        ready=_condition(pod, "Ready").get("status") == "True",
+        ready=objects.condition(pod, "Ready").get("status") == "True",
         phase=str(status.get("phase") or "Pending"),
         deleting=meta.get("deletionTimestamp") is not None,
         started=started if isinstance(started, bool) else None,

@@ -7,11 +7,12 @@ malformed ``metadata`` or ``labels`` is handled once, the same way everywhere.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Any
 
 from computedomain.runtime.resources import Resource
 
-_EMPTY: Mapping[str, Any] = {}
+_EMPTY: Mapping[str, Any] = MappingProxyType({})
 
 
 def meta(obj: Mapping[str, Any] | None) -> Mapping[str, Any]:
@@ -48,6 +49,15 @@ def uid(obj: Mapping[str, Any] | None) -> str | None:
 
 def resource_version(obj: Mapping[str, Any] | None) -> str:
     return str(meta(obj).get("resourceVersion") or "")
+
+
+def condition(obj: Mapping[str, Any] | None, ctype: str) -> Mapping[str, Any]:
+    """The ``status.conditions`` entry of type ``ctype``, or an empty mapping."""
+    status = (obj or _EMPTY).get("status")
+    for cond in (status.get("conditions") if isinstance(status, Mapping) else None) or []:
+        if isinstance(cond, Mapping) and cond.get("type") == ctype:
+            return cond
+    return _EMPTY
 
 
 def object_key(obj: Mapping[str, Any] | None) -> str:

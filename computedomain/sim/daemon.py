@@ -99,7 +99,7 @@ class FakeImexDaemon:
         self.restart_count = _restart_count(pod)
         resumed = self._adopt_ip(pod)
         try:
-            self.gates = DaemonGates.from_env(env.get("FEATURE_GATES"))
+            self.gates = DaemonGates.from_env(env.get(c.FEATURE_GATES_ENV))
             gates_error = (
                 "" if self.gates.valid else "ComputeDomainCliques requires IMEXDaemonsWithDNSNames"
             )

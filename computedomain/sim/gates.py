@@ -71,7 +71,7 @@ def container_env(pod: Mapping[str, Any], container_name: str | None = None) -> 
 
 
 def max_nodes_from_env(env: Mapping[str, str]) -> int:
-    raw = env.get("MAX_NODES_PER_IMEX_DOMAIN", "")
+    raw = env.get(c.MAX_NODES_PER_IMEX_DOMAIN_ENV, "")
     try:
         value = int(raw)
     except ValueError:

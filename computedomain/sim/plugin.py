@@ -12,6 +12,7 @@ import logging
 from typing import Any
 
 from computedomain.api import constants as c
+from computedomain.runtime import patches
 from computedomain.runtime.client import ApiError
 from computedomain.runtime.resources import NODES, PODS
 
@@ -28,8 +29,6 @@ from .podstatus import (
 from .signals import domain_key, node_key, pod_key
 
 log = logging.getLogger("computedomain.sim.plugin")
-
-_LABEL_PATH = "/metadata/labels/" + c.CD_LABEL.replace("~", "~0").replace("/", "~1")
 
 
 class FakeKubeletPlugin:
@@ -123,10 +122,7 @@ class FakeKubeletPlugin:
             return
         if not users:
             del self.prepared[node_name]
-        patch = [
-            {"op": "test", "path": _LABEL_PATH, "value": domain_id},
-            {"op": "remove", "path": _LABEL_PATH},
-        ]
+        patch = patches.remove_label_if(c.CD_LABEL, domain_id)
         try:
             updated = await self.ctx.write(
                 lambda: self.ctx.client.patch(NODES, node_name, patch, patch_type="json")

@@ -10,10 +10,9 @@ from collections.abc import Iterator
 import pytest
 
 from computedomain.devcluster.assets import AssetsUnavailableError
-from computedomain.devcluster.clients import api_client_from_kubeconfig
+from computedomain.devcluster.cluster import populate
 from computedomain.devcluster.controlplane import ControlPlane
-from computedomain.devcluster.crds import CRD_DIR, apply_crds
-from computedomain.sim.fleet import FleetSpec, build_nodes, create_fleet, wait_nodes_ready
+from computedomain.sim.fleet import FleetSpec, build_nodes
 
 TEST_FLEET = FleetSpec(racks=4, non_fabric=2, seed=1)
 # Start-up figures, shown in the terminal summary so every run reports them.
@@ -39,23 +38,13 @@ def run_control_plane(label: str = "") -> Iterator[ControlPlane]:
     try:
         STARTUP.update({f"{label}control plane {k}": v for k, v in cp.timings.items()})
         begin = time.monotonic()
-        asyncio.run(_prepare_cluster(cp))
+        asyncio.run(populate(cp, TEST_FLEET, ready_timeout=60))
         STARTUP[f"{label}CRDs + {TEST_FLEET.total_nodes} Ready fleet nodes"] = round(
             time.monotonic() - begin, 2
         )
         yield cp
     finally:
         cp.stop()
-
-
-async def _prepare_cluster(cp: ControlPlane) -> None:
-    api = await api_client_from_kubeconfig(cp.kubeconfig)
-    try:
-        await apply_crds(api, CRD_DIR)
-        names = await create_fleet(api, TEST_FLEET)
-        await wait_nodes_ready(api, names, timeout=60)
-    finally:
-        await api.close()
 
 
 def fleet_node_names() -> list[str]:

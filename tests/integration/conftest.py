@@ -28,10 +28,11 @@ from computedomain.devcluster.clients import (
     service_account_api_client,
 )
 from computedomain.devcluster.controlplane import ControlPlane, use_existing_cluster
-from computedomain.devcluster.rest import eventually, request_json
+from computedomain.devcluster.rest import request_json
 from computedomain.runtime.client import KubeClient
 from computedomain.runtime.resources import NAMESPACES, SERVICE_ACCOUNTS
 from tests.integration.cluster import STARTUP, fleet_node_names, run_control_plane
+from tests.kit.waiting import eventually
 
 SaClientFactory = Callable[[str, str], Awaitable[ApiClient]]
 

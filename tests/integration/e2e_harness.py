@@ -15,6 +15,7 @@ from typing import Any
 
 from computedomain.api import constants as c
 from computedomain.api.resources import CLIQUES, COMPUTE_DOMAINS
+from computedomain.devcluster.harness import Controllers, RunningController
 from computedomain.devcluster.watching import Objects, watch_objects
 from computedomain.runtime import resources as r
 from computedomain.runtime.client import ApiError, KubeClient
@@ -23,7 +24,7 @@ from computedomain.sim.context import SimSettings
 from computedomain.sim.faults import DelayRange, FaultSettings
 from computedomain.sim.fleet import RACK_LABEL
 from computedomain.sim.simulator import Simulator
-from tests.integration.controller_harness import ControllerFactory, RunningController
+from tests.kit.controllers import controllers_for, create_cd
 
 STATEFULSETS = Resource("apps", "v1", "statefulsets", "StatefulSet", namespaced=True)
 WORKLOAD_LABEL = "e2e.computedomain.dev/workload"
@@ -111,7 +112,7 @@ class EndToEnd:
     kube: KubeClient
     namespace: str
     driver_namespace: str
-    controllers: ControllerFactory
+    controllers: Controllers
     simulator_tasks: list[asyncio.Task[None]] = field(default_factory=list)
     uids: set[str] = field(default_factory=set)
 
@@ -137,16 +138,7 @@ class EndToEnd:
     async def create_cd(
         self, name: str, rct_name: str = "imex-channel-0", num_nodes: int = 0
     ) -> dict[str, Any]:
-        body = {
-            "apiVersion": c.API_VERSION,
-            "kind": c.CD_KIND,
-            "metadata": {"name": name},
-            "spec": {
-                "numNodes": num_nodes,
-                "channel": {"resourceClaimTemplate": {"name": rct_name}},
-            },
-        }
-        cd = await self.kube.create(COMPUTE_DOMAINS, body, self.namespace)
+        cd = await create_cd(self.kube, self.namespace, name, rct_name, num_nodes)
         self.uids.add(cd["metadata"]["uid"])
         return cd
 
@@ -299,9 +291,7 @@ async def _delete(kube: KubeClient, res: Resource, name: str, namespace: str) ->
 async def end_to_end(
     kube: KubeClient, kubeconfig: Path, namespace: str, driver_namespace: str
 ) -> AsyncIterator[EndToEnd]:
-    env = EndToEnd(
-        kube, namespace, driver_namespace, ControllerFactory(kubeconfig, driver_namespace)
-    )
+    env = EndToEnd(kube, namespace, driver_namespace, controllers_for(kubeconfig, driver_namespace))
     try:
         yield env
     finally:

@@ -25,13 +25,13 @@ from computedomain.api import constants as c
 from computedomain.api.resources import CLIQUES, COMPUTE_DOMAINS
 from computedomain.api.v1beta1 import ComputeDomain
 from computedomain.devcluster.crds import CRD_DIR
-from computedomain.devcluster.rest import eventually
 from computedomain.devcluster.watching import Objects, watch_objects
 from computedomain.domain import desired, projection
 from computedomain.domain.settings import DaemonSettings
 from computedomain.runtime import resources as r
 from computedomain.runtime.client import ApiError, KubeClient
 from computedomain.runtime.resources import Resource
+from tests.kit.waiting import eventually
 
 ROOT = Path(__file__).resolve().parents[2]
 NVIDIA_NAMESPACE = "nvidia-dra-driver-gpu"

@@ -12,15 +12,12 @@ import pytest
 
 from computedomain.api import constants as c
 from computedomain.api.resources import CLIQUES, COMPUTE_DOMAINS
+from computedomain.devcluster.harness import Controllers
+from computedomain.devcluster.watching import watch_object
 from computedomain.runtime import resources as r
 from computedomain.runtime.client import ApiError, KubeClient
-from tests.integration.controller_harness import (
-    TEST_IMAGE,
-    ControllerFactory,
-    create_cd,
-    watch_until,
-)
-from tests.integration.reading import condition
+from computedomain.runtime.objects import condition, labels
+from tests.kit.controllers import controllers_for, create_cd, stop_after_cleanup, wait_children
 
 LABEL_PATH = "/metadata/labels/" + c.CD_LABEL.replace("/", "~1")
 
@@ -28,47 +25,19 @@ LABEL_PATH = "/metadata/labels/" + c.CD_LABEL.replace("/", "~1")
 @pytest.fixture
 async def controllers(
     kubeconfig_path: Path, driver_namespace: str, kube: KubeClient, namespace: str
-) -> AsyncIterator[ControllerFactory]:
-    factory = ControllerFactory(kubeconfig_path, driver_namespace)
+) -> AsyncIterator[Controllers]:
+    factory = controllers_for(kubeconfig_path, driver_namespace)
     yield factory
-    # Let a running controller finalize what the test left, so no CD outlives its test.
-    if factory.running:
-        listing = await kube.list(COMPUTE_DOMAINS, namespace=namespace)
-        for item in listing["items"]:
-            name = item["metadata"]["name"]
-            try:
-                await kube.delete(COMPUTE_DOMAINS, name, namespace)
-            except ApiError as err:
-                if not err.is_not_found:
-                    raise
-            await watch_until(
-                kube, COMPUTE_DOMAINS, name, namespace, lambda o: o is None, timeout=60
-            )
-    await factory.stop_all()
-
-
-def _labels(obj: dict[str, Any] | None) -> dict[str, str]:
-    return dict(((obj or {}).get("metadata") or {}).get("labels") or {})
-
-
-async def _ready_children(kube: KubeClient, cd: dict[str, Any], driver_ns: str) -> None:
-    uid = cd["metadata"]["uid"]
-    name = c.daemon_name(uid)
-    for res, ns, child in (
-        (r.DAEMONSETS, driver_ns, name),
-        (r.RESOURCE_CLAIM_TEMPLATES, driver_ns, name),
-        (r.RESOURCE_CLAIM_TEMPLATES, cd["metadata"]["namespace"], "imex-channel-0"),
-    ):
-        await watch_until(kube, res, child, ns, lambda o: o is not None, what=f"{res.kind} {child}")
+    await stop_after_cleanup(factory, kube, namespace)
 
 
 async def test_upstream_example_gets_all_three_children(
-    kube: KubeClient, controllers: ControllerFactory, namespace: str, driver_namespace: str
+    kube: KubeClient, controllers: Controllers, namespace: str, driver_namespace: str
 ) -> None:
     await controllers.start()
     cd = await create_cd(kube, namespace, "imex-channel-injection", num_nodes=1)
     uid = cd["metadata"]["uid"]
-    await _ready_children(kube, cd, driver_namespace)
+    await wait_children(kube, cd, driver_namespace)
 
     cd = await kube.get(COMPUTE_DOMAINS, "imex-channel-injection", namespace)
     assert c.FINALIZER in cd["metadata"]["finalizers"]
@@ -85,7 +54,7 @@ async def test_upstream_example_gets_all_three_children(
         "PreferNoSchedule",
     }
     container = pod_spec["containers"][0]
-    assert container["image"] == TEST_IMAGE
+    assert container["image"] == c.NVIDIA_DRIVER_IMAGE
     env = {e["name"]: e for e in container["env"]}
     assert env["MAX_NODES_PER_IMEX_DOMAIN"]["value"] == "18"
     assert (
@@ -97,7 +66,7 @@ async def test_upstream_example_gets_all_three_children(
     ]
 
     daemon_rct = await kube.get(r.RESOURCE_CLAIM_TEMPLATES, c.daemon_name(uid), driver_namespace)
-    assert _labels(daemon_rct) == {c.CD_LABEL: uid, c.TARGET_LABEL: c.TARGET_DAEMON}
+    assert labels(daemon_rct) == {c.CD_LABEL: uid, c.TARGET_LABEL: c.TARGET_DAEMON}
     devices = daemon_rct["spec"]["spec"]["devices"]
     assert devices["requests"] == [{"name": "daemon", "exactly": devices["requests"][0]["exactly"]}]
     assert devices["requests"][0]["exactly"]["deviceClassName"] == c.DAEMON_DEVICE_CLASS
@@ -108,7 +77,7 @@ async def test_upstream_example_gets_all_three_children(
     }
 
     workload = await kube.get(r.RESOURCE_CLAIM_TEMPLATES, "imex-channel-0", namespace)
-    assert _labels(workload) == {c.CD_LABEL: uid, c.TARGET_LABEL: c.TARGET_WORKLOAD}
+    assert labels(workload) == {c.CD_LABEL: uid, c.TARGET_LABEL: c.TARGET_WORKLOAD}
     params = workload["spec"]["spec"]["devices"]["config"][0]["opaque"]["parameters"]
     assert params == {
         "apiVersion": c.API_VERSION,
@@ -119,12 +88,13 @@ async def test_upstream_example_gets_all_three_children(
 
     # No daemon has joined: upstream status semantics say NotReady (numNodes 1), and the
     # Ready condition says why.
-    cd = await watch_until(
+    cd = await watch_object(
         kube,
         COMPUTE_DOMAINS,
         "imex-channel-injection",
-        namespace,
         lambda o: condition(o, "Ready").get("reason") == "WaitingForWorkload",
+        namespace=namespace,
+        within=30.0,
     )
     assert cd is not None
     assert cd["status"]["status"] == "NotReady"
@@ -134,13 +104,18 @@ async def test_upstream_example_gets_all_three_children(
 
 
 async def test_zero_nodes_is_not_ready_in_conditions(
-    kube: KubeClient, controllers: ControllerFactory, namespace: str
+    kube: KubeClient, controllers: Controllers, namespace: str
 ) -> None:
     """#767: upstream calls a numNodes=0 CD with no daemon Ready; our condition does not."""
     await controllers.start()
     await create_cd(kube, namespace, "empty")
-    cd = await watch_until(
-        kube, COMPUTE_DOMAINS, "empty", namespace, lambda o: bool(condition(o, "Ready"))
+    cd = await watch_object(
+        kube,
+        COMPUTE_DOMAINS,
+        "empty",
+        lambda o: bool(condition(o, "Ready")),
+        namespace=namespace,
+        within=30.0,
     )
     assert cd is not None
     assert cd["status"]["status"] == "Ready"  # kept for compatibility
@@ -191,7 +166,7 @@ async def _daemon_pod(
 
 async def test_cliques_project_into_status_and_conditions(
     kube: KubeClient,
-    controllers: ControllerFactory,
+    controllers: Controllers,
     namespace: str,
     driver_namespace: str,
     fleet_nodes: list[str],
@@ -229,12 +204,13 @@ async def test_cliques_project_into_status_and_conditions(
         },
         driver_namespace,
     )
-    cd = await watch_until(
+    cd = await watch_object(
         kube,
         COMPUTE_DOMAINS,
         "cliques",
-        namespace,
         lambda o: len((o or {}).get("status", {}).get("nodes") or []) == 1,
+        namespace=namespace,
+        within=30.0,
         what="node A in status.nodes",
     )
     assert cd is not None
@@ -251,12 +227,13 @@ async def test_cliques_project_into_status_and_conditions(
 
     clique["daemons"] = [entry(node_a, 0, "Ready"), entry(node_b, 1, "Ready")]
     await kube.replace(CLIQUES, clique, driver_namespace)
-    cd = await watch_until(
+    cd = await watch_object(
         kube,
         COMPUTE_DOMAINS,
         "cliques",
-        namespace,
         lambda o: condition(o, "Ready").get("status") == "True",
+        namespace=namespace,
+        within=30.0,
         what="Ready=True",
     )
     assert cd is not None
@@ -268,7 +245,7 @@ async def test_cliques_project_into_status_and_conditions(
 
 async def test_legacy_protocol_keeps_daemon_entries_and_reasserts_conditions(
     kube: KubeClient,
-    controllers: ControllerFactory,
+    controllers: Controllers,
     namespace: str,
     driver_namespace: str,
     fleet_nodes: list[str],
@@ -278,8 +255,13 @@ async def test_legacy_protocol_keeps_daemon_entries_and_reasserts_conditions(
     await controllers.start(FEATURE_GATES="ComputeDomainCliques=false")
     cd = await create_cd(kube, namespace, "legacy", num_nodes=1)
     uid = cd["metadata"]["uid"]
-    ds = await watch_until(
-        kube, r.DAEMONSETS, c.daemon_name(uid), driver_namespace, lambda o: o is not None
+    ds = await watch_object(
+        kube,
+        r.DAEMONSETS,
+        c.daemon_name(uid),
+        lambda o: o is not None,
+        namespace=driver_namespace,
+        within=30.0,
     )
     assert ds is not None
     env = {
@@ -289,8 +271,13 @@ async def test_legacy_protocol_keeps_daemon_entries_and_reasserts_conditions(
     node = fleet_nodes[2]
     clique_id = (await kube.get(r.NODES, node))["metadata"]["labels"][c.GPU_CLIQUE_NODE_LABEL]
     pod = await _daemon_pod(kube, driver_namespace, uid, node, clique_id, "10.222.1.1")
-    cd = await watch_until(
-        kube, COMPUTE_DOMAINS, "legacy", namespace, lambda o: bool(condition(o, "Ready"))
+    cd = await watch_object(
+        kube,
+        COMPUTE_DOMAINS,
+        "legacy",
+        lambda o: bool(condition(o, "Ready")),
+        namespace=namespace,
+        within=30.0,
     )
     assert cd is not None
     # What a legacy daemon's typed UpdateStatus sends: only upstream fields.
@@ -317,15 +304,16 @@ async def test_legacy_protocol_keeps_daemon_entries_and_reasserts_conditions(
         except ApiError as err:
             if not err.is_conflict:
                 raise
-    cd = await watch_until(
+    cd = await watch_object(
         kube,
         COMPUTE_DOMAINS,
         "legacy",
-        namespace,
         lambda o: (
             [n["name"] for n in (o or {}).get("status", {}).get("nodes") or []] == [node]
             and condition(o, "Ready").get("status") == "True"
         ),
+        namespace=namespace,
+        within=30.0,
         what="stale entry pruned and conditions re-asserted",
     )
     assert cd is not None
@@ -333,7 +321,7 @@ async def test_legacy_protocol_keeps_daemon_entries_and_reasserts_conditions(
 
 
 async def test_foreign_object_is_left_untouched_and_reported(
-    kube: KubeClient, controllers: ControllerFactory, namespace: str
+    kube: KubeClient, controllers: Controllers, namespace: str
 ) -> None:
     foreign = {
         "apiVersion": "resource.k8s.io/v1",
@@ -352,12 +340,13 @@ async def test_foreign_object_is_left_untouched_and_reported(
     before = await kube.create(r.RESOURCE_CLAIM_TEMPLATES, foreign, namespace)
     await controllers.start()
     await create_cd(kube, namespace, "clash", rct_name="taken")
-    cd = await watch_until(
+    cd = await watch_object(
         kube,
         COMPUTE_DOMAINS,
         "clash",
-        namespace,
         lambda o: condition(o, "Ready").get("reason") == "ForeignObject",
+        namespace=namespace,
+        within=30.0,
         what="ForeignObject reason",
     )
     assert condition(cd, "ChildrenReady")["status"] == "False"
@@ -374,7 +363,7 @@ async def _label_node(kube: KubeClient, node: str, uid: str) -> None:
 
 async def test_deletion_removes_children_labels_and_finalizers_even_without_daemonset(
     kube: KubeClient,
-    controllers: ControllerFactory,
+    controllers: Controllers,
     namespace: str,
     driver_namespace: str,
     fleet_nodes: list[str],
@@ -382,7 +371,7 @@ async def test_deletion_removes_children_labels_and_finalizers_even_without_daem
     first = await controllers.start()
     cd = await create_cd(kube, namespace, "doomed")
     uid = cd["metadata"]["uid"]
-    await _ready_children(kube, cd, driver_namespace)
+    await wait_children(kube, cd, driver_namespace)
     node = fleet_nodes[4]
     await _label_node(kube, node, uid)
 
@@ -393,40 +382,48 @@ async def test_deletion_removes_children_labels_and_finalizers_even_without_daem
     ds_name = c.daemon_name(uid)
     await kube.patch(r.DAEMONSETS, ds_name, {"metadata": {"finalizers": None}}, driver_namespace)
     await kube.delete(r.DAEMONSETS, ds_name, driver_namespace)
-    await watch_until(kube, r.DAEMONSETS, ds_name, driver_namespace, lambda o: o is None)
+    await watch_object(
+        kube, r.DAEMONSETS, ds_name, lambda o: o is None, namespace=driver_namespace, within=30.0
+    )
     await kube.delete(COMPUTE_DOMAINS, "doomed", namespace)
 
     await controllers.start()
-    await watch_until(kube, COMPUTE_DOMAINS, "doomed", namespace, lambda o: o is None, timeout=60)
+    await watch_object(
+        kube, COMPUTE_DOMAINS, "doomed", lambda o: o is None, namespace=namespace, within=60
+    )
     for res, ns, name in (
         (r.RESOURCE_CLAIM_TEMPLATES, driver_namespace, ds_name),
         (r.RESOURCE_CLAIM_TEMPLATES, namespace, "imex-channel-0"),
     ):
-        await watch_until(kube, res, name, ns, lambda o: o is None, what=f"{name} gone")
-    assert c.CD_LABEL not in _labels(await kube.get(r.NODES, node))
+        await watch_object(
+            kube, res, name, lambda o: o is None, namespace=ns, within=30.0, what=f"{name} gone"
+        )
+    assert c.CD_LABEL not in labels(await kube.get(r.NODES, node))
 
 
 async def test_node_label_of_another_domain_is_not_removed(
     kube: KubeClient,
-    controllers: ControllerFactory,
+    controllers: Controllers,
     namespace: str,
     driver_namespace: str,
     fleet_nodes: list[str],
 ) -> None:
     await controllers.start()
     cd = await create_cd(kube, namespace, "short-lived")
-    await _ready_children(kube, cd, driver_namespace)
+    await wait_children(kube, cd, driver_namespace)
     node = fleet_nodes[5]
     await _label_node(kube, node, "someone-else-uid")
     await kube.delete(COMPUTE_DOMAINS, "short-lived", namespace)
-    await watch_until(kube, COMPUTE_DOMAINS, "short-lived", namespace, lambda o: o is None)
-    assert _labels(await kube.get(r.NODES, node)).get(c.CD_LABEL) == "someone-else-uid"
+    await watch_object(
+        kube, COMPUTE_DOMAINS, "short-lived", lambda o: o is None, namespace=namespace, within=30.0
+    )
+    assert labels(await kube.get(r.NODES, node)).get(c.CD_LABEL) == "someone-else-uid"
     await kube.patch(r.NODES, node, {"metadata": {"labels": {c.CD_LABEL: None}}})
 
 
 async def test_domain_deleted_while_controller_down_is_cleaned_up_on_start(
     kube: KubeClient,
-    controllers: ControllerFactory,
+    controllers: Controllers,
     namespace: str,
     driver_namespace: str,
     fleet_nodes: list[str],
@@ -434,7 +431,7 @@ async def test_domain_deleted_while_controller_down_is_cleaned_up_on_start(
     first = await controllers.start()
     cd = await create_cd(kube, namespace, "while-down")
     uid = cd["metadata"]["uid"]
-    await _ready_children(kube, cd, driver_namespace)
+    await wait_children(kube, cd, driver_namespace)
     node = fleet_nodes[6]
     await _label_node(kube, node, uid)
     await first.shutdown()
@@ -443,35 +440,56 @@ async def test_domain_deleted_while_controller_down_is_cleaned_up_on_start(
     # Gone while no controller ran: strip the CD's finalizer by hand, as an impatient admin would.
     await kube.patch(COMPUTE_DOMAINS, "while-down", {"metadata": {"finalizers": None}}, namespace)
     await kube.delete(COMPUTE_DOMAINS, "while-down", namespace)
-    await watch_until(kube, COMPUTE_DOMAINS, "while-down", namespace, lambda o: o is None)
+    await watch_object(
+        kube, COMPUTE_DOMAINS, "while-down", lambda o: o is None, namespace=namespace, within=30.0
+    )
 
     await controllers.start()
     ds_name = c.daemon_name(uid)
-    await watch_until(kube, r.DAEMONSETS, ds_name, driver_namespace, lambda o: o is None)
-    await watch_until(
-        kube, r.RESOURCE_CLAIM_TEMPLATES, ds_name, driver_namespace, lambda o: o is None
+    await watch_object(
+        kube, r.DAEMONSETS, ds_name, lambda o: o is None, namespace=driver_namespace, within=30.0
     )
-    await watch_until(
-        kube, r.RESOURCE_CLAIM_TEMPLATES, "imex-channel-0", namespace, lambda o: o is None
+    await watch_object(
+        kube,
+        r.RESOURCE_CLAIM_TEMPLATES,
+        ds_name,
+        lambda o: o is None,
+        namespace=driver_namespace,
+        within=30.0,
     )
-    await watch_until(
-        kube, r.NODES, node, None, lambda o: c.CD_LABEL not in _labels(o), what="label removed"
+    await watch_object(
+        kube,
+        r.RESOURCE_CLAIM_TEMPLATES,
+        "imex-channel-0",
+        lambda o: o is None,
+        namespace=namespace,
+        within=30.0,
+    )
+    await watch_object(
+        kube,
+        r.NODES,
+        node,
+        lambda o: c.CD_LABEL not in labels(o),
+        namespace=None,
+        within=30.0,
+        what="label removed",
     )
 
 
 async def test_domain_without_spec_is_reported_not_crashed_on(
-    kube: KubeClient, controllers: ControllerFactory, namespace: str
+    kube: KubeClient, controllers: Controllers, namespace: str
 ) -> None:
     """The CRD admits an object without spec (upstream schema); the controller must cope."""
     await controllers.start()
     body = {"apiVersion": c.API_VERSION, "kind": c.CD_KIND, "metadata": {"name": "bare"}}
     await kube.create(COMPUTE_DOMAINS, body, namespace)
-    cd = await watch_until(
+    cd = await watch_object(
         kube,
         COMPUTE_DOMAINS,
         "bare",
-        namespace,
         lambda o: condition(o, "ChildrenReady").get("status") == "False",
+        namespace=namespace,
+        within=30.0,
         what="ChildrenReady=False",
     )
     assert "resourceClaimTemplate.name is not set" in condition(cd, "ChildrenReady")["message"]
@@ -479,7 +497,7 @@ async def test_domain_without_spec_is_reported_not_crashed_on(
 
 
 async def test_missing_daemon_service_account_is_reported_and_recovers(
-    kube: KubeClient, controllers: ControllerFactory, namespace: str, driver_namespace: str
+    kube: KubeClient, controllers: Controllers, namespace: str, driver_namespace: str
 ) -> None:
     """#586: Helm owns the daemon SA. Without it no daemon pod can start, and the CDs say so
     (one Warning each), then recover when it is back, all without a restart."""
@@ -492,20 +510,33 @@ async def test_missing_daemon_service_account_is_reported_and_recovers(
     running = await controllers.start()
     # A CD reconciled while the SA exists must flip when it vanishes: the SA watch requeues it.
     await create_cd(kube, namespace, "before", rct_name="before-channel")
-    await watch_until(
-        kube, COMPUTE_DOMAINS, "before", namespace, reason_is("Ready", "WaitingForWorkload")
+    await watch_object(
+        kube,
+        COMPUTE_DOMAINS,
+        "before",
+        reason_is("Ready", "WaitingForWorkload"),
+        namespace=namespace,
+        within=30.0,
     )
     await kube.delete(r.SERVICE_ACCOUNTS, sa, driver_namespace)
     try:
-        await watch_until(kube, r.SERVICE_ACCOUNTS, sa, driver_namespace, lambda o: o is None)
+        await watch_object(
+            kube,
+            r.SERVICE_ACCOUNTS,
+            sa,
+            lambda o: o is None,
+            namespace=driver_namespace,
+            within=30.0,
+        )
         await create_cd(kube, namespace, "no-sa", rct_name="no-sa-channel")
         for name in ("no-sa", "before"):
-            cd = await watch_until(
+            cd = await watch_object(
                 kube,
                 COMPUTE_DOMAINS,
                 name,
-                namespace,
                 reason_is("ChildrenReady", missing),
+                namespace=namespace,
+                within=30.0,
                 what=f"{name}: ChildrenReady {missing}",
             )
             children = condition(cd, "ChildrenReady")
@@ -523,12 +554,13 @@ async def test_missing_daemon_service_account_is_reported_and_recovers(
                 raise
 
     for name in ("no-sa", "before"):
-        cd = await watch_until(
+        cd = await watch_object(
             kube,
             COMPUTE_DOMAINS,
             name,
-            namespace,
             lambda o: condition(o, "ChildrenReady").get("status") == "True",
+            namespace=namespace,
+            within=30.0,
             what=f"{name}: ChildrenReady True again",
         )
         assert condition(cd, "Ready")["reason"] == "WaitingForWorkload"
@@ -547,19 +579,26 @@ async def test_missing_daemon_service_account_is_reported_and_recovers(
 
 
 async def test_domain_deleted_before_its_first_reconcile_is_no_error(
-    kube: KubeClient, controllers: ControllerFactory, namespace: str
+    kube: KubeClient, controllers: Controllers, namespace: str
 ) -> None:
     """The cache can still hold a CD that was deleted (without our finalizer) a moment ago.
     Adding the finalizer then meets a real 404: routine, not a reconcile error."""
     running = await controllers.start()
     cd = await create_cd(kube, namespace, "fleeting")
-    await watch_until(
-        kube, COMPUTE_DOMAINS, "fleeting", namespace, lambda o: c.FINALIZER in _finalizers(o)
+    await watch_object(
+        kube,
+        COMPUTE_DOMAINS,
+        "fleeting",
+        lambda o: c.FINALIZER in _finalizers(o),
+        namespace=namespace,
+        within=30.0,
     )
     # What the cache held before the controller's first write: the CD as created, now gone.
     await kube.patch(COMPUTE_DOMAINS, "fleeting", {"metadata": {"finalizers": None}}, namespace)
     await kube.delete(COMPUTE_DOMAINS, "fleeting", namespace)
-    await watch_until(kube, COMPUTE_DOMAINS, "fleeting", namespace, lambda o: o is None)
+    await watch_object(
+        kube, COMPUTE_DOMAINS, "fleeting", lambda o: o is None, namespace=namespace, within=30.0
+    )
     stale = {**cd, "metadata": {**cd["metadata"], "resourceVersion": "999999999"}}
     cache = running.process.caches.cds
     assert cache.observe_write(stale), "the stale copy must be what the reconciler reads"

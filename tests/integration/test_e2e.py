@@ -19,6 +19,7 @@ from computedomain.api.resources import COMPUTE_DOMAINS
 from computedomain.devcluster.watching import watch_objects
 from computedomain.runtime import resources as r
 from computedomain.runtime.client import KubeClient
+from computedomain.runtime.objects import condition, labels
 from computedomain.sim.faults import FaultSettings
 from tests.integration.e2e_harness import (
     FAST_DAEMONS,
@@ -28,7 +29,6 @@ from tests.integration.e2e_harness import (
     status_nodes,
     workload,
 )
-from tests.integration.reading import condition, labels
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 

@@ -20,7 +20,8 @@ from kubernetes_asyncio.client import ApiClient
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from computedomain.devcluster.assets import AssetsUnavailableError, find_assets
-from computedomain.devcluster.rest import eventually, request_json
+from computedomain.devcluster.rest import request_json
+from tests.kit.waiting import eventually
 from tests.unit.helm.support import CHART, helm_or_skip, run_helm
 
 pytestmark = pytest.mark.integration

@@ -29,17 +29,14 @@ from computedomain.api.resources import COMPUTE_DOMAINS
 from computedomain.devcluster.audit import AuditLog, service_account_user, tally
 from computedomain.devcluster.clients import request_service_account_token, token_kubeconfig
 from computedomain.devcluster.controlplane import ControlPlane
-from computedomain.devcluster.rest import eventually
+from computedomain.devcluster.harness import WRITE_METHODS
+from computedomain.devcluster.watching import watch_object
 from computedomain.runtime import resources as r
 from computedomain.runtime.client import ApiError, KubeClient
-from tests.integration.controller_harness import (
-    TEST_IMAGE,
-    WRITE_METHODS,
-    create_cd,
-    watch_until,
-)
+from computedomain.runtime.objects import condition
 from tests.integration.nvidia_install import CLUSTER_ROLE_BINDINGS
-from tests.integration.reading import condition
+from tests.kit.controllers import create_cd, delete_cds, wait_children
+from tests.kit.waiting import eventually
 
 CONTROLLER_SCRIPT = Path(sys.executable).with_name("computedomain-controller")
 # The flag defaults, i.e. what a real install runs with.
@@ -132,7 +129,7 @@ async def replicas(
             **os.environ,
             "KUBECONFIG": str(kubeconfig or kubeconfig_path),
             "NAMESPACE": driver_namespace,
-            "IMAGE_NAME": TEST_IMAGE,
+            "IMAGE_NAME": c.NVIDIA_DRIVER_IMAGE,
             "LEADER_ELECTION_ENABLED": "true",
             "LEADER_ELECTION_LEASE_LOCK_NAME": lease_name,
             "LEADER_ELECTION_LEASE_LOCK_NAMESPACE": driver_namespace,
@@ -156,13 +153,7 @@ async def replicas(
         yield start
         # A live leader finalizes the test's CDs, so none outlives the test.
         if any(rep.process.returncode is None for rep in started):
-            for item in (await kube.list(COMPUTE_DOMAINS, namespace=namespace))["items"]:
-                name = item["metadata"]["name"]
-                with contextlib.suppress(ApiError):
-                    await kube.delete(COMPUTE_DOMAINS, name, namespace)
-                await watch_until(
-                    kube, COMPUTE_DOMAINS, name, namespace, lambda o: o is None, timeout=60
-                )
+            await delete_cds(kube, namespace)
     finally:
         for rep in started:
             if rep.process.returncode is None:
@@ -188,13 +179,13 @@ async def _wait_holder(
         holder = ((lease or {}).get("spec") or {}).get("holderIdentity") or ""
         return str(holder).startswith(f"{replica.pod_name}-")
 
-    await watch_until(
+    await watch_object(
         kube,
         r.LEASES,
         lease_name,
-        namespace,
         held_by,
-        timeout=timeout,
+        namespace=namespace,
+        within=timeout,
         what=f"lease {lease_name} held by {replica.pod_name}",
     )
 
@@ -204,22 +195,14 @@ async def _children_and_status(
 ) -> dict[str, Any]:
     """Waits until the CD `name` has its three children and a Ready condition."""
     cd = await kube.get(COMPUTE_DOMAINS, name, namespace)
-    uid = cd["metadata"]["uid"]
-    for res, ns, child in (
-        (r.DAEMONSETS, driver_namespace, c.daemon_name(uid)),
-        (r.RESOURCE_CLAIM_TEMPLATES, driver_namespace, c.daemon_name(uid)),
-        (r.RESOURCE_CLAIM_TEMPLATES, namespace, f"{name}-channel"),
-    ):
-        await watch_until(
-            kube, res, child, ns, lambda o: o is not None, timeout=60, what=f"{res.kind} {child}"
-        )
-    settled = await watch_until(
+    await wait_children(kube, cd, driver_namespace, f"{name}-channel", within=60)
+    settled = await watch_object(
         kube,
         COMPUTE_DOMAINS,
         name,
-        namespace,
         lambda o: bool(condition(o, "Ready")),
-        timeout=60,
+        namespace=namespace,
+        within=60,
         what=f"{name} status conditions",
     )
     assert settled is not None
@@ -419,13 +402,13 @@ async def test_a_container_restarted_faster_than_the_lease_leads_again_at_once(
             old_holder = ((old or {}).get("spec") or {}).get("holderIdentity")
             return holder.startswith("replica-a-") and holder != old_holder
 
-        lease = await watch_until(
+        lease = await watch_object(
             kube,
             r.LEASES,
             lease_name,
-            driver_namespace,
             held_by_new,
-            timeout=LEASE_DURATION + 15,
+            namespace=driver_namespace,
+            within=LEASE_DURATION + 15,
             what=f"lease taken by container {attempt}",
         )
         assert lease is not None

@@ -14,7 +14,8 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from computedomain.devcluster.assets import AssetsUnavailableError, find_assets
 from computedomain.devcluster.controlplane import ControlPlane
-from computedomain.devcluster.rest import eventually, request_json
+from computedomain.devcluster.rest import request_json
+from tests.kit.waiting import eventually
 
 pytestmark = pytest.mark.integration
 

@@ -25,12 +25,18 @@ from kubernetes_asyncio.client import ApiClient
 
 from computedomain.api import constants as c
 from computedomain.api.resources import COMPUTE_DOMAINS
+from computedomain.devcluster.watching import watch_object
 from computedomain.runtime import resources as r
 from computedomain.runtime.client import ApiError, KubeClient
 from computedomain.sim.context import SimSettings
 from computedomain.sim.faults import DelayRange, FaultSettings
 from computedomain.sim.simulator import Simulator
-from tests.integration.controller_harness import ControllerFactory, create_cd, watch_until
+from tests.kit.controllers import (
+    allocated_pools,
+    controllers_for,
+    create_cd,
+    stop_after_cleanup,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -163,15 +169,7 @@ async def wait_ready(prom: RunningPrometheus, session: aiohttp.ClientSession) ->
 
 
 async def free_fabric_node(kube: KubeClient, fleet_nodes: list[str]) -> str:
-    claims = await kube.list(r.RESOURCE_CLAIMS)
-    busy = {
-        result["pool"]
-        for claim in claims["items"]
-        for result in (
-            ((claim.get("status") or {}).get("allocation") or {}).get("devices") or {}
-        ).get("results")
-        or []
-    }
+    busy = await allocated_pools(kube)
     nodes = {n["metadata"]["name"]: n for n in (await kube.list(r.NODES))["items"]}
     fabric = [n for n in fleet_nodes if nodes[n]["metadata"]["labels"].get(c.GPU_CLIQUE_NODE_LABEL)]
     # From the middle of the fleet: other modules start at its ends.
@@ -191,7 +189,7 @@ async def test_prometheus_scrapes_domain_and_runtime_metrics(
     driver_namespace: str,
     fleet_nodes: list[str],
 ) -> None:
-    factory = ControllerFactory(kubeconfig_path, driver_namespace)
+    factory = controllers_for(kubeconfig_path, driver_namespace)
     simulator = Simulator(
         KubeClient.from_api_client(api_client, field_manager="computedomain-sim"),
         SimSettings(
@@ -228,13 +226,13 @@ async def test_prometheus_scrapes_domain_and_runtime_metrics(
                 },
             }
             await kube.create(r.PODS, pod, namespace)
-            await watch_until(
+            await watch_object(
                 kube,
                 COMPUTE_DOMAINS,
                 "scraped",
-                namespace,
                 lambda cd: ((cd or {}).get("status") or {}).get("status") == c.STATUS_READY,
-                timeout=60,
+                namespace=namespace,
+                within=60,
                 what="CD Ready",
             )
 
@@ -258,13 +256,7 @@ async def test_prometheus_scrapes_domain_and_runtime_metrics(
     finally:
         with contextlib.suppress(ApiError):
             await kube.delete(r.PODS, "worker", namespace)
-        if factory.running:
-            with contextlib.suppress(ApiError):
-                await kube.delete(COMPUTE_DOMAINS, "scraped", namespace)
-            await watch_until(
-                kube, COMPUTE_DOMAINS, "scraped", namespace, lambda o: o is None, timeout=60
-            )
-        await factory.stop_all()
+        await stop_after_cleanup(factory, kube, namespace)
         sim_task.cancel()
         await asyncio.gather(sim_task, return_exceptions=True)
         if node:

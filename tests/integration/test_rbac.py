@@ -26,24 +26,25 @@ import aiohttp
 import pytest
 import yaml
 from kubernetes_asyncio.client import ApiClient
-from prometheus_client import CollectorRegistry
 
 from computedomain.api import constants as c
 from computedomain.api.resources import CLIQUES, COMPUTE_DOMAINS
-from computedomain.app import ControllerProcess, run_controller
-from computedomain.config import parse_settings
+from computedomain.config import environ
 from computedomain.devcluster.assets import AssetsUnavailableError, find_assets
 from computedomain.devcluster.clients import request_service_account_token, token_kubeconfig
 from computedomain.devcluster.controlplane import ControlPlane
+from computedomain.devcluster.harness import RunningController, compute_domain
+from computedomain.devcluster.harness import start_controller as start_controller_in_process
 from computedomain.devcluster.watching import watch_object, watch_objects
 from computedomain.observability.logging import configure_logging
 from computedomain.runtime import resources as r
 from computedomain.runtime.client import ApiError, KubeClient
+from computedomain.runtime.objects import labels
 from computedomain.runtime.resources import Resource
 from computedomain.sim.context import SimSettings
 from computedomain.sim.faults import DelayRange, FaultSettings
 from computedomain.sim.simulator import Simulator
-from tests.integration.controller_harness import TEST_IMAGE
+from tests.kit.controllers import allocated_pools, workload_pod
 
 pytestmark = pytest.mark.integration
 
@@ -203,62 +204,34 @@ class ForbiddenLog(logging.Handler):
             self.lines.append(text[:300])
 
 
-@dataclass
-class Controller:
-    process: ControllerProcess
-    registry: CollectorRegistry
-    stop: asyncio.Event
-    task: asyncio.Task[None]
-
-    def forbidden(self) -> float:
-        total = 0.0
-        for metric in self.registry.collect():
-            if metric.name == "rest_client_requests":
-                for sample in metric.samples:
-                    if sample.name.endswith("_total") and sample.labels.get("code") == "403":
-                        total += sample.value
-        return total
-
-    async def shutdown(self) -> None:
-        self.stop.set()
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await asyncio.wait_for(self.task, timeout=30)
+# Leader election on, with short timers; the orphan sweep often enough to be seen.
+RBAC_ENV = environ(
+    pod_name="rbac-test",
+    leader_election_enabled="true",
+    leader_election_lease_duration="4s",
+    leader_election_renew_deadline="3s",
+    leader_election_retry_period="500ms",
+    orphan_grace_period="1s",
+    orphan_sweep_interval="2s",
+    daemon_pod_wait_timeout="20s",
+)
 
 
 async def start_controller(
     kubeconfig: Path, driver_namespace: str, forbidden_log: ForbiddenLog
-) -> Controller:
-    """Unlike the harness, does not wait for the caches: a missing list/watch verb never syncs."""
-    environ = {
-        "IMAGE_NAME": TEST_IMAGE,
-        "NAMESPACE": driver_namespace,
-        "KUBECONFIG": str(kubeconfig),
-        "POD_NAME": "rbac-test",
-        "LEADER_ELECTION_ENABLED": "true",
-        "LEADER_ELECTION_LEASE_LOCK_NAMESPACE": driver_namespace,
-        "LEADER_ELECTION_LEASE_DURATION": "4s",
-        "LEADER_ELECTION_RENEW_DEADLINE": "3s",
-        "LEADER_ELECTION_RETRY_PERIOD": "500ms",
-        "HTTP_ENDPOINT": "127.0.0.1:0",
-        "PROBE_ADDRESS": "127.0.0.1:0",
-        "ORPHAN_GRACE_PERIOD": "1s",
-        "ORPHAN_SWEEP_INTERVAL": "2s",
-        "DAEMON_POD_WAIT_TIMEOUT": "20s",
-        "LOG_FORMAT": "text",
-    }
-    settings = parse_settings([], environ)
+) -> RunningController:
+    """Unlike the tests' default, does not wait for the caches: a missing list/watch verb never
+    syncs. The 403 log is attached before the controller makes its first request."""
     configure_logging(log_format="text", verbosity=0)
-    logging.getLogger().addHandler(forbidden_log)  # after configure_logging replaced handlers
-    registry = CollectorRegistry()
-    stop = asyncio.Event()
-    ready: asyncio.Future[ControllerProcess] = asyncio.get_running_loop().create_future()
-
-    async def on_ready(process: ControllerProcess) -> None:
-        ready.set_result(process)
-
-    task = asyncio.create_task(run_controller(settings, stop, registry=registry, on_ready=on_ready))
-    process = await asyncio.wait_for(asyncio.shield(ready), timeout=30)
-    return Controller(process, registry, stop, task)
+    return await start_controller_in_process(
+        kubeconfig,
+        driver_namespace,
+        {**RBAC_ENV, **environ(leader_election_lease_lock_namespace=driver_namespace)},
+        wait_synced=None,
+        log_verbosity=None,
+        # After configure_logging replaced the handlers.
+        on_ready=lambda _: logging.getLogger().addHandler(forbidden_log),
+    )
 
 
 # -- waiting -----------------------------------------------------------------------------------
@@ -292,19 +265,9 @@ async def until(
     )
 
 
-async def until_object(
-    client: KubeClient,
-    res: Resource,
-    name: str,
-    namespace: str | None,
-    predicate: Callable[[dict[str, Any] | None], bool],
-) -> dict[str, Any] | None:
-    return await watch_object(client, res, name, predicate, namespace=namespace, within=UNBOUNDED)
-
-
 @dataclass
 class Steps:
-    controller: Controller
+    controller: RunningController
     forbidden_log: ForbiddenLog
     done: list[str] = field(default_factory=list)
 
@@ -341,38 +304,6 @@ class Steps:
 
 
 # -- the scenario ------------------------------------------------------------------------------
-
-
-def labels(obj: dict[str, Any] | None) -> dict[str, str]:
-    return dict(((obj or {}).get("metadata") or {}).get("labels") or {})
-
-
-def compute_domain(name: str, template: str, num_nodes: int) -> dict[str, Any]:
-    return {
-        "apiVersion": c.API_VERSION,
-        "kind": c.CD_KIND,
-        "metadata": {"name": name},
-        "spec": {"numNodes": num_nodes, "channel": {"resourceClaimTemplate": {"name": template}}},
-    }
-
-
-def workload_pod(name: str, node: str, template: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name},
-        "spec": {
-            "nodeSelector": {"kubernetes.io/hostname": node},
-            "resourceClaims": [{"name": "channel", "resourceClaimTemplateName": template}],
-            "containers": [
-                {
-                    "name": "work",
-                    "image": WORKLOAD_IMAGE,
-                    "resources": {"claims": [{"name": "channel"}]},
-                }
-            ],
-        },
-    }
 
 
 def idle_daemonset(name: str, labels: dict[str, str], finalizers: list[str]) -> dict[str, Any]:
@@ -416,15 +347,7 @@ def plain_claim_template(
 
 async def free_rack_pair(admin: KubeClient, fleet_nodes: list[str]) -> tuple[str, str]:
     """Two nodes of one rack with no CD label and no allocated device (the fleet is shared)."""
-    claims = await admin.list(r.RESOURCE_CLAIMS)
-    busy = {
-        result["pool"]
-        for claim in claims["items"]
-        for result in (
-            ((claim.get("status") or {}).get("allocation") or {}).get("devices") or {}
-        ).get("results")
-        or []
-    }
+    busy = await allocated_pools(admin)
     by_rack: dict[str, list[str]] = {}
     listed = {node["metadata"]["name"]: node for node in (await admin.list(r.NODES))["items"]}
     for name in fleet_nodes:
@@ -469,7 +392,9 @@ async def scenario(
 
     await steps.run(
         "lease acquired and renewed",
-        until_object(admin, r.LEASES, lease_name, driver_namespace, renewed_by_us),
+        watch_object(
+            admin, r.LEASES, lease_name, renewed_by_us, namespace=driver_namespace, within=UNBOUNDED
+        ),
     )
     await steps.run(
         "caches synced (list/watch)",
@@ -501,12 +426,13 @@ async def scenario(
     uid = cd["metadata"]["uid"]
     await steps.run(
         "finalizer added",
-        until_object(
+        watch_object(
             admin,
             COMPUTE_DOMAINS,
             "cd",
-            namespace,
             lambda o: c.FINALIZER in ((o or {}).get("metadata") or {}).get("finalizers", []),
+            namespace=namespace,
+            within=UNBOUNDED,
         ),
     )
     for res, ns, name in (
@@ -516,12 +442,17 @@ async def scenario(
     ):
         await steps.run(
             f"{res.kind} {name} created",
-            until_object(admin, res, name, ns, lambda o: o is not None),
+            watch_object(admin, res, name, lambda o: o is not None, namespace=ns, within=UNBOUNDED),
         )
     await steps.run(
         "status written",
-        until_object(
-            admin, COMPUTE_DOMAINS, "cd", namespace, lambda o: bool((o or {}).get("status"))
+        watch_object(
+            admin,
+            COMPUTE_DOMAINS,
+            "cd",
+            lambda o: bool((o or {}).get("status")),
+            namespace=namespace,
+            within=UNBOUNDED,
         ),
     )
 
@@ -530,7 +461,7 @@ async def scenario(
         await admin.create(r.PODS, workload_pod(f"worker-{index}", node, "channel"), namespace)
     await steps.run(
         "CD Ready",
-        until_object(admin, COMPUTE_DOMAINS, "cd", namespace, ready_cd),
+        watch_object(admin, COMPUTE_DOMAINS, "cd", ready_cd, namespace=namespace, within=UNBOUNDED),
         timeout=45,
     )
     # A stale clique entry (no daemon pod on that node) is pruned: clique update. Injected
@@ -552,14 +483,15 @@ async def scenario(
         await admin.replace(CLIQUES, clique, driver_namespace)
         await steps.run(
             f"stale clique entry pruned ({attempt})",
-            until_object(
+            watch_object(
                 admin,
                 CLIQUES,
                 clique_name,
-                driver_namespace,
                 lambda cl: all(
                     d["nodeName"] != "ghost-node" for d in (cl or {}).get("daemons", [])
                 ),
+                namespace=driver_namespace,
+                within=UNBOUNDED,
             ),
         )
     await steps.run(
@@ -589,7 +521,7 @@ async def scenario(
     for res, ns in ((r.RESOURCE_CLAIM_TEMPLATES, namespace), (r.DAEMONSETS, driver_namespace)):
         await steps.run(
             f"orphan {res.kind} removed",
-            until_object(admin, res, "orphan", ns, lambda o: o is None),
+            watch_object(admin, res, "orphan", lambda o: o is None, namespace=ns, within=UNBOUNDED),
         )
 
     # Deletion while the workloads still run: the controller itself strips the node labels.
@@ -597,17 +529,33 @@ async def scenario(
     for node in nodes:
         await steps.run(
             f"label removed from {node}",
-            until_object(admin, r.NODES, node, None, lambda n: labels(n).get(c.CD_LABEL) != uid),
+            watch_object(
+                admin,
+                r.NODES,
+                node,
+                lambda n: labels(n).get(c.CD_LABEL) != uid,
+                namespace=None,
+                within=UNBOUNDED,
+            ),
         )
     await steps.run(
         "CD finalized",
-        until_object(admin, COMPUTE_DOMAINS, "cd", namespace, lambda o: o is None),
+        watch_object(
+            admin, COMPUTE_DOMAINS, "cd", lambda o: o is None, namespace=namespace, within=UNBOUNDED
+        ),
         timeout=40,
     )
     await admin.delete(COMPUTE_DOMAINS, "foreign", namespace)
     await steps.run(
         "foreign CD finalized",
-        until_object(admin, COMPUTE_DOMAINS, "foreign", namespace, lambda o: o is None),
+        watch_object(
+            admin,
+            COMPUTE_DOMAINS,
+            "foreign",
+            lambda o: o is None,
+            namespace=namespace,
+            within=UNBOUNDED,
+        ),
     )
 
 
@@ -659,7 +607,7 @@ async def run_scenario(
     ScenarioBrokenError at the first visible failure; returns the completed steps otherwise."""
     installed: list[InstalledRbac] = []
     tasks: list[asyncio.Task[None]] = []
-    controllers: list[Controller] = []
+    controllers: list[RunningController] = []
     used_nodes: list[str] = []
     foreign_ds: list[str] = []
 
@@ -720,13 +668,14 @@ async def _clean_up(
     admin: KubeClient,
     namespace: str,
     driver_namespace: str,
-    controllers: list[Controller],
+    controllers: list[RunningController],
     used_nodes: list[str],
     foreign_ds: list[str],
 ) -> None:
     """Leave the shared fleet as found, even when a crippled controller left things behind."""
     for controller in controllers:
-        await controller.shutdown()
+        with contextlib.suppress(Exception):  # a crippled controller may have died already
+            await controller.shutdown()
     for pod in ("worker-0", "worker-1"):
         with contextlib.suppress(ApiError):
             await admin.delete(r.PODS, pod, namespace)
@@ -845,5 +794,6 @@ async def test_readyz_waits_for_cache_sync(
         await until_status(200)
         assert controller.process.caches.synced
     finally:
-        await controller.shutdown()
+        with contextlib.suppress(Exception):
+            await controller.shutdown()
         await uninstall(admin, installed)

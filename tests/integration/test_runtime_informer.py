@@ -13,12 +13,12 @@ import pytest
 from kubernetes_asyncio.client import ApiClient
 
 from computedomain.devcluster.controlplane import STATE_FILE, ControlPlane
-from computedomain.devcluster.rest import eventually
 from computedomain.runtime.client import KubeClient
 from computedomain.runtime.clock import SystemClock, format_microtime
 from computedomain.runtime.informer import FunctionHandler, Informer
 from computedomain.runtime.objects import object_key
 from computedomain.runtime.resources import EVENTS, Resource
+from tests.kit.waiting import eventually
 
 pytestmark = pytest.mark.integration
 

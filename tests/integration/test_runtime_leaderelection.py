@@ -9,10 +9,10 @@ import time
 import pytest
 from kubernetes_asyncio.client import ApiClient
 
-from computedomain.devcluster.rest import eventually
 from computedomain.runtime.client import KubeClient
 from computedomain.runtime.leaderelection import LeaderElector
 from computedomain.runtime.resources import LEASES
+from tests.kit.waiting import eventually
 
 pytestmark = pytest.mark.integration
 

@@ -19,8 +19,10 @@ from kubernetes_asyncio.client import ApiClient
 
 from computedomain.api import constants as c
 from computedomain.api.resources import CLIQUES, COMPUTE_DOMAINS
+from computedomain.devcluster.harness import compute_domain
 from computedomain.devcluster.watching import Predicate, watch_object, watch_objects
 from computedomain.runtime.client import ApiError, KubeClient
+from computedomain.runtime.objects import labels
 from computedomain.runtime.resources import (
     DAEMONSETS,
     NODES,
@@ -32,7 +34,7 @@ from computedomain.runtime.resources import (
 from computedomain.sim.context import SimSettings
 from computedomain.sim.faults import DelayRange, FaultSettings
 from computedomain.sim.simulator import Simulator
-from tests.integration.reading import labels
+from tests.kit.controllers import workload_pod
 
 pytestmark = pytest.mark.integration
 
@@ -46,23 +48,6 @@ SIM_POD_NET = "10.200."
 # -- waiting on the API ------------------------------------------------------------------------
 
 
-async def wait_for(
-    client: KubeClient,
-    resource: Resource,
-    name: str,
-    predicate: Predicate,
-    *,
-    namespace: str | None = None,
-    within: float = 60.0,
-    what: str = "",
-) -> dict[str, Any]:
-    """The object once ``predicate`` holds, or ``{}`` when its absence satisfied it."""
-    found = await watch_object(
-        client, resource, name, predicate, namespace=namespace, within=within, what=what
-    )
-    return found or {}
-
-
 def pod_ready(pod: dict[str, Any] | None) -> bool:
     conditions = ((pod or {}).get("status") or {}).get("conditions") or []
     return any(cond["type"] == "Ready" and cond["status"] == "True" for cond in conditions)
@@ -73,15 +58,6 @@ def entry_for(entries: list[dict[str, Any]] | None, key: str, node: str) -> dict
 
 
 # -- what the controller would create (contract §7), written by hand --------------------------
-
-
-def compute_domain(name: str, template: str) -> dict[str, Any]:
-    return {
-        "apiVersion": c.API_VERSION,
-        "kind": c.CD_KIND,
-        "metadata": {"name": name},
-        "spec": {"numNodes": 0, "channel": {"resourceClaimTemplate": {"name": template}}},
-    }
 
 
 def daemon_claim_template(uid: str) -> dict[str, Any]:
@@ -206,25 +182,6 @@ def workload_claim_template(name: str, uid: str) -> dict[str, Any]:
                     ],
                 }
             }
-        },
-    }
-
-
-def workload_pod(name: str, node: str, template: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name},
-        "spec": {
-            "nodeSelector": {"kubernetes.io/hostname": node},
-            "resourceClaims": [{"name": "channel", "resourceClaimTemplateName": template}],
-            "containers": [
-                {
-                    "name": "work",
-                    "image": WORKLOAD_IMAGE,
-                    "resources": {"claims": [{"name": "channel"}]},
-                }
-            ],
         },
     }
 
@@ -382,7 +339,7 @@ async def test_workload_is_held_until_its_clique_entry_is_ready_and_cleaned_up_a
         await domain.start_workload("worker-0", node_name)
 
         # 1. the plugin labels the node for this CD
-        await wait_for(
+        await watch_object(
             kube,
             NODES,
             node_name,
@@ -400,7 +357,7 @@ async def test_workload_is_held_until_its_clique_entry_is_ready_and_cleaned_up_a
 
         workload = await kube.get(PODS, "worker-0", namespace)
         assert not pod_ready(workload), "the workload must be held until the daemon is Ready"
-        clique = await wait_for(
+        clique = await watch_object(
             kube,
             CLIQUES,
             domain.clique_name(clique_id),
@@ -431,7 +388,7 @@ async def test_workload_is_held_until_its_clique_entry_is_ready_and_cleaned_up_a
         assert daemon["status"]["podIP"] == entry["ipAddress"]
 
         # 3. then the workload runs
-        workload = await wait_for(
+        workload = await watch_object(
             kube, PODS, "worker-0", pod_ready, namespace=namespace, what="workload Ready"
         )
         assert workload is not None
@@ -441,10 +398,10 @@ async def test_workload_is_held_until_its_clique_entry_is_ready_and_cleaned_up_a
 
         # 4. deleting the workload drops the label, the DS drops the daemon, the entry goes
         await kube.delete(PODS, "worker-0", namespace)
-        await wait_for(
+        await watch_object(
             kube, NODES, node_name, lambda n: c.CD_LABEL not in labels(n), what="label removed"
         )
-        await wait_for(
+        await watch_object(
             kube,
             CLIQUES,
             domain.clique_name(clique_id),
@@ -484,7 +441,7 @@ async def test_legacy_daemons_write_cd_status_nodes_and_erase_added_fields(
             entry = entry_for(((cd or {}).get("status") or {}).get("nodes"), "name", node_name)
             return entry is not None and entry["status"] == c.STATUS_READY
 
-        cd = await wait_for(
+        cd = await watch_object(
             kube, COMPUTE_DOMAINS, "cd", node_ready, namespace=namespace, what="status.nodes Ready"
         )
         assert cd is not None
@@ -503,11 +460,11 @@ async def test_legacy_daemons_write_cd_status_nodes_and_erase_added_fields(
         assert "observedGeneration" not in cd["status"]
         assert (await kube.list(CLIQUES, namespace))["items"] == []
 
-        await wait_for(
+        await watch_object(
             kube, PODS, "worker-0", pod_ready, namespace=namespace, what="workload Ready"
         )
         await kube.delete(PODS, "worker-0", namespace)
-        await wait_for(
+        await watch_object(
             kube,
             COMPUTE_DOMAINS,
             "cd",
@@ -532,7 +489,7 @@ async def test_non_fabric_workload_waits_for_the_projected_status_entry(
     domain = await Domain.create(kube, namespace)
     try:
         await domain.start_workload("worker-0", node_name)
-        await wait_for(
+        await watch_object(
             kube,
             NODES,
             node_name,
@@ -540,7 +497,7 @@ async def test_non_fabric_workload_waits_for_the_projected_status_entry(
             what="node label",
         )
         daemon = await domain.daemon_pod_on(node_name)
-        daemon = await wait_for(
+        daemon = await watch_object(
             kube,
             PODS,
             daemon["metadata"]["name"],
@@ -565,13 +522,13 @@ async def test_non_fabric_workload_waits_for_the_projected_status_entry(
             }
         ]
         await kube.replace(COMPUTE_DOMAINS, cd, namespace, subresource="status")
-        await wait_for(
+        await watch_object(
             kube, PODS, "worker-0", pod_ready, namespace=namespace, what="workload Ready"
         )
     finally:
         with contextlib.suppress(ApiError):
             await kube.delete(PODS, "worker-0", namespace)
-        await wait_for(
+        await watch_object(
             kube,
             NODES,
             node_name,
@@ -604,9 +561,11 @@ async def test_crashed_daemon_restarts_with_a_new_ip_and_keeps_its_index(
 
     try:
         await domain.start_workload("worker-0", first)
-        await wait_for(kube, CLIQUES, name, ready(first), namespace=namespace, what="first Ready")
+        await watch_object(
+            kube, CLIQUES, name, ready(first), namespace=namespace, what="first Ready"
+        )
         await domain.start_workload("worker-1", second)
-        clique = await wait_for(
+        clique = await watch_object(
             kube, CLIQUES, name, ready(second), namespace=namespace, what="second Ready"
         )
         assert clique is not None
@@ -616,7 +575,7 @@ async def test_crashed_daemon_restarts_with_a_new_ip_and_keeps_its_index(
 
         assert simulator.crash_daemon(second)
         daemon = await domain.daemon_pod_on(second)
-        crashed = await wait_for(
+        crashed = await watch_object(
             kube,
             PODS,
             daemon["metadata"]["name"],
@@ -630,7 +589,7 @@ async def test_crashed_daemon_restarts_with_a_new_ip_and_keeps_its_index(
         )
         assert crashed is not None
         assert crashed["status"]["podIP"] != before["ipAddress"]
-        clique = await wait_for(
+        clique = await watch_object(
             kube,
             CLIQUES,
             name,
@@ -654,7 +613,7 @@ async def test_crashed_daemon_restarts_with_a_new_ip_and_keeps_its_index(
             with contextlib.suppress(ApiError):
                 await kube.delete(PODS, pod, namespace)
         for node_name in (first, second):
-            await wait_for(
+            await watch_object(
                 kube,
                 NODES,
                 node_name,
@@ -681,15 +640,15 @@ async def test_pods_marked_not_ready_by_someone_else_are_written_back_ready(
     domain = await Domain.create(kube, namespace)
     try:
         await domain.start_workload("worker-0", node_name)
-        await wait_for(
+        await watch_object(
             kube, PODS, "worker-0", pod_ready, namespace=namespace, what="workload Ready"
         )
         daemon_name = (await domain.daemon_pod_on(node_name))["metadata"]["name"]
-        await wait_for(kube, PODS, daemon_name, pod_ready, namespace=namespace, what="daemon")
+        await watch_object(kube, PODS, daemon_name, pod_ready, namespace=namespace, what="daemon")
 
         for name in (daemon_name, "worker-0"):
             await mark_not_ready(kube, name, namespace)
-            pod = await wait_for(
+            pod = await watch_object(
                 kube, PODS, name, pod_ready, namespace=namespace, what=f"{name} Ready again"
             )
             assert pod["status"]["phase"] == "Running"

@@ -9,7 +9,8 @@ from kubernetes_asyncio.client import ApiClient
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from computedomain.api.constants import CHANNEL_DEVICE_CLASS, DRIVER_NAME
-from computedomain.devcluster.rest import eventually, request_json
+from computedomain.devcluster.rest import request_json
+from tests.kit.waiting import eventually
 
 PAUSE_IMAGE = "registry.k8s.io/pause:3.10"
 

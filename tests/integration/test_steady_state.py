@@ -15,17 +15,13 @@ import pytest
 from computedomain.api import constants as c
 from computedomain.api.resources import CLIQUES, COMPUTE_DOMAINS
 from computedomain.devcluster.controlplane import ControlPlane
+from computedomain.devcluster.harness import Controllers, RunningController
 from computedomain.devcluster.watching import watch_objects
 from computedomain.runtime import resources as r
-from computedomain.runtime.client import ApiError, KubeClient
+from computedomain.runtime.client import KubeClient
+from computedomain.runtime.objects import condition
 from tests.integration.cluster import fleet_node_names, run_control_plane
-from tests.integration.controller_harness import (
-    ControllerFactory,
-    RunningController,
-    create_cd,
-    watch_until,
-)
-from tests.integration.reading import condition
+from tests.kit.controllers import controllers_for, create_cd, stop_after_cleanup
 
 DOMAINS = 30
 JOINED = 2  # of which this many get one Ready IMEX daemon each
@@ -48,26 +44,11 @@ def fleet_nodes(control_plane: ControlPlane) -> list[str]:
 @pytest.fixture
 async def controllers(
     kubeconfig_path: Path, driver_namespace: str, kube: KubeClient, namespace: str
-) -> AsyncIterator[ControllerFactory]:
-    factory = ControllerFactory(kubeconfig_path, driver_namespace)
+) -> AsyncIterator[Controllers]:
+    factory = controllers_for(kubeconfig_path, driver_namespace)
     yield factory
     # The running controller finalizes every CD (and unlabels its nodes) before it stops.
-    if factory.running:
-        names = [
-            item["metadata"]["name"]
-            for item in (await kube.list(COMPUTE_DOMAINS, namespace=namespace))["items"]
-        ]
-        for name in names:
-            try:
-                await kube.delete(COMPUTE_DOMAINS, name, namespace)
-            except ApiError as err:
-                if not err.is_not_found:
-                    raise
-        for name in names:
-            await watch_until(
-                kube, COMPUTE_DOMAINS, name, namespace, lambda o: o is None, timeout=60
-            )
-    await factory.stop_all()
+    await stop_after_cleanup(factory, kube, namespace)
 
 
 async def _join_daemon(
@@ -206,7 +187,7 @@ def _reconcile_errors(running: RunningController) -> float:
 
 async def test_settled_domains_cause_no_writes(
     kube: KubeClient,
-    controllers: ControllerFactory,
+    controllers: Controllers,
     namespace: str,
     driver_namespace: str,
     fleet_nodes: list[str],

@@ -28,20 +28,16 @@ from computedomain.devcluster.assets import REPO_ROOT, find_assets
 from computedomain.devcluster.audit import AuditedWrite, AuditLog, service_account_user, tally
 from computedomain.devcluster.controlplane import ControlPlane
 from computedomain.devcluster.crds import CRD_DIR, apply_crds
+from computedomain.devcluster.harness import RunningController
 from computedomain.devcluster.helm import find_helm
 from computedomain.devcluster.podrunner import Kubelet
-from computedomain.devcluster.watching import Objects, watch_objects
+from computedomain.devcluster.watching import Objects, watch_object, watch_objects
 from computedomain.runtime import resources as r
 from computedomain.runtime.client import KubeClient
+from computedomain.runtime.objects import condition
 from tests.integration import nvidia_install as nvidia
-from tests.integration.controller_harness import (
-    ControllerFactory,
-    RunningController,
-    create_cd,
-    watch_until,
-)
 from tests.integration.e2e_harness import EndToEnd, end_to_end, pod_running, workload
-from tests.integration.reading import condition
+from tests.kit.controllers import controllers_for, create_cd
 
 pytestmark = pytest.mark.integration
 
@@ -355,7 +351,7 @@ async def test_outdated_crd_is_named_and_only_upstream_status_is_written(
     The controller says so (log, gauge, one Warning per CD), writes status.status and
     status.nodes only, and does not loop writing what the apiserver drops; after the CRD
     upgrade the conditions appear without a restart."""
-    factory = ControllerFactory(control_plane.kubeconfig, nvidia.NVIDIA_NAMESPACE)
+    factory = controllers_for(control_plane.kubeconfig, nvidia.NVIDIA_NAMESPACE)
     logged = LogCapture("computedomain")
     try:
         running = await factory.start()
@@ -373,7 +369,9 @@ async def test_outdated_crd_is_named_and_only_upstream_status_is_written(
         def ready(cd: dict[str, Any] | None) -> bool:
             return ((cd or {}).get("status") or {}).get("status") == c.STATUS_READY
 
-        cd = await watch_until(kube, COMPUTE_DOMAINS, "upstream-only", namespace, ready)
+        cd = await watch_object(
+            kube, COMPUTE_DOMAINS, "upstream-only", ready, namespace=namespace, within=30.0
+        )
         assert cd is not None
         assert "conditions" not in cd["status"]
 
@@ -401,7 +399,9 @@ async def test_outdated_crd_is_named_and_only_upstream_status_is_written(
         def has_conditions(cd: dict[str, Any] | None) -> bool:
             return condition(cd, "ChildrenReady").get("status") == "True"
 
-        await watch_until(kube, COMPUTE_DOMAINS, "upstream-only", namespace, has_conditions)
+        await watch_object(
+            kube, COMPUTE_DOMAINS, "upstream-only", has_conditions, namespace=namespace, within=30.0
+        )
         assert gauge(running, "computedomain_crd_missing_status_fields") == 0.0
     finally:
         logged.close()
