@@ -22,7 +22,13 @@ from computedomain.domain.keys import CDKey, parse_key
 from computedomain.domain.reconciler import ComputeDomainReconciler
 from computedomain.domain.topology import CliqueInventory
 from computedomain.domain.watches import EventRouter, wire
-from computedomain.observability.health import Flag, HealthChecks, informers_synced, ping
+from computedomain.observability.health import (
+    CheckFailedError,
+    Flag,
+    HealthChecks,
+    informers_synced,
+    ping,
+)
 from computedomain.observability.logging import bind, reconcile_fields
 from computedomain.observability.metrics import DomainMetrics
 from computedomain.observability.server import ObservabilityServer
@@ -93,6 +99,7 @@ class ControllerProcess:
         self.readyz = HealthChecks("readyz")
         self.readyz.add("informers", informers_synced(self.caches.all))
         self.readyz.add("shutdown", self.shutting_down)
+        self.readyz.add("crds", self._crds_installed)
         self.server = ObservabilityServer(
             self.registry,
             healthz=self.healthz,
@@ -103,6 +110,11 @@ class ControllerProcess:
         )
         self.identity = f"{s.pod_name}-{uuid.uuid4()}"
         self.leading = asyncio.Event()
+
+    def _crds_installed(self) -> bool:
+        if self.coexistence.crd_problem:
+            raise CheckFailedError(self.coexistence.crd_problem)
+        return True
 
     async def _reconcile_with_log_fields(self, key: str) -> Result:
         parsed = parse_key(key)
@@ -117,6 +129,7 @@ class ControllerProcess:
         try:
             async with asyncio.TaskGroup() as group:
                 informer_tasks = [group.create_task(inf.run()) for inf in self.caches.all]
+                informer_tasks.append(group.create_task(self._report_missing_crds()))
                 work = group.create_task(self._elect_and_work())
                 await stop.wait()
                 log.info("Shutting down")
@@ -170,6 +183,11 @@ class ControllerProcess:
             self.coexistence.set_leading(False)
             self.leading.clear()
             self.queue.shutdown(drain=False)
+
+    async def _report_missing_crds(self) -> None:
+        """An absent CRD sends no watch event: look once both CRD informers have listed."""
+        await asyncio.gather(self.caches.crds.wait_synced(), self.caches.clique_crds.wait_synced())
+        self.coexistence.crds_present(self.caches.missing_crds())
 
     async def _wait_synced(self) -> None:
         await asyncio.gather(*(inf.wait_synced() for inf in self.caches.all))

@@ -14,6 +14,7 @@ from computedomain.api import constants as c
 from computedomain.api.resources import CLIQUES, COMPUTE_DOMAINS
 from computedomain.domain.coexistence import (
     CD_CRD_NAME,
+    CLIQUE_CRD_NAME,
     NVIDIA_CONTROLLER_SELECTOR,
     missing_status_fields,
     trim_pod_identity,
@@ -46,6 +47,12 @@ def _by_cd_label(obj: Mapping[str, Any]) -> Iterable[str]:
 
 def _by_gpu_clique(obj: Mapping[str, Any]) -> Iterable[str]:
     return _listed(clique_of(obj))
+
+
+def node_ready(node: Mapping[str, Any]) -> bool:
+    """The Node's Ready condition is True."""
+    conditions = (node.get("status") or {}).get("conditions") or []
+    return any(x.get("type") == "Ready" and x.get("status") == "True" for x in conditions)
 
 
 def trim_node(node: dict[str, Any]) -> dict[str, Any]:
@@ -116,6 +123,8 @@ class Caches:
     # The ComputeDomain CRD alone: whether it keeps our status fields (NVIDIA's chart never
     # upgrades CRDs).
     crds: Informer
+    # The ComputeDomainClique CRD alone: with the one above, says which CRD is not installed.
+    clique_crds: Informer
     # NVIDIA's controller pods in the driver namespace: a second controller running beside us.
     nvidia_controller_pods: Informer
 
@@ -130,6 +139,7 @@ class Caches:
             self.nodes,
             self.service_accounts,
             self.crds,
+            self.clique_crds,
             self.nvidia_controller_pods,
         ]
 
@@ -157,6 +167,11 @@ class Caches:
     def cliques_of(self, uid: str) -> list[dict[str, Any]]:
         return [cl for inf in self.cliques for cl in inf.store.by_index(BY_CD, uid)]
 
+    def node_ready(self, name: str) -> bool | None:
+        """Whether the Node is Ready; None when no such Node exists (deleted)."""
+        node = self.nodes.store.get(name)
+        return None if node is None else node_ready(node)
+
     def missing_daemon_service_account(self) -> str | None:
         """``namespace/name`` of the daemon ServiceAccount while it does not exist, else None."""
         key = f"{self.service_accounts.namespace}/{c.DAEMON_SERVICE_ACCOUNT}"
@@ -164,6 +179,14 @@ class Caches:
 
     def compute_domain_crd(self) -> dict[str, Any] | None:
         return self.crds.store.get(CD_CRD_NAME)
+
+    def missing_crds(self) -> list[str]:
+        """Our CRDs the apiserver does not have (known once their informers have listed)."""
+        return [
+            name
+            for informer, name in ((self.crds, CD_CRD_NAME), (self.clique_crds, CLIQUE_CRD_NAME))
+            if informer.has_synced and informer.store.get(name) is None
+        ]
 
     def missing_status_fields(self) -> tuple[str, ...]:
         """Our status fields the installed CD CRD would prune; empty when it keeps them."""
@@ -286,7 +309,14 @@ def build_caches(
             r.CUSTOM_RESOURCE_DEFINITIONS,
             field_selector=f"metadata.name={CD_CRD_NAME}",
             transform=strip_managed_fields,
-            name="customresourcedefinitions",
+            name=f"customresourcedefinitions/{CD_CRD_NAME}",
+        ),
+        clique_crds=Informer(
+            client,
+            r.CUSTOM_RESOURCE_DEFINITIONS,
+            field_selector=f"metadata.name={CLIQUE_CRD_NAME}",
+            transform=strip_managed_fields,
+            name=f"customresourcedefinitions/{CLIQUE_CRD_NAME}",
         ),
         nvidia_controller_pods=Informer(
             client,

@@ -25,6 +25,10 @@ from computedomain.runtime.resources import Resource
 
 log = logging.getLogger(__name__)
 
+SPEC_MISSING = (
+    "spec is missing: a ComputeDomain needs spec.channel.resourceClaimTemplate.name (and "
+    "optionally spec.numNodes); nothing is created for it until it has one"
+)
 # A refused (foreign) object is looked at again this often; until then no create is tried.
 FOREIGN_RECHECK_SECONDS = 60.0
 
@@ -50,6 +54,10 @@ class ChildMaker:
         caches, s = self._ctx.caches, self._ctx.settings
         uid = cd.metadata.uid
         states: dict[str, ChildState] = {}
+        if cd.spec is None:
+            # The CRD admits a ComputeDomain without spec (as upstream); with no channel
+            # template it cannot work, so no DaemonSet or claim template is made for it.
+            return {"spec": ChildState(ChildStatus.INVALID, SPEC_MISSING)}, None
 
         # Any child labelled with this UID in a managed namespace serves, including one made
         # by an older controller with generateName; never create a second one.
@@ -78,11 +86,6 @@ class ChildMaker:
 
         if caches.claim_templates_of(uid, c.TARGET_WORKLOAD):
             states["workloadClaimTemplate"] = ChildState(ChildStatus.OK)
-        elif cd.spec is None:
-            # The CRD lets an object without spec through; it names no template to create.
-            states["workloadClaimTemplate"] = ChildState(
-                ChildStatus.MISSING, "spec.channel.resourceClaimTemplate.name is not set"
-            )
         else:
             states["workloadClaimTemplate"] = await self._create(
                 cd,

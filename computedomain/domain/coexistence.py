@@ -25,6 +25,8 @@ from computedomain.runtime.events import EventRecorder
 log = logging.getLogger(__name__)
 
 CD_CRD_NAME = f"{c.CD_PLURAL}.{c.GROUP}"
+CLIQUE_CRD_NAME = f"{c.CLIQUE_PLURAL}.{c.GROUP}"
+CRD_INSTALL_COMMAND = "kubectl apply --server-side -f crds/"
 # Status fields NVIDIA's CRD has; everything else in our status is our addition.
 UPSTREAM_STATUS_FIELDS: tuple[str, ...] = ("status", "nodes")
 OUR_STATUS_FIELDS: tuple[str, ...] = (
@@ -133,6 +135,7 @@ class CoexistenceMonitor:
         self._requeue_all = requeue_all
         self._leading = False
         self.missing: tuple[str, ...] = ()
+        self.missing_crds: list[str] = []
         self._running: dict[str, Mapping[str, Any]] = {}
         self._reported_pods: set[str] = set()
         metrics.set_crd_missing_status_fields(0)
@@ -150,6 +153,26 @@ class CoexistenceMonitor:
         else:
             log.info("ComputeDomain CRD has every status field; writing conditions again")
         self._requeue_all()
+
+    def crds_present(self, missing: list[str]) -> None:
+        """Our CRDs the apiserver lacks: nothing works without them; say which and how."""
+        if missing == self.missing_crds:
+            return
+        self.missing_crds = missing
+        if missing:
+            log.error("%s", self.crd_problem)
+        else:
+            log.info("ComputeDomain CRDs are installed")
+
+    @property
+    def crd_problem(self) -> str:
+        """One line naming the CRDs not installed and the command that installs them."""
+        if not self.missing_crds:
+            return ""
+        return (
+            f"CustomResourceDefinition {', '.join(self.missing_crds)} not installed: install "
+            f"with {CRD_INSTALL_COMMAND} (the Helm chart installs them on its first install)"
+        )
 
     # NVIDIA's controller ------------------------------------------------------------------------
     def controller_pods_changed(self, pods: Iterable[Mapping[str, Any]]) -> None:

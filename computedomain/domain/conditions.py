@@ -38,6 +38,7 @@ WARNING_CONDITIONS = frozenset(
 
 # The daemon ServiceAccount is missing (#586).
 DAEMON_SA_MISSING = "DaemonServiceAccountMissing"
+INVALID_SPEC = "InvalidSpec"
 
 # How many nodes or pods a message names before summarising the rest.
 _MAX_LISTED = 5
@@ -49,6 +50,8 @@ class ChildStatus(enum.Enum):
     CREATED = "Creating"  # just created; the cache has not shown it yet
     MISSING = "Missing"
     FOREIGN = "Foreign"
+    # The CD itself cannot work (e.g. no spec): nothing is created for it.
+    INVALID = "Invalid"
 
 
 @dataclass(frozen=True)
@@ -59,6 +62,7 @@ class ChildState:
 
 # Display names for the reconciler's child keys.
 _CHILD_NAMES = {
+    "spec": "spec",
     "daemonClaimTemplate": "daemon ResourceClaimTemplate",
     "daemonSet": "daemon DaemonSet",
     "workloadClaimTemplate": "workload ResourceClaimTemplate",
@@ -81,6 +85,14 @@ class DomainView:
     deleting: bool = False
     # namespace/name of the daemon ServiceAccount when it does not exist; None when it does.
     missing_service_account: str | None = None
+    # Joined nodes whose Node is gone or NotReady → why; their daemons never count as ready.
+    lost_nodes: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def invalid(self) -> str | None:
+        """Why the CD cannot work at all, or None."""
+        found = [s.message for s in self.children.values() if s.status is ChildStatus.INVALID]
+        return "; ".join(found) if found else None
 
 
 def set_condition(
@@ -127,6 +139,8 @@ def _children_verdict(view: DomainView) -> _Verdict:
         return _Verdict(FALSE, "Deleting", "The ComputeDomain is being deleted")
     if not view.children:
         return _Verdict(UNKNOWN, "NotChecked", "Children not checked yet")
+    if view.invalid:
+        return _Verdict(FALSE, INVALID_SPEC, view.invalid)
     foreign = [
         s.message or _CHILD_NAMES.get(k, k)
         for k, s in sorted(view.children.items())
@@ -163,7 +177,11 @@ def _daemon_problems(view: DomainView) -> list[str]:
             problems.append(f"pod {pod.name}: {pod.describe_problem() or 'Pending'}")
         else:
             pod_by_node.setdefault(pod.node_name, pod)
+    for node_name, lost in sorted(view.lost_nodes.items()):
+        problems.append(f"{node_name}: {lost}")
     for node_name, pod in sorted(pod_by_node.items()):
+        if node_name in view.lost_nodes:
+            continue
         entry = joined.get(node_name)
         if entry is not None and entry.status == c.STATUS_READY and pod.ready:
             continue
@@ -172,6 +190,8 @@ def _daemon_problems(view: DomainView) -> list[str]:
             problem = f"not joined yet ({problem})" if problem else "not joined yet"
         problems.append(f"{node_name}: {problem or 'daemon reports NotReady'}")
     for name, entry in sorted(joined.items()):
+        if name in view.lost_nodes:
+            continue
         if name not in pod_by_node and entry.status != c.STATUS_READY:
             problems.append(f"{name}: NotReady (no daemon pod seen)")
     return problems
@@ -210,7 +230,7 @@ def _ready_verdict(view: DomainView, children: _Verdict, daemons: _Verdict) -> _
             else ""
         )
         return _Verdict(FALSE, "Deleting", f"The ComputeDomain is being deleted{detail}")
-    if children.reason in ("ForeignObject", DAEMON_SA_MISSING):
+    if children.reason in ("ForeignObject", DAEMON_SA_MISSING, INVALID_SPEC):
         return _Verdict(FALSE, children.reason, children.message)
     if children.status != TRUE:
         return _Verdict(FALSE, "ChildrenNotReady", children.message)

@@ -7,7 +7,7 @@ content here is a MUST. The order of entries is not (it is a list-map keyed by n
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -233,6 +233,32 @@ def project_nodes(
     else:
         fabric = [_node_from_daemon(d) for clique in cliques for d in clique.daemons]
     return _dedup([*fabric, *_non_fabric_nodes(pods)], pods)
+
+
+def lost_nodes(
+    nodes: Iterable[ComputeDomainNode], node_ready: Callable[[str], bool | None]
+) -> dict[str, str]:
+    """Joined nodes whose Node object is gone (``node_ready`` gives None) or not Ready, with
+    why. A daemon's clique entry can outlive its node until garbage collection; we must not
+    trust it."""
+    lost: dict[str, str] = {}
+    for node in nodes:
+        ready = node_ready(node.name)
+        if ready is None:
+            lost[node.name] = "Node deleted"
+        elif not ready:
+            lost[node.name] = "Node NotReady"
+    return lost
+
+
+def discount_lost(
+    nodes: Iterable[ComputeDomainNode], lost: Mapping[str, str]
+) -> list[ComputeDomainNode]:
+    """The entries of lost nodes reported NotReady, the others unchanged."""
+    return [
+        node.model_copy(update={"status": c.STATUS_NOT_READY}) if node.name in lost else node
+        for node in nodes
+    ]
 
 
 def global_status(nodes: Sequence[ComputeDomainNode], num_nodes: int) -> NodeStatus:

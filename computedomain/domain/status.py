@@ -53,6 +53,8 @@ class StatusWriter:
         )
         current = list(cd.status.nodes or []) if cd.status else []
         nodes = projection.project_nodes(cliques, pods, legacy=legacy, current=current)
+        lost = projection.lost_nodes(nodes, caches.node_ready)
+        nodes = projection.discount_lost(nodes, lost)
 
         node_store = caches.nodes.store
         members = {n.name for n in nodes} | {
@@ -81,6 +83,7 @@ class StatusWriter:
             shared_cliques=shared,
             deleting=deleting,
             missing_service_account=caches.missing_daemon_service_account(),
+            lost_nodes=lost,
         )
         return view, nodes, legacy
 
@@ -111,7 +114,9 @@ class StatusWriter:
         )
         counts = cond.status_counts(nodes, view.cliques)
         desired_status: dict[str, Any] = {
-            "status": projection.global_status(nodes, view.num_nodes),
+            "status": c.STATUS_NOT_READY
+            if view.invalid
+            else projection.global_status(nodes, view.num_nodes),
             "nodes": [n.to_dict() for n in nodes] or None,
             "conditions": [x.to_dict() for x in conditions],
             "observedGeneration": cd.metadata.generation,

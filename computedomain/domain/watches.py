@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol
 
-from computedomain.domain.caches import BY_GPU_CLIQUE, Caches
+from computedomain.domain.caches import BY_GPU_CLIQUE, Caches, node_ready
 from computedomain.domain.coexistence import CoexistenceMonitor
 from computedomain.domain.keys import CDKey, OrphanKey
 from computedomain.domain.labels import cd_uid_of, cd_uids_of_clique
@@ -94,8 +94,13 @@ class EventRouter:
         self.enqueue_all()
 
     def on_node_change(self, old: Obj | None, new: Obj | None) -> None:
-        if old is not None and new is not None and objects.labels(old) == objects.labels(new):
-            return
+        if (
+            old is not None
+            and new is not None
+            and objects.labels(old) == objects.labels(new)
+            and node_ready(old) == node_ready(new)
+        ):
+            return  # heartbeats: nothing a CD reports depends on them
         uids = set(uids_of_change(uids_of_labelled, old, new))
         cliques = {clique for obj in (old, new) if (clique := clique_of(obj))}
         # A node joining or leaving a clique changes the sharing findings of every CD there.
@@ -137,12 +142,14 @@ def wire(router: EventRouter, coexistence: CoexistenceMonitor) -> None:
     # Both look at the whole (tiny) store, whatever the event.
     def crd_changed(*_: object) -> None:
         coexistence.crd_changed(caches.compute_domain_crd())
+        coexistence.crds_present(caches.missing_crds())
 
     def nvidia_pods_changed(*_: object) -> None:
         coexistence.controller_pods_changed(caches.nvidia_controller_pods.store.list())
 
     for informer, changed in (
         (caches.crds, crd_changed),
+        (caches.clique_crds, crd_changed),
         (caches.nvidia_controller_pods, nvidia_pods_changed),
     ):
         informer.add_handler(FunctionHandler(add=changed, update=changed, delete=changed))

@@ -298,6 +298,15 @@ class Informer:
     # -- list / watch -----------------------------------------------------------------------
 
     def _log_failure(self, error: BaseException) -> None:
+        if isinstance(error, ApiError) and error.is_not_found:
+            # A 404 on a collection: the server does not serve this resource at all.
+            log.warning(
+                "Informer list/watch failed: the server does not serve %s (is its "
+                "CustomResourceDefinition installed?)",
+                self.resource.path(),
+                extra={"informer": self.name, "err": str(error) or "404"},
+            )
+            return
         log.warning(
             "Informer list/watch failed",
             extra={"informer": self.name, "err": str(error) or type(error).__name__},

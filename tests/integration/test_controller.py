@@ -492,7 +492,7 @@ async def test_domain_without_spec_is_reported_not_crashed_on(
         within=30.0,
         what="ChildrenReady=False",
     )
-    assert "resourceClaimTemplate.name is not set" in condition(cd, "ChildrenReady")["message"]
+    assert "spec.channel.resourceClaimTemplate.name" in condition(cd, "ChildrenReady")["message"]
     assert condition(cd, "Ready")["status"] == "False"
 
 

@@ -1,0 +1,95 @@
+"""Issue 9 items on the real control plane with the fleet simulator: a daemon whose Node is
+deleted never counts as ready (9.7), and a ComputeDomain without spec gets no children (9.6)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes_asyncio.client import ApiClient
+
+from computedomain.api import constants as c
+from computedomain.api.resources import COMPUTE_DOMAINS
+from computedomain.runtime import resources as r
+from computedomain.runtime.client import KubeClient
+from computedomain.runtime.objects import condition
+from computedomain.sim.fleet import create_fleet, wait_nodes_ready
+from tests.integration.cluster import TEST_FLEET
+from tests.integration.e2e_harness import EndToEnd, end_to_end, status_nodes, workload
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+async def e2e(
+    kube: KubeClient, kubeconfig_path: Path, namespace: str, driver_namespace: str
+) -> AsyncIterator[EndToEnd]:
+    async with end_to_end(kube, kubeconfig_path, namespace, driver_namespace) as env:
+        yield env
+
+
+def ready(cd: dict[str, Any] | None) -> bool:
+    return condition(cd, "Ready").get("status") == "True"
+
+
+async def test_a_deleted_node_stops_counting_as_a_ready_daemon(
+    e2e: EndToEnd, api_client: ApiClient
+) -> None:
+    """The daemon's clique entry outlives its Node until garbage collection (minutes); the
+    status must not: within seconds the node is NotReady (or gone) and Ready is False."""
+    await e2e.start_controller()
+    await e2e.start_simulator()
+    await e2e.create_cd("lost", num_nodes=2)
+    await e2e.run_workload(workload("lost", 2, racks=["r00"]))
+    cd = await e2e.cd_until("lost", lambda o: ready(o) and len(status_nodes(o)) == 2, "Ready")
+    victim = sorted(status_nodes(cd))[0]
+    try:
+        await e2e.kube.delete(r.NODES, victim)
+
+        def told(o: dict[str, Any] | None) -> bool:
+            entry = status_nodes(o).get(victim)
+            return (entry is None or entry["status"] == c.STATUS_NOT_READY) and not ready(o)
+
+        cd = await e2e.cd_until("lost", told, f"{victim} no longer a ready daemon", within=30)
+        assert cd is not None
+        assert cd["status"]["status"] == c.STATUS_NOT_READY
+        message = condition(cd, "DaemonsReady").get("message", "")
+        print(f"DaemonsReady after deleting {victim}: {message}")
+        if victim in status_nodes(cd):
+            assert f"{victim}: Node deleted" in message
+    finally:
+        # Later tests share the fleet: bring the node (and its ResourceSlice) back.
+        await e2e.scale("lost", 0)
+        await create_fleet(api_client, TEST_FLEET)
+        await wait_nodes_ready(api_client, [victim], timeout=60)
+
+
+async def test_a_domain_without_spec_gets_no_children_and_says_why(
+    e2e: EndToEnd, driver_namespace: str
+) -> None:
+    """The CRD admits `{"metadata": {"name": "x"}}` (as upstream). It cannot work: no
+    DaemonSet or claim template, status NotReady, InvalidSpec, one Warning."""
+    await e2e.start_controller()
+    body = {"apiVersion": c.API_VERSION, "kind": c.CD_KIND, "metadata": {"name": "bare"}}
+    created = await e2e.kube.create(COMPUTE_DOMAINS, body, e2e.namespace)
+    uid = created["metadata"]["uid"]
+    cd = await e2e.cd_until(
+        "bare", lambda o: condition(o, "Ready").get("reason") == "InvalidSpec", "InvalidSpec"
+    )
+    assert cd is not None
+    assert cd["status"]["status"] == c.STATUS_NOT_READY
+    assert "spec.channel.resourceClaimTemplate.name" in condition(cd, "Ready")["message"]
+    events = await e2e.events_for(
+        "bare",
+        lambda es: any(e.get("reason") == "InvalidSpec" for e in es),
+        "an InvalidSpec warning",
+    )
+    warnings = [e for e in events if e.get("reason") == "InvalidSpec"]
+    assert len(warnings) == 1
+    assert warnings[0]["type"] == "Warning"
+    await e2e.controllers.running[0].wait_idle()
+    for res in (r.DAEMONSETS, r.RESOURCE_CLAIM_TEMPLATES):
+        found = await e2e.kube.list(res, label_selector=f"{c.CD_LABEL}={uid}")
+        assert found["items"] == [], f"{res.kind} made for a ComputeDomain without spec"
