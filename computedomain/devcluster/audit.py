@@ -1,4 +1,4 @@
-"""Reading the local apiserver's audit log: who wrote what (see controlplane.AUDIT_POLICY).
+"""Reading the local apiserver's audit log: who wrote what (see components.AUDIT_POLICY).
 
 The policy logs create/update/patch/delete requests of ServiceAccounts outside kube-system at
 Metadata level, so a test can attribute every write to an identity, e.g. "our controller's

@@ -61,18 +61,25 @@ async def service_account_api_client(
     return bearer_api_client(server, ca_file, token)
 
 
-def token_kubeconfig(path: Path, server: str, ca_file: Path | None, token: str) -> Path:
-    """A kubeconfig that authenticates only with ``token`` (e.g. a ServiceAccount's)."""
+def token_kubeconfig(
+    path: Path, server: str, ca_file: Path | None, token: str, namespace: str | None = None
+) -> Path:
+    """A kubeconfig that authenticates only with ``token`` (e.g. a ServiceAccount's), readable
+    by its owner alone; ``namespace`` is its context's default namespace."""
     cluster: dict[str, Any] = {"server": server}
     if ca_file is not None:
         cluster["certificate-authority"] = str(ca_file)
+    context: dict[str, Any] = {"cluster": "local", "user": "token"}
+    if namespace is not None:
+        context["namespace"] = namespace
     config = {
         "apiVersion": "v1",
         "kind": "Config",
         "clusters": [{"name": "local", "cluster": cluster}],
         "users": [{"name": "token", "user": {"token": token}}],
-        "contexts": [{"name": "token", "context": {"cluster": "local", "user": "token"}}],
+        "contexts": [{"name": "token", "context": context}],
         "current-context": "token",
     }
     path.write_text(yaml.safe_dump(config))
+    path.chmod(0o600)
     return path

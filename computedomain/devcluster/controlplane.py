@@ -36,8 +36,21 @@ from typing import Any, Self
 
 import yaml
 
-from computedomain.devcluster.assets import REPO_ROOT, Assets, find_assets
-from computedomain.devcluster.pki import ClientCert, Pki, generate_pki, kubeconfig_yaml
+from computedomain.devcluster.assets import Assets, find_assets
+from computedomain.devcluster.components import (
+    AUDIT_LOG,
+    AUDIT_POLICY,
+    KWOK_NODE_ANNOTATION,
+    KWOK_NODE_ANNOTATION_VALUE,
+    apiserver_args,
+    etcd_args,
+    kcm_args,
+    kwok_args,
+    kwok_configuration_yaml,
+    scheduler_args,
+)
+from computedomain.devcluster.components import ControlPlaneError as ControlPlaneError
+from computedomain.devcluster.pki import ClientCert, generate_pki, kubeconfig_yaml
 from computedomain.devcluster.processes import (
     STOP_GRACE_SECONDS,
     ChildProcess,
@@ -46,42 +59,11 @@ from computedomain.devcluster.processes import (
     tail,
 )
 
-KWOK_STAGE_DIR = REPO_ROOT / "hack" / "controlplane" / "kwok"
-KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
-KWOK_NODE_ANNOTATION_VALUE = "fake"
-SERVICE_CIDR = "10.0.0.0/24"
-# Pod IPs handed out by kwok: wide enough for large fleets, disjoint from the service range.
-POD_CIDR = "10.128.0.0/14"
-KWOK_NODE_IP = "10.127.0.1"
-CONTROLLER_QPS = 200
-CONTROLLER_BURST = 400
 STATE_FILE = "state.json"
 ETCD_DIR_PREFIX = "computedomain-etcd-"
 OWNER_FILE = "etcd.pid"
-AUDIT_LOG = "audit.log"
-# Writes by ServiceAccounts outside kube-system, at Metadata level: who wrote what, cheaply.
-# Tests use it to attribute every write to an identity (e.g. "0 DaemonSet writes by our
-# controller's ServiceAccount during a swap"); KCM's own ServiceAccounts are left out.
-AUDIT_POLICY = {
-    "apiVersion": "audit.k8s.io/v1",
-    "kind": "Policy",
-    "omitStages": ["RequestReceived"],
-    "rules": [
-        {"level": "None", "userGroups": ["system:serviceaccounts:kube-system"]},
-        {
-            "level": "Metadata",
-            "userGroups": ["system:serviceaccounts"],
-            "verbs": ["create", "update", "patch", "delete", "deletecollection"],
-        },
-        {"level": "None"},
-    ],
-}
 # Start order; stop runs it backwards.
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
-
-
-class ControlPlaneError(RuntimeError):
-    """A component failed to start or become ready in time."""
 
 
 def free_port() -> int:
@@ -224,7 +206,7 @@ class ControlPlane:
             log(f"{name} ready in {self.timings[name]:.1f}s")
 
         t = time.monotonic()
-        start("etcd", _etcd_args(self._data_dir / "data", ports["etcd"], ports["etcd-peer"]))
+        start("etcd", etcd_args(self._data_dir / "data", ports["etcd"], ports["etcd-peer"]))
         # Lets a later run sweep this tmpfs dir if we die without stopping (memory-backed).
         (self._data_dir / OWNER_FILE).write_text(str(self._processes[-1].pid))
         etcd_health = f"http://127.0.0.1:{ports['etcd']}/health"
@@ -233,7 +215,7 @@ class ControlPlane:
 
         t = time.monotonic()
         (self.workdir / "audit-policy.yaml").write_text(yaml.safe_dump(AUDIT_POLICY))
-        start("kube-apiserver", _apiserver_args(self.workdir, pki, ports))
+        start("kube-apiserver", apiserver_args(self.workdir, pki, ports))
         admin_tls = _client_tls(pki.ca_cert, pki.admin)
         readyz = f"{self.server}/readyz"
         self._wait(lambda: _http_ok(readyz, admin_tls), "kube-apiserver /readyz", timeout, begin)
@@ -252,11 +234,11 @@ class ControlPlane:
         )
 
         t = time.monotonic()
-        start("kube-controller-manager", _kcm_args(kcm_kubeconfig, pki, ports["kcm"]))
-        start("kube-scheduler", _scheduler_args(scheduler_kubeconfig, ports["scheduler"]))
+        start("kube-controller-manager", kcm_args(kcm_kubeconfig, pki, ports["kcm"]))
+        start("kube-scheduler", scheduler_args(scheduler_kubeconfig, ports["scheduler"]))
         kwok_config = self.workdir / "kwok.yaml"
         kwok_config.write_text(kwok_configuration_yaml())
-        start("kwok", _kwok_args(self.kubeconfig, kwok_config))
+        start("kwok", kwok_args(self.kubeconfig, kwok_config))
         # Serving certs of KCM and scheduler are self-signed; /healthz needs no credentials.
         insecure = ssl.create_default_context()
         insecure.check_hostname = False
@@ -362,9 +344,6 @@ class ControlPlane:
         self.stop()
 
 
-# ---- component arguments ----------------------------------------------------------------
-
-
 def sweep_stale_etcd_dirs(root: Path) -> list[Path]:
     """Remove etcd data dirs under ``root`` whose etcd no longer runs (a killed harness)."""
     removed: list[Path] = []
@@ -382,122 +361,6 @@ def sweep_stale_etcd_dirs(root: Path) -> list[Path]:
 def _tmpfs_or(fallback: Path) -> Path:
     shm = Path("/dev/shm")
     return shm if shm.is_dir() and os.access(shm, os.W_OK) else fallback
-
-
-def _etcd_args(data_dir: Path, client_port: int, peer_port: int) -> list[str]:
-    client = f"http://127.0.0.1:{client_port}"
-    peer = f"http://127.0.0.1:{peer_port}"
-    return [
-        "--name=node0",
-        f"--data-dir={data_dir}",
-        f"--listen-client-urls={client}",
-        f"--advertise-client-urls={client}",
-        f"--listen-peer-urls={peer}",
-        f"--initial-advertise-peer-urls={peer}",
-        f"--initial-cluster=node0={peer}",
-        "--unsafe-no-fsync",
-        "--quota-backend-bytes=8589934592",
-        "--log-level=warn",
-    ]
-
-
-def _apiserver_args(workdir: Path, pki: Pki, ports: dict[str, int]) -> list[str]:
-    return [
-        f"--etcd-servers=http://127.0.0.1:{ports['etcd']}",
-        "--bind-address=127.0.0.1",
-        "--advertise-address=127.0.0.1",
-        f"--secure-port={ports['apiserver']}",
-        f"--cert-dir={workdir / 'pki'}",
-        f"--tls-cert-file={pki.serving_cert}",
-        f"--tls-private-key-file={pki.serving_key}",
-        f"--client-ca-file={pki.ca_cert}",
-        "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-        f"--service-account-key-file={pki.sa_public_key}",
-        f"--service-account-signing-key-file={pki.sa_private_key}",
-        f"--service-cluster-ip-range={SERVICE_CIDR}",
-        "--authorization-mode=RBAC",
-        "--allow-privileged=true",
-        "--endpoint-reconciler-type=none",
-        "--profiling=false",
-        f"--audit-policy-file={workdir / 'audit-policy.yaml'}",
-        f"--audit-log-path={workdir / 'logs' / AUDIT_LOG}",
-        "--audit-log-format=json",
-        "--audit-log-maxbackup=0",
-    ]
-
-
-def _kcm_args(kubeconfig: Path, pki: Pki, port: int) -> list[str]:
-    return [
-        f"--kubeconfig={kubeconfig}",
-        "--leader-elect=false",
-        "--bind-address=127.0.0.1",
-        f"--secure-port={port}",
-        f"--service-account-private-key-file={pki.sa_private_key}",
-        f"--root-ca-file={pki.ca_cert}",
-        "--use-service-account-credentials=true",
-        # csrsigning only logs errors without signing files; nothing here needs it.
-        "--controllers=*,-csrsigning",
-        "--node-monitor-period=5s",
-        "--node-monitor-grace-period=40s",
-        # The default 20 QPS per controller client makes lifting the not-ready taint from a
-        # 1,000-node fleet take a minute; big real clusters raise these limits too.
-        f"--kube-api-qps={CONTROLLER_QPS}",
-        f"--kube-api-burst={CONTROLLER_BURST}",
-    ]
-
-
-def _scheduler_args(kubeconfig: Path, port: int) -> list[str]:
-    return [
-        f"--kubeconfig={kubeconfig}",
-        "--leader-elect=false",
-        "--bind-address=127.0.0.1",
-        f"--secure-port={port}",
-        f"--kube-api-qps={CONTROLLER_QPS}",
-        f"--kube-api-burst={CONTROLLER_BURST}",
-    ]
-
-
-def _kwok_args(kubeconfig: Path, config: Path) -> list[str]:
-    return [
-        f"--kubeconfig={kubeconfig}",
-        f"--config={config}",
-        f"--manage-nodes-with-annotation-selector={KWOK_NODE_ANNOTATION}={KWOK_NODE_ANNOTATION_VALUE}",
-        f"--cidr={POD_CIDR}",
-        f"--node-ip={KWOK_NODE_IP}",
-    ]
-
-
-def kwok_stage_files(stage_dir: Path = KWOK_STAGE_DIR) -> list[Path]:
-    files = sorted(stage_dir.glob("*.yaml"))
-    if not files:
-        raise ControlPlaneError(f"no kwok stage files in {stage_dir}")
-    return files
-
-
-def kwok_configuration_yaml(stage_dir: Path = KWOK_STAGE_DIR) -> str:
-    """One multi-document file: the KwokConfiguration first, then every Stage (kwok v0.8.0
-    has no built-in stages and exits with ``no stages found`` without them)."""
-    configuration: dict[str, Any] = {
-        "apiVersion": "config.kwok.x-k8s.io/v1alpha1",
-        "kind": "KwokConfiguration",
-        "options": {
-            "cidr": POD_CIDR,
-            "nodeIP": KWOK_NODE_IP,
-            "manageNodesWithAnnotationSelector": (
-                f"{KWOK_NODE_ANNOTATION}={KWOK_NODE_ANNOTATION_VALUE}"
-            ),
-            # Defaults are 4; a 1,000-node fleet turns Ready much faster with more.
-            "nodePlayStageParallelism": 16,
-            "podPlayStageParallelism": 16,
-        },
-    }
-    documents = [yaml.safe_dump(configuration, sort_keys=False)]
-    for path in kwok_stage_files(stage_dir):
-        documents.append(path.read_text())
-    return "---\n".join(doc if doc.endswith("\n") else doc + "\n" for doc in documents)
-
-
-# ---- tiny sync HTTP helpers (start-up only; tests use kubernetes_asyncio) -------------------
 
 
 def _client_tls(ca: Path, client: ClientCert) -> ssl.SSLContext:

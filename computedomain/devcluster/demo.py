@@ -16,7 +16,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,12 +25,12 @@ import yaml
 from kubernetes_asyncio.client import ApiClient
 
 from computedomain.api import constants as c
-from computedomain.api.resources import COMPUTE_DOMAINS
 from computedomain.config import environ
 from computedomain.devcluster.assets import REPO_ROOT, Assets, AssetsUnavailableError, find_assets
 from computedomain.devcluster.clients import (
     api_client_from_kubeconfig,
     request_service_account_token,
+    token_kubeconfig,
 )
 from computedomain.devcluster.cluster import add_fleet_arguments, fleet_spec, populate
 from computedomain.devcluster.controlplane import (
@@ -40,15 +40,12 @@ from computedomain.devcluster.controlplane import (
     free_port,
 )
 from computedomain.devcluster.processes import ChildProcess, spawn, tail
-from computedomain.runtime import objects
+from computedomain.devcluster.progress import STARTED, Progress, say, watch_progress
 from computedomain.runtime.client import ApiError, KubeClient
 from computedomain.runtime.resources import (
-    EVENTS,
     LEASES,
     NAMESPACES,
-    PODS,
     SERVICE_ACCOUNTS,
-    Resource,
 )
 
 DRIVER_NAMESPACE = "nvidia-dra-driver-gpu"
@@ -62,17 +59,6 @@ DEFAULT_STATE_DIR = REPO_ROOT / ".devcluster" / "demo"
 # The controller keeps this token for its whole life; a kept demo cluster should outlive a day.
 TOKEN_SECONDS = 7 * 24 * 3600
 NAMESPACED_RBAC_KINDS = {"ServiceAccount", "Role", "RoleBinding"}
-
-_started = time.monotonic()
-
-
-MAX_LINE = 220
-
-
-def say(line: str) -> None:
-    # One line per change: long condition messages (every not-ready daemon) are cut short.
-    text = line if len(line) <= MAX_LINE else line[: MAX_LINE - 1] + "…"
-    print(f"[{time.monotonic() - _started:6.1f}s] {text}", flush=True)
 
 
 class DemoError(RuntimeError):
@@ -163,30 +149,6 @@ async def wait_service_account(kube: KubeClient, namespace: str, name: str) -> N
     raise DemoError(f"serviceaccount {namespace}/{name} did not appear")
 
 
-def controller_kubeconfig(cp: ControlPlane, token: str) -> str:
-    cluster: dict[str, Any] = {"server": cp.server}
-    if cp.ca_file is not None:
-        cluster["certificate-authority"] = str(cp.ca_file)
-    config = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [{"name": "demo", "cluster": cluster}],
-        "users": [{"name": CONTROLLER_SERVICE_ACCOUNT, "user": {"token": token}}],
-        "contexts": [
-            {
-                "name": CONTROLLER_SERVICE_ACCOUNT,
-                "context": {
-                    "cluster": "demo",
-                    "user": CONTROLLER_SERVICE_ACCOUNT,
-                    "namespace": DRIVER_NAMESPACE,
-                },
-            }
-        ],
-        "current-context": CONTROLLER_SERVICE_ACCOUNT,
-    }
-    return yaml.safe_dump(config, sort_keys=False)
-
-
 def sample_replicas(directory: Path = SAMPLES_DIR) -> int:
     """Workload pods the samples ask for (sum of StatefulSet replicas)."""
     total = 0
@@ -195,144 +157,6 @@ def sample_replicas(directory: Path = SAMPLES_DIR) -> int:
             if doc and doc.get("kind") == "StatefulSet":
                 total += int(doc["spec"].get("replicas", 1))
     return total
-
-
-# ---- live progress --------------------------------------------------------------------------
-
-
-def clique_progress(cd: dict[str, Any]) -> dict[str, tuple[int, int]]:
-    """cliqueID (or "none") -> (nodes joined, nodes Ready), from status.nodes."""
-    progress: dict[str, tuple[int, int]] = {}
-    for node in (cd.get("status") or {}).get("nodes") or []:
-        clique = node.get("cliqueID") or "none"
-        joined, ready = progress.get(clique, (0, 0))
-        progress[clique] = (joined + 1, ready + (node.get("status") == c.STATUS_READY))
-    return progress
-
-
-def _short_clique(clique: str) -> str:
-    # "<clusterUUID>.<cliqueID>": the UUID's first block is enough to tell racks apart.
-    uuid_part, _, index = clique.rpartition(".")
-    return f"{uuid_part.split('-')[0]}….{index}" if uuid_part else clique
-
-
-@dataclass
-class Progress:
-    """What the watches have seen; prints a line whenever something a person cares about
-    changes, and tells when the demo is done."""
-
-    expected_pods: int
-    printer: Callable[[str], None] = say
-    cd_ready: bool = False
-    cd_ready_line: str = ""
-    cliques: dict[str, tuple[int, int]] = field(default_factory=dict)
-    pod_phases: dict[str, str] = field(default_factory=dict)
-    seen_events: set[str] = field(default_factory=set)
-    changed: asyncio.Event = field(default_factory=asyncio.Event)
-
-    @property
-    def running_pods(self) -> int:
-        return sum(phase == "Running" for phase in self.pod_phases.values())
-
-    @property
-    def done(self) -> bool:
-        return self.cd_ready and self.running_pods >= self.expected_pods
-
-    def on_cd(self, kind: str, cd: dict[str, Any]) -> None:
-        name = cd["metadata"]["name"]
-        if kind == "DELETED":
-            self.printer(f"ComputeDomain {name} deleted")
-            self.cd_ready = False
-            return
-        cliques = clique_progress(cd)
-        if cliques != self.cliques:
-            for clique in sorted(cliques.keys() | self.cliques.keys()):
-                if cliques.get(clique) != self.cliques.get(clique):
-                    joined, ready = cliques.get(clique, (0, 0))
-                    self.printer(
-                        f"clique {_short_clique(clique)}: {joined} nodes joined, {ready} ready"
-                    )
-            self.cliques = cliques
-        cond = objects.condition(cd, "Ready")
-        line = f"{cond.get('status', '?')} {cond.get('reason', '')}: {cond.get('message', '')}"
-        if cond and line != self.cd_ready_line:
-            self.cd_ready_line = line
-            self.printer(f"ComputeDomain {name} Ready={line}")
-        self.cd_ready = cond.get("status") == "True"
-        self.changed.set()
-
-    def on_pod(self, kind: str, pod: dict[str, Any]) -> None:
-        name = pod["metadata"]["name"]
-        before = self.running_pods
-        if kind == "DELETED":
-            self.pod_phases.pop(name, None)
-        else:
-            self.pod_phases[name] = (pod.get("status") or {}).get("phase") or "Pending"
-        if self.running_pods != before:
-            self.printer(f"workload pods Running: {self.running_pods}/{self.expected_pods}")
-        self.changed.set()
-
-    def on_event(self, kind: str, event: dict[str, Any]) -> None:
-        uid = event["metadata"].get("uid", "")
-        if kind == "DELETED" or uid in self.seen_events:
-            return
-        self.seen_events.add(uid)
-        regarding = event.get("regarding") or {}
-        note = (event.get("note") or "").strip()
-        self.printer(
-            f"event {event.get('type', '')} {event.get('reason', '')} "
-            f"({regarding.get('kind', '?')}/{regarding.get('name', '?')}): {note}"
-        )
-
-
-async def follow(
-    kube: KubeClient,
-    res: Resource,
-    namespace: str,
-    handle: Callable[[str, dict[str, Any]], None],
-) -> None:
-    """List, then watch from the list's resourceVersion; relist on 410 or a closed watch."""
-    while True:
-        listing = await kube.list(res, namespace=namespace)
-        for item in listing["items"]:
-            handle("ADDED", item)
-        try:
-            async for kind, obj in kube.watch(
-                res,
-                namespace=namespace,
-                resource_version=listing["metadata"]["resourceVersion"],
-                timeout_seconds=300,
-            ):
-                if kind != "BOOKMARK":
-                    handle(kind, obj)
-        except ApiError as err:
-            if not err.is_gone:
-                raise
-
-
-async def watch_progress(kube: KubeClient, progress: Progress, within: float) -> None:
-    """Returns once the demo is done; raises TimeoutError after ``within`` seconds."""
-    followers = [
-        asyncio.create_task(follow(kube, COMPUTE_DOMAINS, DEMO_NAMESPACE, progress.on_cd)),
-        asyncio.create_task(follow(kube, PODS, DEMO_NAMESPACE, progress.on_pod)),
-        asyncio.create_task(follow(kube, EVENTS, DEMO_NAMESPACE, progress.on_event)),
-    ]
-    try:
-        async with asyncio.timeout(within):
-            while not progress.done:
-                progress.changed.clear()
-                waiter = asyncio.create_task(progress.changed.wait())
-                finished, _ = await asyncio.wait(
-                    [waiter, *followers], return_when=asyncio.FIRST_COMPLETED
-                )
-                waiter.cancel()
-                for task in finished:
-                    if task is not waiter:
-                        task.result()  # a watch failed for good: raise it
-    finally:
-        for task in followers:
-            task.cancel()
-        await asyncio.gather(*followers, return_exceptions=True)
 
 
 # ---- the demo -------------------------------------------------------------------------------
@@ -385,9 +209,13 @@ class Demo:
         token = await request_service_account_token(
             admin, DRIVER_NAMESPACE, CONTROLLER_SERVICE_ACCOUNT, TOKEN_SECONDS
         )
-        path = self.state_dir / "controller.kubeconfig"
-        path.write_text(controller_kubeconfig(self.cp, token))
-        path.chmod(0o600)
+        path = token_kubeconfig(
+            self.state_dir / "controller.kubeconfig",
+            self.cp.server,
+            self.cp.ca_file,
+            token,
+            namespace=DRIVER_NAMESPACE,
+        )
         say(f"controller kubeconfig (TokenRequest for {CONTROLLER_SERVICE_ACCOUNT}): {path}")
 
     async def _start_processes(self) -> None:
@@ -480,7 +308,7 @@ class Demo:
         applied = time.monotonic()
         progress = Progress(expected_pods=sample_replicas())
         try:
-            await watch_progress(kube, progress, self.args.timeout)
+            await watch_progress(kube, DEMO_NAMESPACE, progress, self.args.timeout)
         except TimeoutError:
             raise DemoError(self._timeout_message(progress)) from None
         finally:
@@ -488,7 +316,7 @@ class Demo:
         say(
             f"DONE: ComputeDomain Ready and {progress.running_pods} workload pods Running "
             f"{time.monotonic() - applied:.1f}s after apply "
-            f"({time.monotonic() - _started:.1f}s in total)"
+            f"({time.monotonic() - STARTED:.1f}s in total)"
         )
 
     def _timeout_message(self, progress: Progress) -> str:

@@ -28,10 +28,12 @@ from computedomain.devcluster.clients import (
     service_account_api_client,
 )
 from computedomain.devcluster.controlplane import ControlPlane, use_existing_cluster
+from computedomain.devcluster.harness import Controllers
 from computedomain.devcluster.rest import request_json
 from computedomain.runtime.client import KubeClient
 from computedomain.runtime.resources import NAMESPACES, SERVICE_ACCOUNTS
 from tests.integration.cluster import STARTUP, fleet_node_names, run_control_plane
+from tests.kit.controllers import controllers_for, stop_after_cleanup
 from tests.kit.waiting import eventually
 
 SaClientFactory = Callable[[str, str], Awaitable[ApiClient]]
@@ -165,3 +167,14 @@ async def driver_namespace(kube: KubeClient) -> AsyncIterator[str]:
     await kube.create(SERVICE_ACCOUNTS, account, name)
     yield name
     await kube.delete(NAMESPACES, name)
+
+
+@pytest.fixture
+async def controllers(
+    kubeconfig_path: Path, driver_namespace: str, kube: KubeClient, namespace: str
+) -> AsyncIterator[Controllers]:
+    """``await controllers.start(**env)`` runs a replica in the test's loop; at the end a
+    running replica finalizes the test's CDs (and unlabels their nodes), then all stop."""
+    factory = controllers_for(kubeconfig_path, driver_namespace)
+    yield factory
+    await stop_after_cleanup(factory, kube, namespace)

@@ -4,11 +4,7 @@ deletion (including the awkward cases) and orphan cleanup."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
-
-import pytest
 
 from computedomain.api import constants as c
 from computedomain.api.resources import CLIQUES, COMPUTE_DOMAINS
@@ -17,18 +13,9 @@ from computedomain.devcluster.watching import watch_object
 from computedomain.runtime import resources as r
 from computedomain.runtime.client import ApiError, KubeClient
 from computedomain.runtime.objects import condition, labels
-from tests.kit.controllers import controllers_for, create_cd, stop_after_cleanup, wait_children
+from tests.kit.controllers import create_cd, wait_children
 
 LABEL_PATH = "/metadata/labels/" + c.CD_LABEL.replace("/", "~1")
-
-
-@pytest.fixture
-async def controllers(
-    kubeconfig_path: Path, driver_namespace: str, kube: KubeClient, namespace: str
-) -> AsyncIterator[Controllers]:
-    factory = controllers_for(kubeconfig_path, driver_namespace)
-    yield factory
-    await stop_after_cleanup(factory, kube, namespace)
 
 
 async def test_upstream_example_gets_all_three_children(

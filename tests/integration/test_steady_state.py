@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -21,7 +20,7 @@ from computedomain.runtime import resources as r
 from computedomain.runtime.client import KubeClient
 from computedomain.runtime.objects import condition
 from tests.integration.cluster import fleet_node_names, run_control_plane
-from tests.kit.controllers import controllers_for, create_cd, stop_after_cleanup
+from tests.kit.controllers import create_cd
 
 DOMAINS = 30
 JOINED = 2  # of which this many get one Ready IMEX daemon each
@@ -39,16 +38,6 @@ def control_plane() -> Iterator[ControlPlane]:
 @pytest.fixture(scope="module")
 def fleet_nodes(control_plane: ControlPlane) -> list[str]:
     return fleet_node_names()
-
-
-@pytest.fixture
-async def controllers(
-    kubeconfig_path: Path, driver_namespace: str, kube: KubeClient, namespace: str
-) -> AsyncIterator[Controllers]:
-    factory = controllers_for(kubeconfig_path, driver_namespace)
-    yield factory
-    # The running controller finalizes every CD (and unlabels its nodes) before it stops.
-    await stop_after_cleanup(factory, kube, namespace)
 
 
 async def _join_daemon(

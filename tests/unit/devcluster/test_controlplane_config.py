@@ -6,15 +6,17 @@ import pytest
 import yaml
 from cryptography import x509
 
-from computedomain.devcluster.controlplane import (
-    ETCD_DIR_PREFIX,
+from computedomain.devcluster.components import (
     KWOK_STAGE_DIR,
-    OWNER_FILE,
     POD_CIDR,
     SERVICE_CIDR,
+    kwok_configuration_yaml,
+)
+from computedomain.devcluster.controlplane import (
+    ETCD_DIR_PREFIX,
+    OWNER_FILE,
     ControlPlane,
     free_port,
-    kwok_configuration_yaml,
     sweep_stale_etcd_dirs,
     use_existing_cluster,
 )
