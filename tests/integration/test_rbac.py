@@ -204,7 +204,7 @@ class ForbiddenLog(logging.Handler):
             self.lines.append(text[:300])
 
 
-# Leader election on, with short timers; the orphan sweep often enough to be seen.
+# Leader election on, with short timers; the orphan sweep as often as the settings allow.
 RBAC_ENV = environ(
     pod_name="rbac-test",
     leader_election_enabled="true",
@@ -212,7 +212,7 @@ RBAC_ENV = environ(
     leader_election_renew_deadline="3s",
     leader_election_retry_period="500ms",
     orphan_grace_period="1s",
-    orphan_sweep_interval="2s",
+    orphan_sweep_interval="10s",
     daemon_pod_wait_timeout="20s",
 )
 
