@@ -4,12 +4,14 @@ event recorder, metrics, the clock, and what this process remembers per CD."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
-from computedomain.api.v1beta1 import Condition
+from computedomain.api.resources import COMPUTE_DOMAINS
+from computedomain.api.v1beta1 import ComputeDomain, Condition
 from computedomain.domain.caches import Caches
 from computedomain.domain.ports import DomainMetricsSink
 from computedomain.domain.settings import ReconcilerSettings
-from computedomain.runtime.client import KubeClient
+from computedomain.runtime.client import KubeClient, PatchType
 from computedomain.runtime.clock import Clock
 from computedomain.runtime.events import EventRecorder
 
@@ -44,3 +46,21 @@ class ReconcileContext:
 
     def forget(self, uid: str) -> None:
         self.memory.pop(uid, None)
+
+    async def patch_cd(
+        self,
+        cd: ComputeDomain,
+        patch: Any,
+        *,
+        patch_type: PatchType,
+        subresource: str | None = None,
+    ) -> dict[str, Any]:
+        """Patch the CD itself (or its ``status``)."""
+        return await self.client.patch(
+            COMPUTE_DOMAINS,
+            cd.metadata.name,
+            patch,
+            cd.metadata.namespace,
+            patch_type=patch_type,
+            subresource=subresource,
+        )

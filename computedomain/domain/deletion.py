@@ -12,7 +12,6 @@ from collections.abc import Mapping
 from typing import Any
 
 from computedomain.api import constants as c
-from computedomain.api.resources import COMPUTE_DOMAINS
 from computedomain.api.v1beta1 import ComputeDomain
 from computedomain.domain.context import DELETION_POLL_SECONDS, ReconcileContext
 from computedomain.domain.status import StatusWriter
@@ -141,13 +140,7 @@ class Finalizer:
         patch = patches.remove_finalizer(obj, c.FINALIZER)
         if patch is not None:
             try:
-                await ctx.client.patch(
-                    COMPUTE_DOMAINS,
-                    cd.metadata.name,
-                    patch,
-                    cd.metadata.namespace,
-                    patch_type="json",
-                )
+                await ctx.patch_cd(cd, patch, patch_type="json")
             except ApiError as err:
                 if err.is_not_found:
                     pass

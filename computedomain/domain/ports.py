@@ -20,9 +20,13 @@ class DomainMetricsSink(Protocol):
         nodes_by_status: Mapping[str, int],
         cliques: int,
         global_status: str,
+        reasons: Mapping[str, str] | None = None,
     ) -> None: ...
 
     def forget_domain(self, namespace: str, name: str) -> None: ...
+
+    def observe_deletion_started(self, namespace: str, name: str, timestamp: float) -> None:
+        """A CD being finalized since ``timestamp`` (Unix seconds); ``forget_domain`` ends it."""
 
     def observe_time_to_ready(self, seconds: float) -> None: ...
 

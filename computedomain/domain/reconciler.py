@@ -72,13 +72,7 @@ class ComputeDomainReconciler:
         if patch is not None:
             # Finalizer first: no child may exist that a deletion would not clean up.
             try:
-                obj = await ctx.client.patch(
-                    COMPUTE_DOMAINS,
-                    cd.metadata.name,
-                    patch,
-                    cd.metadata.namespace,
-                    patch_type="json",
-                )
+                obj = await ctx.patch_cd(cd, patch, patch_type="json")
             except ApiError as err:
                 if err.is_not_found:  # deleted since the cache saw it; the watch says so next
                     return Result()

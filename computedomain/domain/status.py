@@ -144,14 +144,7 @@ class StatusWriter:
             "status": desired_status,
         }
         try:
-            written = await ctx.client.patch(
-                COMPUTE_DOMAINS,
-                cd.metadata.name,
-                patch,
-                cd.metadata.namespace,
-                patch_type="merge",
-                subresource="status",
-            )
+            written = await ctx.patch_cd(cd, patch, patch_type="merge", subresource="status")
         except ApiError as err:
             if err.is_conflict:
                 # Someone (a legacy daemon) wrote in between; the watch event requeues us.

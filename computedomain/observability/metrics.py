@@ -1,14 +1,22 @@
 """ComputeDomain readiness metrics (the domain half; runtime metrics live in computedomain.runtime).
 
 Cardinality is bounded by the objects we manage: `namespace`/`name` per domain and `clique`
-per clique. Pod names, IPs, UIDs and messages never become label values.
+per clique. Pod names, IPs, UIDs and messages never become label values. A condition's
+`reason` does, in a gauge of its own (`computedomain_status_condition_reason`, one series per
+domain and condition): reasons are the fixed CamelCase words of `computedomain.domain.conditions`,
+and keeping them off `computedomain_status_condition` keeps its three series per condition
+stable when only the reason changes (no new series, no reset of an alert's `for`).
 
 Per-domain state is held in plain dicts and rendered by a custom collector at scrape time, so
 forgetting a domain is one dict deletion and a scrape always sees one consistent snapshot.
+
+`DomainMetrics` also registers the process-level series (`process_*`, `python_info`,
+`computedomain_build_info`; see `computedomain.observability.process`) on the same registry.
 """
 
 from __future__ import annotations
 
+import re
 from collections import Counter as TallyCounter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -23,6 +31,9 @@ from prometheus_client import (
 )
 from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 
+from computedomain.observability.process import register_process_metrics
+from computedomain.runtime import resources as r
+
 PREFIX = "computedomain_"
 
 # kube-state-metrics spells condition statuses in lower case; one series per value.
@@ -31,6 +42,14 @@ CONDITION_STATUSES: tuple[str, ...] = ("true", "false", "unknown")
 NODE_STATUSES: tuple[str, ...] = ("Ready", "NotReady")
 # Global CD statuses (status.status); both are always exported for NVIDIA's gauge.
 GLOBAL_STATUSES: tuple[str, ...] = ("Ready", "NotReady")
+# The `kind` values the domain code counts, exported at 0 from the start so that rate() and
+# increase() have a series before the first event (the sweeper's and the child maker's kinds).
+ORPHAN_CLEANUP_KINDS: tuple[str, ...] = ("children", "nodeLabels")
+FOREIGN_REFUSED_KINDS: tuple[str, ...] = (r.DAEMONSETS.kind, r.RESOURCE_CLAIM_TEMPLATES.kind)
+# A Kubernetes condition reason is CamelCase (API conventions); anything else, or a longer word,
+# is exported as OTHER_REASON so that a label value can never carry free text.
+_REASON = re.compile(r"[A-Za-z][A-Za-z0-9]{0,63}")
+OTHER_REASON = "Other"
 
 # Creation to Ready spans a DS rollout, image pulls and IMEX start (upstream: 30-60 s for a
 # first pod, minutes at scale), so buckets reach an hour.
@@ -45,6 +64,7 @@ DAEMON_READY_BUCKETS: tuple[float, ...] = (
 @dataclass
 class _DomainState:
     conditions: dict[str, str] = field(default_factory=dict)
+    reasons: dict[str, str] = field(default_factory=dict)
     nodes_by_status: dict[str, int] = field(default_factory=dict)
     cliques: int = 0
     global_status: str = ""
@@ -55,6 +75,10 @@ def _condition_status(value: str) -> str:
     return lowered if lowered in CONDITION_STATUSES else "unknown"
 
 
+def _reason(value: str) -> str:
+    return value if _REASON.fullmatch(value) else OTHER_REASON
+
+
 class _DomainStateCollector:
     """Renders the per-domain and per-clique gauges from the latest observed state."""
 
@@ -63,6 +87,8 @@ class _DomainStateCollector:
         self.domains: dict[tuple[str, str], _DomainState] = {}
         self.clique_nodes: dict[str, int] = {}
         self.clique_nodes_in_use: dict[str, int] = {}
+        # (namespace, name) -> deletionTimestamp (Unix seconds) of a domain being finalized.
+        self.deleting: dict[tuple[str, str], float] = {}
 
     def lock(self) -> Lock:
         return self._lock
@@ -73,7 +99,9 @@ class _DomainStateCollector:
     def collect(self) -> Iterable[Metric]:
         with self._lock:
             families = self._families()
-            condition, nodes, cliques, clique_nodes, clique_in_use, info = families
+            condition, reason, nodes, cliques, clique_nodes, clique_in_use, info, deleting = (
+                families
+            )
             global_counts: TallyCounter[str] = TallyCounter({s: 0 for s in GLOBAL_STATUSES})
             for (namespace, name), state in sorted(self.domains.items()):
                 for ctype, cstatus in sorted(state.conditions.items()):
@@ -81,6 +109,8 @@ class _DomainStateCollector:
                     for status in CONDITION_STATUSES:
                         value = 1.0 if status == current else 0.0
                         condition.add_metric([namespace, name, ctype, status], value)
+                    if creason := state.reasons.get(ctype):
+                        reason.add_metric([namespace, name, ctype, _reason(creason)], 1.0)
                 statuses = dict.fromkeys(NODE_STATUSES, 0) | state.nodes_by_status
                 for status, count in sorted(statuses.items()):
                     nodes.add_metric([namespace, name, status], float(count))
@@ -93,6 +123,8 @@ class _DomainStateCollector:
                 clique_in_use.add_metric([clique], float(count))
             for status, count in sorted(global_counts.items()):
                 info.add_metric([status], float(count))
+            for (namespace, name), started in sorted(self.deleting.items()):
+                deleting.add_metric([namespace, name], started)
         return families
 
     @staticmethod
@@ -102,6 +134,12 @@ class _DomainStateCollector:
                 PREFIX + "status_condition",
                 "Condition of a ComputeDomain: 1 for the current status, 0 for the others.",
                 labels=["namespace", "name", "condition", "status"],
+            ),
+            GaugeMetricFamily(
+                PREFIX + "status_condition_reason",
+                "Reason of a ComputeDomain condition's current status: one series per condition, "
+                "value 1, labelled with the reason.",
+                labels=["namespace", "name", "condition", "reason"],
             ),
             GaugeMetricFamily(
                 PREFIX + "nodes",
@@ -128,6 +166,12 @@ class _DomainStateCollector:
                 "Number of ComputeDomains per global status (NVIDIA-compatible).",
                 labels=["status"],
             ),
+            GaugeMetricFamily(
+                PREFIX + "deletion_started_timestamp_seconds",
+                "deletionTimestamp (Unix seconds) of a ComputeDomain the controller is finalizing; "
+                "the series goes when the finalizer is removed or the ComputeDomain is gone.",
+                labels=["namespace", "name"],
+            ),
         ]
 
 
@@ -135,11 +179,13 @@ class DomainMetrics:
     """Domain metric families registered on `registry`; the reconciler and sweeper call the methods.
 
     Disables the `*_created` series process-wide (prometheus-client has only a global switch),
-    so the exposition matches Go controllers.
+    so the exposition matches Go controllers. Registers the process-level series too (one
+    `DomainMetrics` per registry: a second one is refused).
     """
 
     def __init__(self, registry: CollectorRegistry) -> None:
         disable_created_metrics()  # type: ignore[no-untyped-call]
+        register_process_metrics(registry)
         self._state = _DomainStateCollector()
         registry.register(self._state)
         self._time_to_ready = Histogram(
@@ -160,12 +206,16 @@ class DomainMetrics:
             ["kind"],
             registry=registry,
         )
+        for kind in ORPHAN_CLEANUP_KINDS:
+            self._orphan_cleanups.labels(kind=kind)
         self._foreign_refused = Counter(
             PREFIX + "foreign_objects_refused_total",
             "Objects at a child's name that carry another owner's label and were left alone.",
             ["kind"],
             registry=registry,
         )
+        for kind in FOREIGN_REFUSED_KINDS:
+            self._foreign_refused.labels(kind=kind)
 
         self._crd_missing_status_fields = Gauge(
             PREFIX + "crd_missing_status_fields",
@@ -189,10 +239,15 @@ class DomainMetrics:
         nodes_by_status: Mapping[str, int],
         cliques: int,
         global_status: str,
+        reasons: Mapping[str, str] | None = None,
     ) -> None:
-        """Replace everything known about one domain; conditions absent now lose their series."""
+        """Replace everything known about one domain; conditions absent now lose their series.
+
+        `reasons` maps a condition type to its current reason (the `reason` gauge).
+        """
         state = _DomainState(
             conditions=dict(conditions),
+            reasons=dict(reasons or {}),
             nodes_by_status=dict(nodes_by_status),
             cliques=cliques,
             global_status=global_status,
@@ -204,6 +259,13 @@ class DomainMetrics:
         """Drop every series of a deleted domain (a no-op for an unknown one)."""
         with self._state.lock():
             self._state.domains.pop((namespace, name), None)
+            self._state.deleting.pop((namespace, name), None)
+
+    def observe_deletion_started(self, namespace: str, name: str, timestamp: float) -> None:
+        """A domain being finalized since `timestamp` (its deletionTimestamp, Unix seconds);
+        `forget_domain` ends the series."""
+        with self._state.lock():
+            self._state.deleting[(namespace, name)] = timestamp
 
     def observe_time_to_ready(self, seconds: float) -> None:
         self._time_to_ready.observe(max(seconds, 0.0))
@@ -236,4 +298,4 @@ class DomainMetrics:
     def known_domains(self) -> list[tuple[str, str]]:
         """The exported (namespace, name) pairs, e.g. to forget domains gone from the cache."""
         with self._state.lock():
-            return sorted(self._state.domains)
+            return sorted(set(self._state.domains) | set(self._state.deleting))

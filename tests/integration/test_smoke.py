@@ -10,6 +10,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from computedomain.api.constants import CHANNEL_DEVICE_CLASS, DRIVER_NAME
 from computedomain.devcluster.rest import request_json
+from tests.kit.controllers import workload_pod
 from tests.kit.waiting import eventually
 
 PAUSE_IMAGE = "registry.k8s.io/pause:3.10"
@@ -100,25 +101,6 @@ async def _free_node(api_client: ApiClient, fleet_nodes: list[str]) -> str:
     return next(name for name in reversed(fleet_nodes) if name not in busy)
 
 
-def _channel_pod(name: str, node: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name},
-        "spec": {
-            "nodeSelector": {"kubernetes.io/hostname": node},
-            "resourceClaims": [{"name": "channel", "resourceClaimTemplateName": "channel"}],
-            "containers": [
-                {
-                    "name": "work",
-                    "image": PAUSE_IMAGE,
-                    "resources": {"claims": [{"name": "channel"}]},
-                }
-            ],
-        },
-    }
-
-
 async def test_channel_claims_are_allocated_one_per_node(
     api_client: ApiClient, namespace: str, fleet_nodes: list[str]
 ) -> None:
@@ -144,7 +126,7 @@ async def test_channel_claims_are_allocated_one_per_node(
         f"/apis/resource.k8s.io/v1/namespaces/{namespace}/resourceclaimtemplates",
         template,
     )
-    await request_json(api_client, "POST", base, _channel_pod("first", node))
+    await request_json(api_client, "POST", base, workload_pod("first", node, "channel"))
 
     async def first_bound_with_claim() -> tuple[dict[str, Any], dict[str, Any]] | None:
         pod = await request_json(api_client, "GET", f"{base}/first")
@@ -171,7 +153,7 @@ async def test_channel_claims_are_allocated_one_per_node(
     # kwok leaves DRA pods alone (project pod-ready stage): the simulator decides when they run.
     assert pod["status"]["phase"] == "Pending"
 
-    await request_json(api_client, "POST", base, _channel_pod("second", node))
+    await request_json(api_client, "POST", base, workload_pod("second", node, "channel"))
 
     async def second_unschedulable() -> dict[str, Any] | None:
         pod = await request_json(api_client, "GET", f"{base}/second")

@@ -189,7 +189,136 @@ def test_every_domain_metric_has_the_prefix_or_is_nvidias(
     observe_ready_domain(metrics)
     metrics.set_clique_inventory({"u.1": 1}, {})
     for name in names(scrape(registry)):
+        if name.startswith("process_") or name == "python_info":
+            continue  # the process-level collectors, checked below
         assert name.startswith(("computedomain_", "nvidia_dra_compute_domain_info")), name
+
+
+def test_condition_reason_is_one_series_per_condition(
+    registry: CollectorRegistry, metrics: DomainMetrics
+) -> None:
+    reason = "computedomain_status_condition_reason"
+    labels = {"namespace": "team", "name": "cd"}
+    metrics.observe_domain(
+        "team", "cd", conditions={"Ready": "False", "DaemonsReady": "False"},
+        reasons={"Ready": "WaitingForWorkload", "DaemonsReady": "NoDaemons"},
+        nodes_by_status={}, cliques=0, global_status="NotReady",
+    )  # fmt: skip
+    s = scrape(registry)
+    assert series(s, reason, **labels, condition="Ready", reason="WaitingForWorkload") == 1
+    assert series(s, reason, **labels, condition="DaemonsReady", reason="NoDaemons") == 1
+    assert len([key for key in s if key[0] == reason]) == 2
+    metrics.observe_domain(
+        "team", "cd", conditions={"Ready": "True"}, reasons={"Ready": "Ready"},
+        nodes_by_status={"Ready": 1}, cliques=1, global_status="Ready",
+    )  # fmt: skip
+    s = scrape(registry)
+    assert [dict(key[1]) for key in s if key[0] == reason] == [
+        {**labels, "condition": "Ready", "reason": "Ready"}
+    ]
+    # The condition gauge itself keeps its three series and gains no label.
+    assert series(s, "computedomain_status_condition", **labels, condition="Ready", status="true")
+    metrics.forget_domain("team", "cd")
+    assert not [key for key in scrape(registry) if key[0] == reason]
+
+
+@pytest.mark.parametrize("odd", ["", "has spaces", "node-1 is down", "x" * 65, "Ünïcode"])
+def test_a_reason_that_is_not_a_camel_case_word_is_not_exported_verbatim(
+    registry: CollectorRegistry, metrics: DomainMetrics, odd: str
+) -> None:
+    metrics.observe_domain(
+        "team", "cd", conditions={"Ready": "False"}, reasons={"Ready": odd},
+        nodes_by_status={}, cliques=0, global_status="NotReady",
+    )  # fmt: skip
+    exported = [
+        dict(key[1])["reason"]
+        for key in scrape(registry)
+        if key[0] == "computedomain_status_condition_reason"
+    ]
+    assert exported == ([] if odd == "" else ["Other"])
+
+
+def test_without_reasons_there_is_no_reason_series(
+    registry: CollectorRegistry, metrics: DomainMetrics
+) -> None:
+    observe_ready_domain(metrics)
+    assert "computedomain_status_condition_reason" not in names(scrape(registry))
+
+
+def test_deletion_start_is_exported_until_the_domain_is_forgotten(
+    registry: CollectorRegistry, metrics: DomainMetrics
+) -> None:
+    deletion = "computedomain_deletion_started_timestamp_seconds"
+    observe_ready_domain(metrics, name="going")
+    metrics.observe_deletion_started("team", "going", 1_700_000_000.0)
+    # A later observation of the domain (status written while deleting) keeps the series.
+    observe_ready_domain(metrics, name="going")
+    s = scrape(registry)
+    assert series(s, deletion, namespace="team", name="going") == 1_700_000_000.0
+    assert metrics.known_domains() == [("team", "going")]
+    metrics.forget_domain("team", "going")
+    s = scrape(registry)
+    assert series(s, deletion, namespace="team", name="going") is None
+    assert metrics.known_domains() == []
+
+
+def test_counters_start_at_zero_for_every_known_kind(
+    registry: CollectorRegistry, metrics: DomainMetrics
+) -> None:
+    s = scrape(registry)
+    for kind in ("children", "nodeLabels"):
+        assert series(s, "computedomain_orphan_cleanups_total", kind=kind) == 0
+    for kind in ("DaemonSet", "ResourceClaimTemplate"):
+        assert series(s, "computedomain_foreign_objects_refused_total", kind=kind) == 0
+    metrics.inc_orphan_cleanup("nodeLabels")
+    s = scrape(registry)
+    assert series(s, "computedomain_orphan_cleanups_total", kind="nodeLabels") == 1
+    assert series(s, "computedomain_orphan_cleanups_total", kind="children") == 0
+
+
+def test_known_kinds_are_the_ones_the_domain_code_counts() -> None:
+    """The kinds initialised at zero are the literal ones the domain code passes."""
+    import re
+    from pathlib import Path
+
+    from computedomain.observability import metrics as m
+
+    domain = Path(m.__file__).resolve().parents[1] / "domain"
+    source = "\n".join(path.read_text() for path in sorted(domain.glob("*.py")))
+    counted = set(re.findall(r'"(\w+)" if children else "(\w+)"', source))
+    assert counted == {tuple(m.ORPHAN_CLEANUP_KINDS)}, (
+        "the sweeper counts other kinds than ORPHAN_CLEANUP_KINDS; update both"
+    )
+    # res is one of the children the child maker creates: DAEMONSETS, RESOURCE_CLAIM_TEMPLATES.
+    assert "inc_foreign_refused(res.kind)" in source
+
+
+def test_process_platform_and_build_info_series(
+    registry: CollectorRegistry, metrics: DomainMetrics
+) -> None:
+    import platform
+
+    from computedomain.observability.process import distribution_version
+
+    s = scrape(registry)
+    for name in (
+        "process_resident_memory_bytes",
+        "process_cpu_seconds_total",
+        "process_start_time_seconds",
+        "process_open_fds",
+    ):
+        assert name in names(s), name
+    assert (series(s, "process_resident_memory_bytes") or 0) > 0
+    build = [dict(key[1]) for key in s if key[0] == "computedomain_build_info"]
+    assert build == [
+        {
+            "version": distribution_version(),
+            "python_version": platform.python_version(),
+            "python_implementation": platform.python_implementation(),
+        }
+    ]
+    assert series(s, "computedomain_build_info", **build[0]) == 1
+    assert [key for key in s if key[0] == "python_info"]
 
 
 def test_a_second_instance_on_one_registry_is_refused(registry: CollectorRegistry) -> None:

@@ -1,0 +1,114 @@
+"""What the reconciler reports to the metrics sink: the Ready reason, the start of a deletion,
+and forgetting a domain once it is gone (also when its finalizer was removed by hand)."""
+
+from __future__ import annotations
+
+import pytest
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from computedomain.api import constants as c
+from computedomain.api.resources import COMPUTE_DOMAINS
+from computedomain.domain.caches import build_caches
+from computedomain.domain.reconciler import ComputeDomainReconciler
+from computedomain.observability.metrics import DomainMetrics
+from computedomain.runtime import resources as r
+from computedomain.runtime.clock import FakeClock, format_time, parse_time
+from tests.unit.domain.test_reconciler import (
+    DAEMON,
+    DRIVER_NS,
+    NS,
+    SETTINGS,
+    FakeClient,
+    FakeRecorder,
+    World,
+    compute_domain,
+    labelled,
+    service_account,
+)
+
+Series = dict[tuple[str, frozenset[tuple[str, str]]], float]
+
+
+class MeteredWorld(World):
+    registry: CollectorRegistry
+
+    def series(self, metric: str) -> Series:
+        return {
+            (sample.name, frozenset(sample.labels.items())): sample.value
+            for family in text_string_to_metric_families(generate_latest(self.registry).decode())
+            for sample in family.samples
+            if sample.name == metric
+        }
+
+
+@pytest.fixture
+def world() -> MeteredWorld:
+    client, recorder, clock, registry = (
+        FakeClient(),
+        FakeRecorder(),
+        FakeClock(),
+        CollectorRegistry(),
+    )
+    caches = build_caches(client, driver_namespace=DRIVER_NS)  # type: ignore[arg-type]
+    reconciler = ComputeDomainReconciler(
+        client,  # type: ignore[arg-type]
+        caches,
+        SETTINGS,
+        recorder,  # type: ignore[arg-type]
+        DomainMetrics(registry),
+        clock,
+    )
+    metered = MeteredWorld(client, caches, recorder, clock, reconciler)
+    metered.registry = registry
+    return metered
+
+
+def labels(**values: str) -> frozenset[tuple[str, str]]:
+    return frozenset(values.items())
+
+
+async def test_the_reason_of_each_condition_is_exported(world: MeteredWorld) -> None:
+    cd = world.client.add(COMPUTE_DOMAINS, compute_domain())
+    world.fill(cds=[cd], service_accounts=[service_account()])
+    await world.reconcile(f"{NS}/cd")
+
+    reasons = world.series("computedomain_status_condition_reason")
+    ready = labels(namespace=NS, name="cd", condition="Ready", reason="WaitingForWorkload")
+    assert reasons[("computedomain_status_condition_reason", ready)] == 1
+    conditions = {dict(key[1])["condition"] for key in reasons}
+    assert conditions == set(c.CONDITION_TYPES)
+
+
+async def test_a_deletion_is_exported_from_the_first_pass_until_the_domain_is_gone(
+    world: MeteredWorld,
+) -> None:
+    cd = world.client.add(COMPUTE_DOMAINS, compute_domain())
+    world.fill(cds=[cd], service_accounts=[service_account()])
+    await world.reconcile(f"{NS}/cd")
+    assert world.series("computedomain_status_condition")
+
+    deleted_at = format_time(world.clock.wall())
+    stored = world.client.objects[("computedomains", NS, "cd")]
+    stored["metadata"]["deletionTimestamp"] = deleted_at
+    # The DaemonSet stays (another finalizer holds it): the CD keeps ours.
+    held = labelled(DAEMON, DRIVER_NS)
+    held["metadata"]["finalizers"].append("example.com/hold")
+    daemonset = world.client.add(r.DAEMONSETS, held)
+    world.fill(cds=[stored], daemonsets=[daemonset], service_accounts=[service_account()])
+    await world.clock.advance(30)
+    await world.reconcile(f"{NS}/cd")
+
+    deletion = "computedomain_deletion_started_timestamp_seconds"
+    assert world.series(deletion) == {
+        (deletion, labels(namespace=NS, name="cd")): parse_time(deleted_at).timestamp()
+    }
+    assert world.series("computedomain_status_condition")
+
+    # The CD goes with our finalizer removed by hand: the next reconcile finds no CD and
+    # forgets every series of it.
+    world.fill(daemonsets=[daemonset], service_accounts=[service_account()])
+    await world.reconcile(f"{NS}/cd")
+    assert world.series(deletion) == {}
+    assert world.series("computedomain_status_condition") == {}
+    assert world.series("computedomain_status_condition_reason") == {}

@@ -1,0 +1,118 @@
+"""The shipped alerts: a runbook section for each, promtool cases that fire and that do not,
+and a dashboard panel showing each alert's signal."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[3]
+RULE = ROOT / "manifests" / "prometheus" / "prometheus_rule.yaml"
+RULE_TESTS = ROOT / "manifests" / "prometheus" / "prometheus_rule_test.yaml"
+RUNBOOKS = ROOT / "docs" / "runbooks.md"
+DASHBOARD = ROOT / "manifests" / "dashboards" / "computedomain.json"
+RUNBOOK_BASE = "https://github.com/computedomain/computedomain/blob/main/docs/runbooks.md"
+
+# Words of PromQL that are not metric names.
+PROMQL_WORDS = frozenset(
+    {
+        "and", "or", "unless", "by", "without", "on", "ignoring", "group_left", "group_right",
+        "bool", "offset", "inf", "nan",
+    }
+)  # fmt: skip
+
+
+def alerts() -> list[dict[str, Any]]:
+    document = yaml.safe_load(RULE.read_text())
+    return [r for g in document["spec"]["groups"] for r in g["rules"] if "alert" in r]
+
+
+def alert_names() -> list[str]:
+    return [a["alert"] for a in alerts()]
+
+
+def metric_names(expr: str) -> set[str]:
+    """Metric names a PromQL expression selects (good enough for our expressions)."""
+    text = re.sub(r'"(?:[^"\\]|\\.)*"', '""', expr)  # string literals
+    text = re.sub(r"\{[^}]*\}", "", text)  # label matchers
+    text = re.sub(r"\[[^\]]*\]", "", text)  # range and subquery durations
+    text = re.sub(r"\b(?:by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)", "", text)
+    names = set()
+    for match in re.finditer(r"[A-Za-z_:][A-Za-z0-9_:]*", text):
+        word = match.group(0)
+        rest = text[match.end() :].lstrip()
+        if word.lower() in PROMQL_WORDS or rest.startswith("("):  # a keyword or a function
+            continue
+        if text[max(0, match.start() - 1)] in "0123456789.":  # a unit of 15m, 1e3
+            continue
+        names.add(word)
+    return names
+
+
+def runbook_anchors() -> set[str]:
+    """GitHub's anchors of docs/runbooks.md's headings (lower case, spaces to dashes)."""
+    anchors = set()
+    for line in RUNBOOKS.read_text().splitlines():
+        if line.startswith("#"):
+            title = line.lstrip("#").strip().lower()
+            anchors.add(re.sub(r"[^a-z0-9 _-]", "", title).replace(" ", "-"))
+    return anchors
+
+
+def test_metric_names_are_found_in_expressions() -> None:
+    expr = (
+        'sum by (le) (rate(a_bucket{job="$job", x=~"y|z"}[5m])) / on (x) group_left (w) '
+        'b_total offset 5m > 15 * 60 unless absent(up{job="j"} == 1) and time() - c'
+    )
+    assert metric_names(expr) == {"a_bucket", "b_total", "up", "c"}
+
+
+@pytest.mark.parametrize("name", alert_names())
+def test_every_alert_links_its_runbook_section(name: str) -> None:
+    (alert,) = [a for a in alerts() if a["alert"] == name]
+    url = alert["annotations"]["runbook_url"]
+    assert url == f"{RUNBOOK_BASE}#{name.lower()}"
+    assert name.lower() in runbook_anchors(), f"docs/runbooks.md has no section '## {name}'"
+    section = RUNBOOKS.read_text().split(f"## {name}\n", 1)[1].split("\n## ", 1)[0]
+    for part in ("**Meaning.**", "**Confirm.**", "**Fix"):
+        assert part in section, f"{name}: runbook section lacks {part}"
+    assert "```bash" in section
+    assert "```promql" in section
+
+
+def test_every_runbook_section_is_an_alert() -> None:
+    sections = re.findall(r"^## (\S+)$", RUNBOOKS.read_text(), flags=re.MULTILINE)
+    assert sections == alert_names()
+
+
+@pytest.mark.parametrize("name", alert_names())
+def test_every_alert_has_promtool_cases_that_fire_and_that_do_not(name: str) -> None:
+    cases = [
+        case
+        for test in yaml.safe_load(RULE_TESTS.read_text())["tests"]
+        for case in test.get("alert_rule_test", [])
+        if case["alertname"] == name
+    ]
+    assert any(case.get("exp_alerts") for case in cases), f"{name}: no case where it fires"
+    assert any(not case.get("exp_alerts") for case in cases), f"{name}: no quiet case"
+    for case in cases:
+        for expected in case.get("exp_alerts") or []:
+            assert expected["exp_annotations"]["runbook_url"] == f"{RUNBOOK_BASE}#{name.lower()}"
+
+
+def dashboard_expressions() -> list[str]:
+    dashboard = json.loads(DASHBOARD.read_text())
+    return [t["expr"] for p in dashboard["panels"] for t in p.get("targets", []) if "expr" in t]
+
+
+@pytest.mark.parametrize("name", alert_names())
+def test_every_alerts_signal_has_a_dashboard_panel(name: str) -> None:
+    (alert,) = [a for a in alerts() if a["alert"] == name]
+    shown = set().union(*(metric_names(e) for e in dashboard_expressions()))
+    missing = metric_names(alert["expr"]) - shown
+    assert not missing, f"{name}: no dashboard panel queries {sorted(missing)}"
