@@ -113,11 +113,14 @@ class Finalizer:
         if c.FINALIZER not in (cd.metadata.finalizers or []):
             return Result()
         uid = cd.metadata.uid
+        deleted_at = parse_time(cd.metadata.deletion_timestamp or "")
+        ctx.metrics.observe_deletion_started(
+            cd.metadata.namespace, cd.metadata.name, deleted_at.timestamp()
+        )
         removed = await self._cleanup.remove_children_of(uid, regarding=obj)
         await self._cleanup.remove_node_labels(uid)
 
         pods = ctx.caches.pods_of(uid)
-        deleted_at = parse_time(cd.metadata.deletion_timestamp or "")
         waited = (ctx.clock.wall() - deleted_at).total_seconds()
         if pods and waited < ctx.settings.daemon_pod_wait_timeout:
             # Keep the CD while its daemon pods stop, so the plugin can still resolve it (#380).

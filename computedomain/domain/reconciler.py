@@ -60,6 +60,8 @@ class ComputeDomainReconciler:
             return await self.sweeper.reconcile(parsed)
         obj = self._ctx.caches.cds.get(str(parsed))
         if obj is None:
+            # Gone, also without our finalizer (removed by hand): its series go with it.
+            self._ctx.metrics.forget_domain(parsed.namespace, parsed.name)
             return Result()
         cd = ComputeDomain.model_validate(obj)
         if cd.metadata.deletion_timestamp:

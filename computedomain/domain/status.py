@@ -192,6 +192,7 @@ class StatusWriter:
             nodes_by_status=by_status,
             cliques=len(view.cliques),
             global_status=global_status,
+            reasons={x.type: x.reason for x in conditions},
         )
 
     def _emit_transitions(
