@@ -24,8 +24,9 @@ from computedomain.domain.topology import clique_of
 from computedomain.runtime import objects
 from computedomain.runtime import resources as r
 from computedomain.runtime.client import KubeClient
-from computedomain.runtime.informer import Informer, Store, strip_managed_fields
+from computedomain.runtime.informer import Informer, strip_managed_fields
 from computedomain.runtime.resources import Resource
+from computedomain.runtime.store import Store
 
 BY_UID = "uid"
 BY_CD = "cd"

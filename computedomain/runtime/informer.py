@@ -10,43 +10,23 @@ health. Handler exceptions are logged and never stop the informer.
 from __future__ import annotations
 
 import asyncio
-import builtins
 import logging
 import random
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 import aiohttp
 
 from computedomain.runtime.client import ApiError, KubeClient
 from computedomain.runtime.clock import Clock, SystemClock
-from computedomain.runtime.objects import meta, object_key, resource_version
+from computedomain.runtime.objects import object_key, resource_version
 from computedomain.runtime.resources import Resource
+from computedomain.runtime.store import Indexer, Obj, Store, is_newer
 
 log = logging.getLogger(__name__)
 
-Obj = dict[str, Any]
 Transform = Callable[[Obj], Obj]
-Indexer = Callable[[Obj], Iterable[str]]
-
-
-def _rv_number(obj: Mapping[str, Any]) -> int | None:
-    # RVs are opaque; comparing them as integers is an etcd detail used only as a heuristic.
-    try:
-        return int(resource_version(obj))
-    except ValueError:
-        return None
-
-
-def is_newer(candidate: Mapping[str, Any], current: Mapping[str, Any] | None) -> bool:
-    """True when ``candidate`` has a strictly higher (integer) RV than ``current``."""
-    if current is None:
-        return True
-    new, old = _rv_number(candidate), _rv_number(current)
-    if new is None or old is None:
-        return resource_version(candidate) != resource_version(current)
-    return new > old
 
 
 def strip_managed_fields(obj: Obj) -> Obj:
@@ -82,100 +62,6 @@ class FunctionHandler:
     def on_delete(self, obj: Obj) -> None:
         if self.delete is not None:
             self.delete(obj)
-
-
-MAX_DELETED_REMEMBERED = 10_000
-
-
-class Store:
-    """Objects by key, with secondary indexes. Readers must not mutate what they get."""
-
-    def __init__(self, indexers: Mapping[str, Indexer] | None = None) -> None:
-        self._items: dict[str, Obj] = {}
-        # Last RV seen per deleted key, so a late read-your-writes response cannot resurrect it.
-        self._deleted: dict[str, Obj] = {}
-        self._indexers: dict[str, Indexer] = dict(indexers or {})
-        self._indices: dict[str, dict[str, set[str]]] = {name: {} for name in self._indexers}
-
-    def get(self, key: str) -> Obj | None:
-        return self._items.get(key)
-
-    def list(self) -> list[Obj]:
-        return list(self._items.values())
-
-    def keys(self) -> builtins.list[str]:
-        return list(self._items)
-
-    def by_index(self, index: str, value: str) -> builtins.list[Obj]:
-        keys = self._indices[index].get(value, set())
-        return [self._items[key] for key in sorted(keys)]
-
-    def index_values(self, index: str) -> builtins.list[str]:
-        return list(self._indices[index])
-
-    def __len__(self) -> int:
-        return len(self._items)
-
-    def __contains__(self, key: object) -> bool:
-        return key in self._items
-
-    def observe_write(self, obj: Obj) -> bool:
-        """Read-your-writes: store the response of our own write if it is newer.
-
-        Returns True when the store changed. The watch event for the same write then arrives
-        with an unchanged RV and is skipped.
-        """
-        key = object_key(obj)
-        metadata = meta(obj)
-        if metadata.get("deletionTimestamp") and not metadata.get("finalizers"):
-            return False  # the apiserver removed it as it answered
-        if not is_newer(obj, self._items.get(key) or self._deleted.get(key)):
-            return False
-        self.upsert(obj)
-        return True
-
-    def upsert(self, obj: Obj) -> Obj | None:
-        key = object_key(obj)
-        old = self._items.get(key)
-        if old is not None:
-            self._unindex(key, old)
-        self._items[key] = obj
-        self._index(key, obj)
-        return old
-
-    def remove(self, key: str, last: Obj | None = None) -> Obj | None:
-        """Drop ``key``; ``last`` (the DELETED event's object) guards against resurrection."""
-        old = self._items.pop(key, None)
-        if last is not None or old is not None:
-            if len(self._deleted) >= MAX_DELETED_REMEMBERED:
-                self._deleted.clear()
-            self._deleted[key] = last if last is not None else old  # type: ignore[assignment]
-        if old is not None:
-            self._unindex(key, old)
-        return old
-
-    def _index(self, key: str, obj: Obj) -> None:
-        for name, indexer in self._indexers.items():
-            try:
-                values = list(indexer(obj))
-            except Exception:
-                log.exception("Indexer failed", extra={"index": name, "key": key})
-                continue
-            for value in values:
-                self._indices[name].setdefault(value, set()).add(key)
-
-    def _unindex(self, key: str, obj: Obj) -> None:
-        for name, indexer in self._indexers.items():
-            try:
-                values = list(indexer(obj))
-            except Exception:
-                values = [v for v, keys in self._indices[name].items() if key in keys]
-            for value in values:
-                keys = self._indices[name].get(value)
-                if keys is not None:
-                    keys.discard(key)
-                    if not keys:
-                        del self._indices[name][value]
 
 
 class Backoff:

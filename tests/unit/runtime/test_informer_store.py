@@ -8,11 +8,11 @@ from computedomain.runtime.informer import (
     Backoff,
     FunctionHandler,
     Informer,
-    Store,
-    object_key,
     strip_managed_fields,
 )
+from computedomain.runtime.objects import object_key
 from computedomain.runtime.resources import PODS
+from computedomain.runtime.store import Store
 
 
 def pod(name: str, rv: int, ns: str = "ns", node: str = "n1", **labels: str) -> dict[str, Any]:
