@@ -57,6 +57,9 @@ class FleetSpec:
     name_prefix: str = "gb200"
     # >1 splits each rack into NVLink partitions with cliqueIDs "0", "1", ...
     cliques_per_rack: int = 1
+    # Nodes as big as real EKS GB200 nodes (10-30 KB: cached images, GPU and hugepage
+    # resources, nodeInfo, addresses, conditions), so watch costs are measured on real sizes.
+    realistic: bool = False
 
     def __post_init__(self) -> None:
         if self.racks < 0 or self.non_fabric < 0 or self.nodes_per_rack < 1:
@@ -94,8 +97,102 @@ def _with_legacy_labels(labels: dict[str, str]) -> dict[str, str]:
     }
 
 
-def _node(name: str, labels: dict[str, str], cpu: str, memory: str) -> dict[str, Any]:
+# Images a GB200 training node typically holds: EKS add-ons, NVIDIA's stack, workloads.
+_IMAGE_REPOSITORIES = (
+    "602401143452.dkr.ecr.us-east-1.amazonaws.com/amazon-k8s-cni",
+    "602401143452.dkr.ecr.us-east-1.amazonaws.com/amazon-k8s-cni-init",
+    "602401143452.dkr.ecr.us-east-1.amazonaws.com/eks/kube-proxy",
+    "602401143452.dkr.ecr.us-east-1.amazonaws.com/eks/pause",
+    "602401143452.dkr.ecr.us-east-1.amazonaws.com/eks/aws-ebs-csi-driver",
+    "602401143452.dkr.ecr.us-east-1.amazonaws.com/eks/csi-node-driver-registrar",
+    "602401143452.dkr.ecr.us-east-1.amazonaws.com/eks/livenessprobe",
+    "602401143452.dkr.ecr.us-east-1.amazonaws.com/eks/eks-pod-identity-agent",
+    "602401143452.dkr.ecr.us-east-1.amazonaws.com/amazon/aws-network-policy-agent",
+    "public.ecr.aws/efa/aws-efa-k8s-device-plugin",
+    "nvcr.io/nvidia/k8s-dra-driver-gpu",
+    "nvcr.io/nvidia/k8s-device-plugin",
+    "nvcr.io/nvidia/gpu-operator",
+    "nvcr.io/nvidia/cloud-native/gpu-operator-validator",
+    "nvcr.io/nvidia/k8s/dcgm-exporter",
+    "nvcr.io/nvidia/k8s/container-toolkit",
+    "nvcr.io/nvidia/driver",
+    "nvcr.io/nvidia/gpu-feature-discovery",
+    "registry.k8s.io/nfd/node-feature-discovery",
+    "nvcr.io/nvidia/pytorch",
+    "nvcr.io/nvidia/nemo",
+    "nvcr.io/nvidia/tritonserver",
+    "nvcr.io/nvidia/cuda",
+    "nvcr.io/nvidia/hpc-benchmarks",
+    "docker.io/mpioperator/mpi-operator",
+    "quay.io/prometheus/node-exporter",
+    "docker.io/fluent/fluent-bit",
+    "public.ecr.aws/aws-observability/aws-for-fluent-bit",
+    "public.ecr.aws/cloudwatch-agent/cloudwatch-agent",
+    "registry.k8s.io/sig-storage/csi-provisioner",
+)
+
+
+def _realistic_status(name: str, index: int, rng: random.Random) -> dict[str, Any]:
+    """The bulky status parts of a real GB200 node (deterministic per ``rng``)."""
+    images = []
+    # Kubelet reports at most 50 images (nodeStatusMaxImages); busy nodes reach it.
+    for i in range(50):
+        repository = _IMAGE_REPOSITORIES[i % len(_IMAGE_REPOSITORIES)]
+        digest = f"{rng.getrandbits(256):064x}"
+        tag = f"v{rng.randint(0, 3)}.{rng.randint(0, 30)}.{rng.randint(0, 9)}"
+        images.append(
+            {
+                "names": [f"{repository}@sha256:{digest}", f"{repository}:{tag}"],
+                "sizeBytes": rng.randint(300_000, 12_000_000_000),
+            }
+        )
+    ip = f"10.{index // 65536 % 256}.{index // 256 % 256}.{index % 256}"
+    return {
+        "addresses": [
+            {"type": "InternalIP", "address": ip},
+            {"type": "InternalDNS", "address": f"ip-{ip.replace('.', '-')}.ec2.internal"},
+            {"type": "Hostname", "address": name},
+        ],
+        "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
+        "images": images,
+        "nodeInfo": {
+            "architecture": "arm64",
+            "bootID": str(uuid.UUID(int=rng.getrandbits(128), version=4)),
+            "containerRuntimeVersion": "containerd://1.7.27",
+            "kernelVersion": "6.1.134-152.225.amzn2023.aarch64",
+            "kubeProxyVersion": "v1.33.1-eks-b9b7f52",
+            "kubeletVersion": "v1.33.1-eks-b9b7f52",
+            "machineID": f"{rng.getrandbits(128):032x}",
+            "operatingSystem": "linux",
+            "osImage": "Amazon Linux 2023.7.20250609",
+            "systemUUID": f"ec2{rng.getrandbits(116):029x}",
+        },
+        "volumesAttached": [],
+        "volumesInUse": [],
+    }
+
+
+def _node(
+    name: str,
+    labels: dict[str, str],
+    cpu: str,
+    memory: str,
+    realistic: tuple[int, random.Random] | None = None,
+) -> dict[str, Any]:
     resources = {"cpu": cpu, "memory": memory, "pods": "110", "ephemeral-storage": "1Ti"}
+    extra_status: dict[str, Any] = {}
+    if realistic is not None:
+        index, rng = realistic
+        resources |= {
+            "nvidia.com/gpu": "4",
+            "hugepages-1Gi": "0",
+            "hugepages-2Mi": "0",
+            "hugepages-32Mi": "0",
+            "hugepages-64Ki": "0",
+            "vpc.amazonaws.com/efa": "4",
+            "attachable-volumes-aws-ebs": "39",
+        }
+        extra_status = _realistic_status(name, index, rng)
     return {
         "apiVersion": "v1",
         "kind": "Node",
@@ -109,6 +206,7 @@ def _node(name: str, labels: dict[str, str], cpu: str, memory: str) -> dict[str,
             "capacity": dict(resources),
             "allocatable": dict(resources),
             "phase": "Running",
+            **extra_status,
         },
     }
 
@@ -116,6 +214,12 @@ def _node(name: str, labels: dict[str, str], cpu: str, memory: str) -> dict[str,
 def build_nodes(spec: FleetSpec) -> list[dict[str, Any]]:
     """All Node objects of the fleet, racks first, in name order. Pure and deterministic."""
     rng = random.Random(spec.seed)  # noqa: S311 - reproducible fake IDs, not secrets
+    # A separate stream for the bulk, so realistic nodes keep the same names and labels.
+    bulk = random.Random(spec.seed + 1)  # noqa: S311
+
+    def sized(index: int) -> tuple[int, random.Random] | None:
+        return (index, bulk) if spec.realistic else None
+
     common = {
         "kubernetes.io/os": "linux",
         "nvidia.com/gpu.present": "true",
@@ -147,9 +251,8 @@ def build_nodes(spec: FleetSpec) -> list[dict[str, Any]]:
                 GPU_CLIQUE_NODE_LABEL: f"{cluster_uuid}.{clique_id}",
                 RACK_LABEL: f"r{rack:02d}",
             }
-            nodes.append(
-                _node(rack_node_name(spec.name_prefix, rack, index), labels, "144", "880Gi")
-            )
+            name = rack_node_name(spec.name_prefix, rack, index)
+            nodes.append(_node(name, labels, "144", "880Gi", sized(len(nodes))))
     if spec.non_fabric:
         nodegroup = f"ng-{rng.getrandbits(32):08x}"
         for index in range(spec.non_fabric):
@@ -161,7 +264,8 @@ def build_nodes(spec: FleetSpec) -> list[dict[str, Any]]:
                 "topology.k8s.aws/network-node-layer-1": layer1,
                 RACK_LABEL: "none",
             }
-            nodes.append(_node(non_fabric_node_name(spec.name_prefix, index), labels, "192", "2Ti"))
+            name = non_fabric_node_name(spec.name_prefix, index)
+            nodes.append(_node(name, labels, "192", "2Ti", sized(len(nodes))))
     return nodes
 
 

@@ -1,3 +1,4 @@
+import json
 from collections import Counter
 
 import pytest
@@ -65,6 +66,22 @@ def test_same_seed_same_fleet_different_seed_different_uuids() -> None:
         labels(other[0])[GPU_CLIQUE_NODE_LABEL]
         != labels(build_nodes(spec)[0])[GPU_CLIQUE_NODE_LABEL]
     )
+
+
+def test_realistic_nodes_are_as_big_as_real_ones_with_the_same_identity() -> None:
+    spec = FleetSpec(racks=1, non_fabric=1, seed=3)
+    small, big = (
+        build_nodes(spec),
+        build_nodes(FleetSpec(racks=1, non_fabric=1, seed=3, realistic=True)),
+    )
+    assert [n["metadata"] for n in big] == [n["metadata"] for n in small]
+    node = big[0]
+    assert 10_000 <= len(json.dumps(node, separators=(",", ":"))) <= 30_000
+    assert len(node["status"]["images"]) == 50
+    assert node["status"]["capacity"]["nvidia.com/gpu"] == "4"
+    assert "hugepages-2Mi" in node["status"]["allocatable"]
+    assert node["status"]["nodeInfo"]["architecture"] == "arm64"
+    assert big == build_nodes(FleetSpec(racks=1, non_fabric=1, seed=3, realistic=True))
 
 
 def test_rack_partitions_get_clique_ids() -> None:
