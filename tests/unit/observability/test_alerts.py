@@ -11,20 +11,14 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.kit.promql import metric_names
+
 ROOT = Path(__file__).resolve().parents[3]
 RULE = ROOT / "manifests" / "prometheus" / "prometheus_rule.yaml"
 RULE_TESTS = ROOT / "manifests" / "prometheus" / "prometheus_rule_test.yaml"
 RUNBOOKS = ROOT / "docs" / "runbooks.md"
 DASHBOARD = ROOT / "manifests" / "dashboards" / "computedomain.json"
 RUNBOOK_BASE = "https://github.com/computedomain/computedomain/blob/main/docs/runbooks.md"
-
-# Words of PromQL that are not metric names.
-PROMQL_WORDS = frozenset(
-    {
-        "and", "or", "unless", "by", "without", "on", "ignoring", "group_left", "group_right",
-        "bool", "offset", "inf", "nan",
-    }
-)  # fmt: skip
 
 
 def alerts() -> list[dict[str, Any]]:
@@ -34,24 +28,6 @@ def alerts() -> list[dict[str, Any]]:
 
 def alert_names() -> list[str]:
     return [a["alert"] for a in alerts()]
-
-
-def metric_names(expr: str) -> set[str]:
-    """Metric names a PromQL expression selects (good enough for our expressions)."""
-    text = re.sub(r'"(?:[^"\\]|\\.)*"', '""', expr)  # string literals
-    text = re.sub(r"\{[^}]*\}", "", text)  # label matchers
-    text = re.sub(r"\[[^\]]*\]", "", text)  # range and subquery durations
-    text = re.sub(r"\b(?:by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)", "", text)
-    names = set()
-    for match in re.finditer(r"[A-Za-z_:][A-Za-z0-9_:]*", text):
-        word = match.group(0)
-        rest = text[match.end() :].lstrip()
-        if word.lower() in PROMQL_WORDS or rest.startswith("("):  # a keyword or a function
-            continue
-        if text[max(0, match.start() - 1)] in "0123456789.":  # a unit of 15m, 1e3
-            continue
-        names.add(word)
-    return names
 
 
 def runbook_anchors() -> set[str]:

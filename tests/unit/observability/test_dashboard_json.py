@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.unit.observability.test_alerts import metric_names
+from tests.kit.promql import metric_names
 
 ROOT = Path(__file__).resolve().parents[3]
 DASHBOARD = ROOT / "manifests" / "dashboards" / "computedomain.json"
