@@ -37,6 +37,7 @@ from computedomain.runtime.clock import Clock, SystemClock
 from computedomain.runtime.controller import Controller, Result
 from computedomain.runtime.events import EventRecorder
 from computedomain.runtime.metrics import RuntimeMetrics
+from computedomain.runtime.ratelimit import TokenBucket
 from computedomain.runtime.workqueue import LOW_PRIORITY, WorkQueue
 
 log = logging.getLogger(__name__)
@@ -45,6 +46,10 @@ CONTROLLER_NAME = "computedomain"
 REPORTING_CONTROLLER = "resource.nvidia.com/computedomain-controller"
 FIELD_MANAGER = "computedomain-controller"
 INVENTORY_INTERVAL = 5.0
+# The Event writer's own budget (client-go's event broadcaster allows bursts of 25, then
+# refills slowly); one writer task sends them one at a time anyway.
+EVENT_QPS = 10.0
+EVENT_BURST = 25
 
 
 @dataclass
@@ -67,7 +72,9 @@ class ControllerProcess:
         )
         self.queue = WorkQueue(CONTROLLER_NAME, metrics=self.runtime_metrics, clock=self.clock)
         self.recorder = EventRecorder(
-            self.client,
+            # Events have a budget of their own: a burst of new CDs spends the client's on
+            # children and status, never waiting behind its own Events.
+            self.client.with_rate_limiter(TokenBucket(EVENT_QPS, EVENT_BURST, self.clock)),
             REPORTING_CONTROLLER,
             f"{REPORTING_CONTROLLER.split('/')[-1]}-{s.pod_name}"[:128],
             clock=self.clock,

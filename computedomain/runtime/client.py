@@ -87,12 +87,26 @@ class KubeClient:
         # Checked right before every write is sent; False refuses it (a leader that cannot
         # prove it still holds its lease must write nothing). None: no fence.
         self.write_fence: Callable[[], bool] | None = None
+        # A client made by `with_rate_limiter` follows the fence of the one it came from.
+        self._fence_of: KubeClient | None = None
 
     def unfenced(self) -> KubeClient:
         """The same connection without the write fence (for the leader election itself)."""
         clone = copy.copy(self)
         clone.write_fence = None
+        clone._fence_of = None
         return clone
+
+    def with_rate_limiter(self, rate_limiter: TokenBucket | None) -> KubeClient:
+        """The same connection and write fence (also one set later) with a request budget of
+        its own: the Event writer gets one, so Events never delay the writes of children."""
+        clone = copy.copy(self)
+        clone.rate_limiter = rate_limiter
+        clone._fence_of = self._fence_of or self
+        return clone
+
+    def _fence(self) -> Callable[[], bool] | None:
+        return self._fence_of.write_fence if self._fence_of is not None else self.write_fence
 
     @classmethod
     def from_api_client(
@@ -172,7 +186,8 @@ class KubeClient:
     ) -> dict[str, Any] | None:
         if self.rate_limiter is not None:
             await self.rate_limiter.acquire()
-        if method != "GET" and self.write_fence is not None and not self.write_fence():
+        fence = self._fence()
+        if method != "GET" and fence is not None and not fence():
             self.metrics.rest_client_requests_total.labels(
                 code="<fenced>", method=method, host=self.host
             ).inc()
