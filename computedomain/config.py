@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import argparse
 import importlib.metadata
+import json
 import os
 import re
 import socket
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from computedomain.api import constants as c
@@ -142,6 +144,87 @@ def _one_of(*choices: str) -> Callable[[str, str], str]:
     return parse
 
 
+_QUANTITY = re.compile(
+    r"^\+?(\d+(?:\.\d*)?|\.\d+)(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E|[eE][+-]?\d+)?$"
+)
+_QUANTITY_SCALE = {
+    "": Decimal(1),
+    **{s: Decimal(1024) ** (i + 1) for i, s in enumerate(("Ki", "Mi", "Gi", "Ti", "Pi", "Ei"))},
+    **{s: Decimal(10) ** e for s, e in (("n", -9), ("u", -6), ("m", -3), ("k", 3), ("M", 6),
+                                        ("G", 9), ("T", 12), ("P", 15), ("E", 18))},
+}  # fmt: skip
+_RESOURCES_EXAMPLE = (
+    '{"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"memory": "256Mi"}}'
+)
+
+
+def quantity(text: str) -> Decimal:
+    """The value of a Kubernetes resource quantity ("100m", "1", "256Mi", "1e3")."""
+    match = _QUANTITY.match(text)
+    if match is None:
+        raise ValueError(text)
+    number, suffix = Decimal(match.group(1)), match.group(2) or ""
+    if suffix[:1] in ("e", "E"):
+        return number * Decimal(10) ** int(suffix[1:])
+    return number * _QUANTITY_SCALE[suffix]
+
+
+def _resource_requirements(env: str) -> Callable[[str, str], dict[str, dict[str, str]] | None]:
+    """A parser of NVIDIA's ``CD_DAEMON_RESOURCES_JSON``: a JSON-encoded corev1
+    ResourceRequirements with ``requests`` and/or ``limits`` (``claims`` is the controller's).
+    Quantities may be JSON strings or numbers (Helm's ``toJson`` writes ``cpu: 1`` as 1)."""
+
+    def parse(text: str, flag: str) -> dict[str, dict[str, str]] | None:
+        where = f"{flag} / {env}"
+        if not text.strip():
+            return None
+        try:
+            value = json.loads(text)
+        except ValueError as err:
+            raise ConfigError(
+                f"{where}: not valid JSON ({err}); want e.g. {_RESOURCES_EXAMPLE}"
+            ) from None
+        if not isinstance(value, dict):
+            raise ConfigError(f"{where}: want a JSON object such as {_RESOURCES_EXAMPLE}")
+        unknown = sorted(set(value) - {"requests", "limits"})
+        if unknown:
+            raise ConfigError(
+                f"{where}: unknown key {unknown[0]!r} (want requests and/or limits; the "
+                "daemon's claims are set by the controller)"
+            )
+        result: dict[str, dict[str, str]] = {}
+        amounts: dict[tuple[str, str], Decimal] = {}
+        for kind in ("requests", "limits"):
+            section = value.get(kind)
+            if section is None:
+                continue
+            if not isinstance(section, dict):
+                raise ConfigError(f"{where}: {kind} must be an object of resource: quantity")
+            for resource, raw in section.items():
+                if not resource or any(ch.isspace() for ch in resource):
+                    raise ConfigError(f"{where}: {kind}: {resource!r} is not a resource name")
+                number = isinstance(raw, (int, float)) and not isinstance(raw, bool)
+                amount = str(raw) if number or isinstance(raw, str) else ""
+                try:
+                    amounts[(kind, resource)] = quantity(amount)
+                except (ValueError, InvalidOperation):
+                    raise ConfigError(
+                        f"{where}: {kind}.{resource}: {raw!r} is not a Kubernetes quantity "
+                        "(e.g. 100m, 1, 256Mi)"
+                    ) from None
+                result.setdefault(kind, {})[resource] = amount
+        for (kind, resource), value_of in amounts.items():
+            limit = amounts.get(("limits", resource))
+            if kind == "requests" and limit is not None and value_of > limit:
+                raise ConfigError(
+                    f"{where}: requests.{resource} {result['requests'][resource]} exceeds "
+                    f"limits.{resource} {result['limits'][resource]}"
+                )
+        return result or None
+
+    return parse
+
+
 # ---- checks (ranges, validators): (value, row) -> None; they raise ConfigError ------------------
 
 
@@ -225,6 +308,11 @@ def _valid_names(kind: str, *, label: bool, optional: bool = False) -> Check:
     return Check(f"{kind} name ({rule})", check)
 
 
+def validated_by_parser(accepts: str) -> Check:
+    """Names what a setting accepts when its parser already refuses everything else."""
+    return Check(accepts, lambda value, row: None)
+
+
 def _path(value: Any, row: Setting) -> None:
     if not str(value).startswith("/"):
         raise ConfigError(f"{row.flag} / {row.env}: {value!r} must start with '/'")
@@ -301,6 +389,13 @@ SETTINGS: Sequence[Setting] = (
             "optional priorityClassName for the IMEX daemon pods (empty: none, as upstream)",
             "daemon.priority_class_name",
             check=_valid_names("PriorityClass", label=False, optional=True)),
+    Setting("--cd-daemon-resources-json", "CD_DAEMON_RESOURCES_JSON", "",
+            _resource_requirements("CD_DAEMON_RESOURCES_JSON"),
+            "optional resources of the IMEX daemon container as JSON (NVIDIA's format): "
+            "{\"requests\": {...}, \"limits\": {...}}; equal cpu and memory requests and limits "
+            "(or limits alone) make the daemon pods Guaranteed QoS (empty: none, BestEffort, as "
+            "upstream)", "daemon.daemon_resources",
+            check=validated_by_parser("JSON {requests, limits} of quantities, requests <= limits")),
     Setting("--pod-name", "POD_NAME", None, _or(socket.gethostname),
             "this replica's pod name, the leader-election identity prefix (default: hostname)",
             "pod_name"),

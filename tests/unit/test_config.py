@@ -171,3 +171,46 @@ def test_out_of_range_settings_are_refused(env: dict[str, str], message: str) ->
 def test_empty_optional_names_are_fine() -> None:
     s = parse_settings([], {"CD_DAEMON_PRIORITY_CLASS_NAME": "", "ADDITIONAL_NAMESPACES": "a,,b,"})
     assert s.reconciler.additional_namespaces == ("a", "b")
+
+
+@pytest.mark.parametrize(
+    ("text", "resources"),
+    [
+        ("", None),
+        ("  ", None),
+        ("{}", None),
+        # Helm's toJson writes `cpu: 1` as a number; quantities become strings.
+        ('{"limits": {"cpu": 1, "memory": "1Gi"}}', {"limits": {"cpu": "1", "memory": "1Gi"}}),
+        (
+            '{"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"memory": "256Mi"}}',
+            {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"memory": "256Mi"}},
+        ),
+        (  # equal amounts in other units: fine
+            '{"requests": {"cpu": "500m"}, "limits": {"cpu": "0.5"}}',
+            {"requests": {"cpu": "500m"}, "limits": {"cpu": "0.5"}},
+        ),
+    ],
+)
+def test_daemon_resources_json(text: str, resources: object) -> None:
+    parsed = parse_settings([], {**BASE_ENV, "CD_DAEMON_RESOURCES_JSON": text})
+    assert parsed.daemon.daemon_resources == resources
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("{cpu: 1}", "CD_DAEMON_RESOURCES_JSON: not valid JSON .*; want e.g."),
+        ('["limits"]', "want a JSON object"),
+        ('{"claims": []}', "unknown key 'claims'"),
+        ('{"limits": "1Gi"}', "limits must be an object"),
+        ('{"limits": {"memory": "1 Gi"}}', "limits.memory: '1 Gi' is not a Kubernetes quantity"),
+        ('{"requests": {"cpu": true}}', "requests.cpu: True is not a Kubernetes quantity"),
+        ('{"requests": {"cpu": "2"}, "limits": {"cpu": "1500m"}}', "requests.cpu 2 exceeds"),
+        ('{"requests": {"memory": "2Gi"}, "limits": {"memory": "2G"}}', "exceeds limits.memory"),
+    ],
+)
+def test_bad_daemon_resources_json_is_one_clear_line(text: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message) as refused:
+        parse_settings([], {**BASE_ENV, "CD_DAEMON_RESOURCES_JSON": text})
+    assert "\n" not in str(refused.value)
+    assert str(refused.value).startswith("--cd-daemon-resources-json / CD_DAEMON_RESOURCES_JSON:")

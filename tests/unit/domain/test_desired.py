@@ -8,6 +8,7 @@ import yaml
 
 from computedomain.api import constants as c
 from computedomain.api.v1beta1 import ComputeDomain
+from computedomain.config import parse_settings
 from computedomain.domain.desired import (
     daemon_daemonset,
     daemon_resource_claim_template,
@@ -53,6 +54,30 @@ def test_workload_rct_carries_allocation_mode_all(cd: ComputeDomain) -> None:
 
 def test_daemonset_matches_contract(cd: ComputeDomain) -> None:
     assert daemon_daemonset(cd, SETTINGS) == golden("daemon-daemonset.yaml")
+
+
+@pytest.mark.parametrize(
+    "extra_env",
+    [{}, {"CD_DAEMON_RESOURCES_JSON": "", "CD_DAEMON_PRIORITY_CLASS_NAME": ""}],
+    ids=["unset", "empty"],
+)
+def test_daemonset_from_default_settings_is_nvidias(
+    cd: ComputeDomain, extra_env: dict[str, str]
+) -> None:
+    """Unset (or empty) daemon knobs leave the DaemonSet byte-identical to NVIDIA's."""
+    settings = parse_settings([], {"NAMESPACE": "nvidia-dra-driver-gpu", **extra_env})
+    assert daemon_daemonset(cd, settings.daemon) == golden("daemon-daemonset.yaml")
+
+
+def test_daemonset_guaranteed_qos_from_resources_json(cd: ComputeDomain) -> None:
+    env = {"CD_DAEMON_RESOURCES_JSON": '{"limits": {"cpu": 1, "memory": "512Mi"}}'}
+    settings = parse_settings([], {"NAMESPACE": "nvidia-dra-driver-gpu", **env})
+    (container,) = daemon_daemonset(cd, settings.daemon)["spec"]["template"]["spec"]["containers"]
+    # Limits alone: the apiserver defaults requests to them, which makes the pod Guaranteed.
+    assert container["resources"] == {
+        "limits": {"cpu": "1", "memory": "512Mi"},
+        "claims": [{"name": "compute-domain-daemon"}],
+    }
 
 
 def test_daemonset_optional_additions_only_when_set(cd: ComputeDomain) -> None:

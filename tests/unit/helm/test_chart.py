@@ -49,6 +49,9 @@ ALL_ON = (
     "featureGates.CrashOnNVLinkFabricErrors=false",
     "imagePullSecrets[0].name=a",
     "imagePullSecrets[1].name=b",
+    "daemonPods.priorityClassName=imex-critical",
+    "daemonPods.resources.limits.cpu=1",
+    "daemonPods.resources.limits.memory=512Mi",
 )
 
 
@@ -315,6 +318,11 @@ def test_default_env_configures_the_controller_as_documented(default: list[Obj])
     assert "FEATURE_GATES" not in env_of(default)
     assert "WORKERS" not in env_of(default)
     assert "CD_DAEMON_IMAGE_PULL_SECRET_NAMES" not in env_of(default)
+    # Daemon pods as NVIDIA's: no priority class, no resources.
+    assert "CD_DAEMON_PRIORITY_CLASS_NAME" not in env_of(default)
+    assert "CD_DAEMON_RESOURCES_JSON" not in env_of(default)
+    assert settings.daemon.priority_class_name is None
+    assert settings.daemon.daemon_resources is None
 
 
 def test_optional_env(helm: Path) -> None:
@@ -322,6 +330,14 @@ def test_optional_env(helm: Path) -> None:
     assert env["WORKERS"] == "4"
     assert env["FEATURE_GATES"] == "CrashOnNVLinkFabricErrors=false,"
     assert env["CD_DAEMON_IMAGE_PULL_SECRET_NAMES"] == "a,b"
+    assert env["CD_DAEMON_PRIORITY_CLASS_NAME"] == "imex-critical"
+    assert json.loads(env["CD_DAEMON_RESOURCES_JSON"]) == {"limits": {"cpu": 1, "memory": "512Mi"}}
+
+
+def test_daemon_pod_values_reach_the_daemon_settings(helm: Path) -> None:
+    daemon = settings_from(render(helm, sets=ALL_ON), RELEASE_NS).daemon
+    assert daemon.priority_class_name == "imex-critical"
+    assert daemon.daemon_resources == {"limits": {"cpu": "1", "memory": "512Mi"}}
 
 
 def test_metrics_disabled_turns_the_listener_off(helm: Path) -> None:
