@@ -54,6 +54,8 @@ class ChildMaker:
         caches, s = self._ctx.caches, self._ctx.settings
         uid = cd.metadata.uid
         states: dict[str, ChildState] = {}
+        # What this reconcile created: one Event lists them all (one write, not one per child).
+        created: list[tuple[str, dict[str, Any]]] = []
         if cd.spec is None:
             # The CRD admits a ComputeDomain without spec (as upstream); with no channel
             # template it cannot work, so no DaemonSet or claim template is made for it.
@@ -75,13 +77,14 @@ class ChildMaker:
                 obj,
                 r.RESOURCE_CLAIM_TEMPLATES,
                 desired.daemon_resource_claim_template(cd, s.daemon),
+                created=created,
             )
 
         if caches.daemonsets_of(uid):
             states["daemonSet"] = ChildState(ChildStatus.OK)
         else:
             states["daemonSet"] = await self._create(
-                cd, obj, r.DAEMONSETS, desired.daemon_daemonset(cd, s.daemon)
+                cd, obj, r.DAEMONSETS, desired.daemon_daemonset(cd, s.daemon), created=created
             )
 
         if caches.claim_templates_of(uid, c.TARGET_WORKLOAD):
@@ -93,8 +96,19 @@ class ChildMaker:
                 r.RESOURCE_CLAIM_TEMPLATES,
                 desired.workload_resource_claim_template(cd),
                 namespace=cd.metadata.namespace,
+                created=created,
             )
 
+        if created:
+            self._ctx.recorder.record(
+                obj,
+                "Normal",
+                "Created",
+                "Create",
+                "Created " + ", ".join(what for what, _ in created),
+                # One child: the Event points at it, as before; several: the note names them.
+                related=created[0][1] if len(created) == 1 else None,
+            )
         blocked = any(state.status is ChildStatus.FOREIGN for state in states.values())
         return states, FOREIGN_RECHECK_SECONDS if blocked else None
 
@@ -105,7 +119,10 @@ class ChildMaker:
         res: Resource,
         body: dict[str, Any],
         namespace: str | None = None,
+        *,
+        created: list[tuple[str, dict[str, Any]]],
     ) -> ChildState:
+        """Create one child; on success append what it is and a reference to ``created``."""
         ctx = self._ctx
         namespace = namespace or body["metadata"]["namespace"]
         name = body["metadata"]["name"]
@@ -114,7 +131,7 @@ class ChildMaker:
         if confirmed is not None and ctx.clock.now() - confirmed < FOREIGN_RECHECK_SECONDS:
             return _foreign_state(res, namespace, name)
         try:
-            created = await ctx.client.create(res, body, namespace)
+            written = await ctx.client.create(res, body, namespace)
         except ApiError as err:
             if err.is_forbidden and "being terminated" in err.message:
                 # The namespace is going away; its deletion reaches this CD next, not an error.
@@ -139,16 +156,9 @@ class ChildMaker:
                 related=objects.reference(current, res),
             )
             return _foreign_state(res, namespace, name)
-        ctx.caches.observe_write(res, created)
+        ctx.caches.observe_write(res, written)
         self._foreign.pop(memo_key, None)
-        ctx.recorder.record(
-            cd_obj,
-            "Normal",
-            "Created",
-            "Create",
-            f"Created {res.kind} {namespace}/{name}",
-            related=objects.reference(created, res),
-        )
+        created.append((f"{res.kind} {namespace}/{name}", objects.reference(written, res)))
         log.info("Created %s", res.kind, extra={"object": f"{namespace}/{name}"})
         # The create succeeded, so the child exists: reporting it as such now saves a second
         # status write once the watch catches up.

@@ -158,9 +158,13 @@ def _apply(obj: Obj, op: dict[str, Any]) -> None:
 @dataclass
 class FakeRecorder:
     events: list[tuple[str, str]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
 
-    def record(self, regarding: Obj, type: str, reason: str, *_: Any, **__: Any) -> bool:
+    def record(
+        self, regarding: Obj, type: str, reason: str, action: str, note: str, **__: Any
+    ) -> bool:
         self.events.append((type, reason))
+        self.notes.append(note)
         return True
 
 
@@ -252,12 +256,12 @@ async def test_new_cd_gets_finalizer_children_and_status(world: World) -> None:
     assert await world.reconcile(f"{NS}/cd") == Result()
 
     assert world.client.calls == NEW_CD_CALLS
-    assert world.recorder.events == [
-        ("Normal", "Created"),
-        ("Normal", "Created"),
-        ("Normal", "Created"),
-        ("Normal", "WaitingForWorkload"),
-    ]
+    # One Event lists the three children (one write, not three).
+    assert world.recorder.events == [("Normal", "Created"), ("Normal", "WaitingForWorkload")]
+    assert world.recorder.notes[0] == (
+        f"Created ResourceClaimTemplate {DRIVER_NS}/{DAEMON}, DaemonSet {DRIVER_NS}/{DAEMON}, "
+        f"ResourceClaimTemplate {NS}/channel"
+    )
     stored = world.client.objects[("computedomains", NS, "cd")]
     assert stored["metadata"]["finalizers"] == [c.FINALIZER]
     assert stored["status"]["status"] == c.STATUS_READY  # numNodes 0 (#767)
