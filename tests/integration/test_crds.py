@@ -201,7 +201,42 @@ async def test_status_round_trip_with_our_fields(api_client: ApiClient, namespac
     ]
 
 
-async def test_printer_columns_and_category(api_client: ApiClient, namespace: str) -> None:
+def ready_condition(status: str, reason: str) -> dict[str, Any]:
+    return {
+        "type": "Ready",
+        "status": status,
+        "lastTransitionTime": "2026-05-01T10:00:00Z",
+        "reason": reason,
+        "message": "",
+    }
+
+
+async def table_of(api: ApiClient, namespace: str, name: str) -> dict[str, Any]:
+    """What `kubectl get` receives: the apiserver's Table rendering of the printer columns."""
+    table: dict[str, Any] = await api.call_api(
+        cds_path(namespace, name),
+        "GET",
+        header_params={"Accept": "application/json;as=Table;v=v1;g=meta.k8s.io"},
+        response_types_map={200: "object"},
+        auth_settings=["BearerToken"],
+        _return_http_data_only=True,
+    )
+    return table
+
+
+def default_view(table: dict[str, Any]) -> dict[str, Any]:
+    """Column → cell of the first row, for the columns `kubectl get` shows without -o wide."""
+    (row,) = table["rows"]
+    return {
+        col["name"]: cell
+        for col, cell in zip(table["columnDefinitions"], row["cells"], strict=True)
+        if col["priority"] == 0
+    }
+
+
+async def test_printer_columns_short_name_and_category(
+    api_client: ApiClient, namespace: str
+) -> None:
     await create_cd(api_client, namespace, cd_body("table"))
     await put_status(
         api_client,
@@ -210,46 +245,57 @@ async def test_printer_columns_and_category(api_client: ApiClient, namespace: st
         {
             "status": "Ready",
             "nodes": [node("n1", 0), node("n2", 1)],
-            "conditions": [
-                {
-                    "type": "Ready",
-                    "status": "True",
-                    "lastTransitionTime": "2026-05-01T10:00:00Z",
-                    "reason": "Ready",
-                    "message": "",
-                }
-            ],
+            "conditions": [ready_condition("True", "Ready")],
             "nodeCount": 2,
             "readyNodeCount": 2,
             "cliqueCount": 1,
         },
     )
-    table: dict[str, Any] = await api_client.call_api(
-        cds_path(namespace, "table"),
-        "GET",
-        header_params={"Accept": "application/json;as=Table;v=v1;g=meta.k8s.io"},
-        response_types_map={200: "object"},
-        auth_settings=["BearerToken"],
-        _return_http_data_only=True,
-    )
-    columns = [col["name"] for col in table["columnDefinitions"]]
+    table = await table_of(api_client, namespace, "table")
+    columns = [(col["name"], col["priority"]) for col in table["columnDefinitions"]]
     assert columns == [
-        "Name",
-        "Ready",
-        "Status",
-        "Nodes",
-        "Ready-Nodes",
-        "Cliques",
-        "NumNodes",
-        "Age",
+        ("Name", 0),
+        ("Ready", 0),
+        ("Reason", 0),
+        ("Nodes", 0),
+        ("Ready-Nodes", 0),
+        ("Cliques", 0),
+        ("Daemons", 1),  # NVIDIA's status.status: -o wide only
+        ("NumNodes", 1),
+        ("Age", 0),
     ]
     (row,) = table["rows"]
-    assert row["cells"][:7] == ["table", "True", "Ready", 2, 2, 1, 0]
+    assert row["cells"][:8] == ["table", "True", "Ready", 2, 2, 1, "Ready", 0]
 
     discovery = await request_json(api_client, "GET", GROUP_PATH)
     resources = {r["name"]: r for r in discovery["resources"]}
     assert resources[c.CD_PLURAL]["categories"] == [c.CRD_CATEGORY]
+    assert resources[c.CD_PLURAL]["shortNames"] == ["cdom"]
     assert "categories" not in resources[c.CLIQUE_PLURAL]
+
+
+async def test_default_columns_never_contradict_themselves(
+    api_client: ApiClient, namespace: str
+) -> None:
+    """Issue 12: with a template-name clash (or no daemon yet) NVIDIA's status.status says
+    Ready while the domain is not. Without -o wide only READY and its REASON speak."""
+    await create_cd(api_client, namespace, cd_body("clash"))
+    await put_status(
+        api_client,
+        namespace,
+        "clash",
+        {
+            "status": "Ready",  # upstream's verdict: numNodes 0 and no nodes (#767)
+            "conditions": [ready_condition("False", "ForeignObject")],
+            "nodeCount": 0,
+            "readyNodeCount": 0,
+            "cliqueCount": 0,
+        },
+    )
+    shown = default_view(await table_of(api_client, namespace, "clash"))
+    assert shown["Ready"] == "False"
+    assert shown["Reason"] == "ForeignObject"
+    assert "Ready" not in shown.values(), shown  # no column says Ready beside READY False
 
 
 async def test_clique_crd_accepts_daemon_writes(api_client: ApiClient, namespace: str) -> None:

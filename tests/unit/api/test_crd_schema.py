@@ -58,7 +58,8 @@ def test_cd_crd_keeps_upstream_identity() -> None:
         "computedomains",
         "computedomain",
     )
-    assert "shortNames" not in names
+    # An addition NVIDIA's CRD lacks; not "cd", which OpenShift Hive's ClusterDeployment has.
+    assert names["shortNames"] == ["cdom"]
     assert "all" not in names.get("categories", [])
     (version,) = spec["versions"]
     assert (version["name"], version["served"], version["storage"]) == (c.VERSION, True, True)
@@ -98,7 +99,15 @@ def test_cd_crd_printer_columns() -> None:
     (version,) = load(CD_CRD)["spec"]["versions"]
     columns = {col["name"]: col for col in version["additionalPrinterColumns"]}
     assert columns["Ready"]["jsonPath"] == '.status.conditions[?(@.type=="Ready")].status'
-    assert columns["Status"]["jsonPath"] == ".status.status"
+    assert columns["Reason"]["jsonPath"] == '.status.conditions[?(@.type=="Ready")].reason'
+    # NVIDIA's status.status contradicts Ready at times (#767, foreign children): kept, but
+    # named for what it measures and shown only with -o wide.
+    assert columns["Daemons"]["jsonPath"] == ".status.status"
+    assert columns["Daemons"]["priority"] == 1
+    assert "Status" not in columns
+    default_view = [col["name"] for col in version["additionalPrinterColumns"]
+                    if not col.get("priority")]  # fmt: skip
+    assert default_view == ["Ready", "Reason", "Nodes", "Ready-Nodes", "Cliques", "Age"]
     assert columns["Nodes"]["jsonPath"] == ".status.nodeCount"
     assert columns["Ready-Nodes"]["jsonPath"] == ".status.readyNodeCount"
     assert columns["Cliques"]["jsonPath"] == ".status.cliqueCount"
