@@ -41,12 +41,17 @@ class DaemonPod:
     ready: bool
     phase: str
     deleting: bool
-    # Why the pod is not ready, from its conditions and container state.
+    # Why the pod is not ready, from its conditions and the daemon container's state: waiting
+    # now (reason, message), and the current or last termination (reason, exit code, message).
     started: bool | None = None
     waiting_reason: str | None = None
+    waiting_message: str | None = None
     terminated_reason: str | None = None
+    terminated_message: str | None = None
+    exit_code: int | None = None
     restart_count: int = 0
     unschedulable: bool = False
+    # The scheduler's message when unschedulable, else the pod's own status.message.
     message: str | None = None
 
     @property
@@ -79,20 +84,43 @@ class DaemonPod:
         return "Pending" if self.phase == "Pending" else "NotReady"
 
     def describe_problem(self) -> str | None:
-        """``<reason>`` plus restarts and the last message, for condition messages."""
+        """Why this daemon is not Ready in the daemon container's own words (#289):
+        ``<reason> (<n> restarts): <waiting message>; last exit <reason> (exit code <n>):
+        <termination message>``, each message at most ``MESSAGE_LIMIT`` characters."""
         reason = self.not_ready_reason()
         if reason is None:
             return None
-        parts = [reason]
+        text = reason
         if self.restart_count:
-            last = f", last exit {self.terminated_reason}" if self.terminated_reason else ""
-            parts.append(f"({self.restart_count} restarts{last})")
-        if self.message:
-            parts.append(f": {_shorten(self.message)}")
-        return " ".join(parts).replace(" :", ":")
+            text += f" ({_plural(self.restart_count, 'restart')})"
+        exited = self.terminated_reason is not None or self.exit_code is not None
+        detail = self.waiting_message
+        if detail and detail.lower().startswith("back-off ") and exited:
+            # kubelet's "back-off 40s restarting failed container=..." says nothing the restart
+            # count does not; the exit below is what the daemon said.
+            detail = None
+        detail = detail or (self.message if reason in ("Unschedulable", self.phase) else None)
+        if detail:
+            text += f": {_shorten(detail)}"
+        if exited and reason != self.terminated_reason:
+            code = f" (exit code {self.exit_code})" if self.exit_code is not None else ""
+            text += f"; last exit {self.terminated_reason or 'Error'}{code}"
+        elif exited and self.exit_code is not None:
+            text += f" (exit code {self.exit_code})"
+        if exited and self.terminated_message:
+            text += f": {_shorten(self.terminated_message)}"
+        return text
 
 
-def _shorten(text: str, limit: int = 120) -> str:
+# Longest container, scheduler or pod message quoted in a condition (Events hold 1 KiB).
+MESSAGE_LIMIT = 200
+
+
+def _plural(count: int, word: str) -> str:
+    return f"{count} {word}" if count == 1 else f"{count} {word}s"
+
+
+def _shorten(text: str, limit: int = MESSAGE_LIMIT) -> str:
     text = " ".join(text.split())
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
@@ -119,12 +147,8 @@ def daemon_pod_from_dict(pod: Mapping[str, Any]) -> DaemonPod:
     unschedulable = scheduled.get("status") == "False" and scheduled.get("reason") == (
         "Unschedulable"
     )
-    message = (
-        waiting.get("message")
-        or (scheduled.get("message") if unschedulable else None)
-        or terminated.get("message")
-        or status.get("message")
-    )
+    message = (scheduled.get("message") if unschedulable else None) or status.get("message")
+    exit_code = terminated.get("exitCode")
     clique_id = labels.get(c.CLIQUE_ID_LABEL)
     cd_uid = labels.get(c.CD_LABEL)
     started = container.get("started")
@@ -141,7 +165,10 @@ def daemon_pod_from_dict(pod: Mapping[str, Any]) -> DaemonPod:
         deleting=meta.get("deletionTimestamp") is not None,
         started=started if isinstance(started, bool) else None,
         waiting_reason=waiting.get("reason") or None,
+        waiting_message=waiting.get("message") or None,
         terminated_reason=terminated.get("reason") or None,
+        terminated_message=terminated.get("message") or None,
+        exit_code=exit_code if isinstance(exit_code, int) else None,
         restart_count=int(container.get("restartCount") or 0),
         unschedulable=unschedulable,
         message=message or None,

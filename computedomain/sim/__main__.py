@@ -18,7 +18,7 @@ from computedomain.observability.logging import configure_logging
 from computedomain.runtime.client import load_client
 
 from .context import DEFAULT_DRIVER_NAMESPACE, SimSettings
-from .faults import DelayRange, FaultSettings, parse_node_list
+from .faults import DEFAULT_FAIL_START_MESSAGE, DelayRange, FaultSettings, parse_node_list
 from .ipam import DEFAULT_POD_CIDR
 from .simulator import Simulator
 
@@ -86,6 +86,23 @@ def build_parser() -> argparse.ArgumentParser:
         help="chance that any other daemon never turns Ready",
     )
     faults.add_argument(
+        "--fail-start-nodes",
+        type=parse_node_list,
+        default=frozenset(),
+        help="nodes whose daemon container exits at start and crash-loops without joining",
+    )
+    faults.add_argument(
+        "--fail-start-probability",
+        type=_probability,
+        default=0.0,
+        help="chance that any other daemon fails at start",
+    )
+    faults.add_argument(
+        "--fail-start-message",
+        default=DEFAULT_FAIL_START_MESSAGE,
+        help="termination message of a daemon that fails at start (default: %(default)s)",
+    )
+    faults.add_argument(
         "--crash-nodes",
         type=parse_node_list,
         default=frozenset(),
@@ -140,6 +157,9 @@ def settings_from_args(args: argparse.Namespace) -> SimSettings:
         daemon_delay=args.daemon_delay,
         never_ready_nodes=args.never_ready_nodes,
         never_ready_probability=args.never_ready_probability,
+        fail_start_nodes=args.fail_start_nodes,
+        fail_start_probability=args.fail_start_probability,
+        fail_start_message=args.fail_start_message,
         crash_nodes=args.crash_nodes,
         crash_probability=args.crash_probability,
         crash_after=args.crash_after,

@@ -71,6 +71,8 @@ class FakeImexDaemon:
         # a write-back of the pod's readiness never overtakes a newer decision.
         self._phase: ContainerPhase | None = None
         self._phase_message = ""
+        # The termination message of the container's last exit (a fail-start fault).
+        self._exit_message = ""
         self._status_lock = asyncio.Lock()
         # Where our entry was written last: removal on pod deletion goes there.
         self._wrote_clique = False
@@ -118,6 +120,14 @@ class FakeImexDaemon:
             )
             await asyncio.Event().wait()
         fate = self.ctx.planner.daemon_fate(self.node_name, self.uid)
+        if fate.fail_start is not None:
+            # The container exits before it joins, and kubelet restarts it with a back-off
+            # forever; the termination message is the daemon's last word (#289).
+            self._exit_message = fate.fail_start
+            self.restart_count = max(self.restart_count, 1)
+            await self._write_pod(ContainerPhase.CRASH_LOOP)
+            await self.ctx.report(pod, "Warning", "BackOff", "Back-off restarting failed container")
+            await asyncio.Event().wait()
         already_ready = resumed and is_pod_ready(pod)
         while True:
             await self._start_container(fate, already_ready)
@@ -408,6 +418,7 @@ class FakeImexDaemon:
             phase=phase,
             restart_count=self.restart_count,
             waiting_message=message,
+            exit_message=self._exit_message if phase is ContainerPhase.CRASH_LOOP else "",
         )
         status = pod_status(pod, state, self.ctx.clock.wall())
         try:

@@ -71,6 +71,12 @@ def _probability(value: float, name: str) -> float:
     return value
 
 
+# A simulated IMEX start-up failure, worded the way a Go daemon reports a taken port.
+DEFAULT_FAIL_START_MESSAGE = (
+    "failed to start IMEX daemon: listen tcp 0.0.0.0:50000: bind: address already in use"
+)
+
+
 @dataclass(frozen=True)
 class FaultSettings:
     """What can go wrong in the simulated fleet, and how fast things happen."""
@@ -81,6 +87,12 @@ class FaultSettings:
     never_ready_nodes: frozenset[str] = frozenset()
     never_ready_probability: float = 0.0
     """Daemons that never pass their startup probe (a misconfigured IMEX, upstream #289)."""
+
+    fail_start_nodes: frozenset[str] = frozenset()
+    fail_start_probability: float = 0.0
+    fail_start_message: str = DEFAULT_FAIL_START_MESSAGE
+    """Daemons whose container exits at start with this termination message, then stays in
+    CrashLoopBackOff without joining (e.g. the host's nvidia-imex.service holds the port, #524)."""
 
     crash_nodes: frozenset[str] = frozenset()
     crash_probability: float = 0.0
@@ -99,6 +111,7 @@ class FaultSettings:
     def __post_init__(self) -> None:
         for name in (
             "never_ready_probability",
+            "fail_start_probability",
             "crash_probability",
             "node_not_ready_probability",
             "node_delete_probability",
@@ -110,6 +123,8 @@ class FaultSettings:
 class DaemonFate:
     start_delay: float
     never_ready: bool = False
+    # The container exits at start with this message (None: it starts).
+    fail_start: str | None = None
     crash_after: float | None = None
     restart_delay: float = 1.0
 
@@ -145,10 +160,14 @@ class FaultPlanner:
     def daemon_fate(self, node_name: str, pod_uid: str) -> DaemonFate:
         s = self.settings
         delay = s.daemon_delay.sample(self._rng)
-        never_ready = self._hit(node_name, s.never_ready_nodes, s.never_ready_probability)
+        fail_start = self._hit(node_name, s.fail_start_nodes, s.fail_start_probability)
+        never_ready = not fail_start and self._hit(
+            node_name, s.never_ready_nodes, s.never_ready_probability
+        )
         crash_after: float | None = None
         if (
             not never_ready
+            and not fail_start
             and pod_uid not in self._crashed_pods
             and self._hit(node_name, s.crash_nodes, s.crash_probability)
         ):
@@ -157,6 +176,7 @@ class FaultPlanner:
         return DaemonFate(
             start_delay=delay,
             never_ready=never_ready,
+            fail_start=s.fail_start_message if fail_start else None,
             crash_after=crash_after,
             restart_delay=s.restart_delay.sample(self._rng),
         )

@@ -35,6 +35,8 @@ class PodState:
     restart_count: int = 0
     started_at: datetime | None = None
     waiting_message: str = ""
+    # What the crashed container wrote to its termination log (lastState.terminated.message).
+    exit_message: str = ""
 
 
 def container_id(pod_uid: str, container: str, restart_count: int) -> str:
@@ -119,6 +121,8 @@ def pod_status(pod: Mapping[str, Any], state: PodState, now: datetime) -> dict[s
                     "containerID": container_id(uid, name, state.restart_count),
                 }
             }
+            if state.exit_message:
+                entry["lastState"]["terminated"]["message"] = state.exit_message
         else:
             entry["started"] = ready
             entry["containerID"] = container_id(uid, name, state.restart_count)

@@ -118,7 +118,7 @@ def test_set_condition_moves_transition_time_on_flip() -> None:
             ),
             "False",
             "DaemonsNotReady",
-            "n2: CrashLoopBackOff (3 restarts, last exit Error)",
+            "n2: CrashLoopBackOff (3 restarts); last exit Error",
         ),
         (
             # A daemon pod exists but has not joined: not Ready, and the pod says why.

@@ -7,6 +7,7 @@ import pytest
 from computedomain.api import constants as c
 from computedomain.api.v1beta1 import ComputeDomainClique, ComputeDomainNode
 from computedomain.domain.projection import (
+    MESSAGE_LIMIT,
     DaemonPod,
     clique_from_dict,
     daemon_pod_from_dict,
@@ -295,7 +296,91 @@ def test_missing_clique_label_is_none_and_empty_is_non_fabric() -> None:
                 ],
             },
             "CrashLoopBackOff",
-            "CrashLoopBackOff (4 restarts, last exit Error): back-off 40s",
+            "CrashLoopBackOff (4 restarts); last exit Error (exit code 1)",
+        ),
+        (  # the daemon's own words (#289): the termination message, not kubelet's back-off
+            {
+                "phase": "Running",
+                "containerStatuses": [
+                    {
+                        "name": "compute-domain-daemon",
+                        "restartCount": 1,
+                        "state": {
+                            "waiting": {
+                                "reason": "CrashLoopBackOff",
+                                "message": "back-off 10s restarting failed container=x pod=y",
+                            }
+                        },
+                        "lastState": {
+                            "terminated": {
+                                "reason": "Error",
+                                "exitCode": 2,
+                                "message": "IMEX daemon:\n  bind 0.0.0.0:50000: address in use",
+                            }
+                        },
+                    }
+                ],
+            },
+            "CrashLoopBackOff",
+            "CrashLoopBackOff (1 restart); last exit Error (exit code 2): IMEX daemon: bind "
+            "0.0.0.0:50000: address in use",
+        ),
+        (  # a waiting message that is news is kept
+            {
+                "phase": "Pending",
+                "containerStatuses": [
+                    {
+                        "name": "compute-domain-daemon",
+                        "state": {
+                            "waiting": {
+                                "reason": "ImagePullBackOff",
+                                "message": 'Back-off pulling image "nvcr.io/x:v1"',
+                            }
+                        },
+                    }
+                ],
+            },
+            "ImagePullBackOff",
+            'ImagePullBackOff: Back-off pulling image "nvcr.io/x:v1"',
+        ),
+        (  # restarted, now starting again: the last exit still says why
+            {
+                "phase": "Running",
+                "containerStatuses": [
+                    {
+                        "name": "compute-domain-daemon",
+                        "started": False,
+                        "restartCount": 2,
+                        "state": {"running": {}},
+                        "lastState": {
+                            "terminated": {"reason": "OOMKilled", "exitCode": 137, "message": ""}
+                        },
+                    }
+                ],
+            },
+            "StartupProbeNotPassed",
+            "StartupProbeNotPassed (2 restarts); last exit OOMKilled (exit code 137)",
+        ),
+        (
+            {
+                "phase": "Failed",
+                "message": "ignored: the container says it",
+                "containerStatuses": [
+                    {
+                        "name": "compute-domain-daemon",
+                        "state": {
+                            "terminated": {"reason": "Error", "exitCode": 1, "message": "no CD"}
+                        },
+                    }
+                ],
+            },
+            "Error",
+            "Error (exit code 1): no CD",
+        ),
+        (
+            {"phase": "Failed", "reason": "Evicted", "message": "The node was low on memory."},
+            "Failed",
+            "Failed: The node was low on memory.",
         ),
         (
             {
@@ -351,6 +436,24 @@ def test_not_ready_reasons(status: dict[str, Any], reason: str, snippet: str) ->
     assert not view.ready
     assert view.not_ready_reason() == reason
     assert view.describe_problem() == snippet
+
+
+def test_container_messages_are_bounded() -> None:
+    long = "x" * 500
+    raw = pod_dict(
+        phase="Running",
+        containerStatuses=[
+            {
+                "name": "compute-domain-daemon",
+                "restartCount": 1,
+                "state": {"waiting": {"reason": "RunContainerError", "message": long}},
+                "lastState": {"terminated": {"reason": "Error", "exitCode": 1, "message": long}},
+            }
+        ],
+    )
+    text = daemon_pod_from_dict(raw).describe_problem() or ""
+    assert text.count("x" * (MESSAGE_LIMIT - 1) + "…") == 2
+    assert "x" * MESSAGE_LIMIT not in text
 
 
 def test_terminating_pod_reason() -> None:

@@ -3,6 +3,7 @@ import random
 import pytest
 
 from computedomain.sim.faults import (
+    DEFAULT_FAIL_START_MESSAGE,
     DelayRange,
     FaultPlanner,
     FaultSettings,
@@ -60,6 +61,20 @@ def test_named_nodes_always_get_their_fault_others_by_probability() -> None:
     # its replacement pod may crash again
     assert planner.daemon_fate("n3", "uid-3b").crash_after == 4.0
     assert not planner.daemon_fate("n9", "uid-9").never_ready
+
+
+def test_fail_start_wins_over_other_daemon_faults() -> None:
+    settings = FaultSettings(
+        fail_start_nodes=frozenset({"n1"}),
+        never_ready_nodes=frozenset({"n1"}),
+        crash_nodes=frozenset({"n1"}),
+        fail_start_message="no IMEX for you",
+    )
+    planner = FaultPlanner(settings, random.Random(0))
+    fate = planner.daemon_fate("n1", "uid-1")
+    assert (fate.fail_start, fate.never_ready, fate.crash_after) == ("no IMEX for you", False, None)
+    assert planner.daemon_fate("n2", "uid-2").fail_start is None
+    assert FaultSettings().fail_start_message == DEFAULT_FAIL_START_MESSAGE
 
 
 def test_probabilities_apply_to_roughly_that_share() -> None:

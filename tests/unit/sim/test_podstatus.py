@@ -56,6 +56,13 @@ def test_crash_loop_reports_waiting_and_last_termination() -> None:
     assert container["state"]["waiting"]["reason"] == "CrashLoopBackOff"
     assert container["lastState"]["terminated"]["exitCode"] == 1
     assert container["restartCount"] == 1
+    assert "message" not in container["lastState"]["terminated"]
+
+
+def test_crash_loop_carries_the_exit_message() -> None:
+    state = PodState("ip", "host", ContainerPhase.CRASH_LOOP, restart_count=1, exit_message="boom")
+    (container,) = pod_status(pod(), state, NOW)["containerStatuses"]
+    assert container["lastState"]["terminated"]["message"] == "boom"
 
 
 def test_transition_time_moves_only_when_the_status_flips() -> None:
