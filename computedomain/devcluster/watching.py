@@ -46,9 +46,16 @@ async def watch_objects(
     try:
         async with asyncio.timeout(within):
             while True:
-                listing = await kube.list(
-                    res, namespace, label_selector=label_selector, field_selector=field_selector
-                )
+                try:
+                    listing = await kube.list(
+                        res, namespace, label_selector=label_selector, field_selector=field_selector
+                    )
+                except ApiError as err:
+                    # A CRD just applied: its storage answers 429 until it is (re)initialized.
+                    if not err.is_too_many_requests:
+                        raise
+                    await asyncio.sleep(err.retry_after or 0.2)
+                    continue
                 objects = {_key(o, namespace): o for o in listing["items"]}
                 if result := check(objects):
                     return result
