@@ -450,6 +450,11 @@ SETTINGS: Sequence[Setting] = (
             "on deletion, how long to wait for IMEX daemon pods to terminate before removing the "
             "finalizer anyway (with a Warning event)", "reconciler.daemon_pod_wait_timeout",
             check=seconds_at_least(1)),
+    Setting("--daemon-ready-grace-period", "DAEMON_READY_GRACE_PERIOD", "2m", parse_duration,
+            "how long an IMEX daemon may be not ready (starting: scheduling, image pull, IMEX "
+            "start-up, ~30-60 s per #1152) before DaemonsReady says DaemonsNotReady and a Warning "
+            "event is recorded; before that the reason is DaemonsStarting",
+            "reconciler.daemon_ready_grace_period", check=seconds_at_least(0)),
 )
 # fmt: on
 

@@ -55,11 +55,13 @@ class RunningController:
         await asyncio.wait_for(asyncio.gather(*(inf.wait_synced() for inf in caches)), within)
 
     async def wait_idle(self, within: float = 60.0) -> None:
-        """Every enqueued or scheduled reconcile has run and every recorded event is written."""
+        """Every enqueued reconcile, and every one scheduled within ``within`` seconds, has run,
+        and every recorded event is written."""
         queue = self.process.queue
         async with asyncio.timeout(within):
-            # Delayed keys count too: a requeue timer firing in the window could write.
-            while len(queue) or queue.processing or queue.delayed:  # noqa: ASYNC110
+            # Delayed keys count too: a requeue timer firing in the window could write. A
+            # timer beyond it (a daemon's grace period, 2 min, set while it started) cannot.
+            while len(queue) or queue.processing or queue.delayed_within(within):  # noqa: ASYNC110
                 await asyncio.sleep(0.2)  # polls an in-process queue, not the API
         await asyncio.wait_for(self.process.recorder.wait_idle(), within)
 

@@ -2,8 +2,9 @@
 
 Creates the daemon ResourceClaimTemplate, the IMEX DaemonSet and the workload
 ResourceClaimTemplate from ``desired``. An object of the same name that we made earlier (it
-carries this CD's UID label) is adopted; one that does not is never touched: we refuse, record
-a Warning event, and report it as FOREIGN until someone renames or removes it.
+carries this CD's UID label) is adopted; one that does not is never touched: we refuse and
+report it as FOREIGN, with what to do, until it is gone. The ChildrenReady condition carries
+that advice, and its transition is the one Warning event (``transitions``).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from computedomain.api.v1beta1 import ComputeDomain
 from computedomain.domain import desired
 from computedomain.domain.conditions import ChildState, ChildStatus
 from computedomain.domain.context import ReconcileContext
+from computedomain.domain.keys import CDKey
 from computedomain.domain.labels import cd_uid_of
 from computedomain.runtime import objects
 from computedomain.runtime import resources as r
@@ -33,19 +35,40 @@ SPEC_MISSING = (
 FOREIGN_RECHECK_SECONDS = 60.0
 
 
-def _foreign_state(res: Resource, namespace: str, name: str) -> ChildState:
-    return ChildState(
-        ChildStatus.FOREIGN,
-        f"{res.kind} {namespace}/{name} exists but does not carry this ComputeDomain's "
-        "UID label; rename or remove it",
+def foreign_advice(
+    cd: ComputeDomain, res: Resource, namespace: str, name: str, owner: str | None
+) -> str:
+    """What a person can do about a foreign object at a child's name. The CD's spec is
+    immutable, so a workload template name taken by someone else means a new CD."""
+    what = f"{res.kind} {namespace}/{name}"
+    template = cd.spec.channel.resource_claim_template.name if cd.spec else None
+    if res.kind == "ResourceClaimTemplate" and (namespace, name) == (cd.namespace, template):
+        taken = (
+            f"{what} belongs to ComputeDomain {owner}: two ComputeDomains cannot share a "
+            "channel template name"
+            if owner
+            else f"{what} exists and was not made for this ComputeDomain"
+        )
+        remedy = (
+            "delete this ComputeDomain and create it again with another "
+            "spec.channel.resourceClaimTemplate.name (the spec cannot be changed)"
+        )
+        if not owner:
+            remedy += ", or delete that ResourceClaimTemplate if nothing uses it"
+        return f"{taken}; {remedy}"
+    return (
+        f"{what} exists and was not made for this ComputeDomain (it lacks its UID label), "
+        "though the name is this ComputeDomain's own: delete it and the controller creates "
+        f"its own within {FOREIGN_RECHECK_SECONDS:.0f}s"
     )
 
 
 class ChildMaker:
     def __init__(self, ctx: ReconcileContext) -> None:
         self._ctx = ctx
-        # (resource plural, namespace, name) -> monotonic time a foreign object was last confirmed.
-        self._foreign: dict[tuple[str, str, str], float] = {}
+        # (resource plural, namespace, name) -> (monotonic time a foreign object was last
+        # confirmed, the advice given), so the condition message stays as it was until then.
+        self._foreign: dict[tuple[str, str, str], tuple[float, str]] = {}
 
     async def ensure(
         self, cd: ComputeDomain, obj: dict[str, Any]
@@ -128,8 +151,8 @@ class ChildMaker:
         name = body["metadata"]["name"]
         memo_key = (res.plural, namespace, name)
         confirmed = self._foreign.get(memo_key)
-        if confirmed is not None and ctx.clock.now() - confirmed < FOREIGN_RECHECK_SECONDS:
-            return _foreign_state(res, namespace, name)
+        if confirmed is not None and ctx.clock.now() - confirmed[0] < FOREIGN_RECHECK_SECONDS:
+            return ChildState(ChildStatus.FOREIGN, confirmed[1])
         try:
             written = await ctx.client.create(res, body, namespace)
         except ApiError as err:
@@ -144,18 +167,15 @@ class ChildMaker:
                 ctx.caches.observe_write(res, current)
                 self._foreign.pop(memo_key, None)
                 return ChildState(ChildStatus.OK)
-            self._foreign[memo_key] = ctx.clock.now()
+            other = cd_uid_of(current)
+            owner = next((str(CDKey.of(found)) for found in ctx.caches.cds_of(other or "")), None)
+            advice = foreign_advice(cd, res, namespace, name, owner)
+            self._foreign[memo_key] = (ctx.clock.now(), advice)
             ctx.metrics.inc_foreign_refused(res.kind)
-            ctx.recorder.record(
-                cd_obj,
-                "Warning",
-                "ForeignObject",
-                "Create",
-                f"{res.kind} {namespace}/{name} exists and does not belong to this "
-                "ComputeDomain; left untouched",
-                related=objects.reference(current, res),
+            log.warning(
+                "Refused a foreign object", extra={"object": f"{namespace}/{name}", "owner": other}
             )
-            return _foreign_state(res, namespace, name)
+            return ChildState(ChildStatus.FOREIGN, advice)
         ctx.caches.observe_write(res, written)
         self._foreign.pop(memo_key, None)
         created.append((f"{res.kind} {namespace}/{name}", objects.reference(written, res)))

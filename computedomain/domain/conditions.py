@@ -6,7 +6,9 @@ Upstream's global status is Ready with zero nodes (#767) and never says why a do
 - ``Ready``: at least one daemon joined, every daemon ready, numNodes reached, children fine.
 - ``ChildrenReady``: the daemon RCT, the DaemonSet and the workload RCT exist and are ours, and
   the daemon ServiceAccount the DaemonSet names exists (#586: it comes with NVIDIA's chart).
-- ``DaemonsReady``: every daemon pod of the domain has joined and is ready.
+- ``DaemonsReady``: every daemon pod of the domain has joined and is ready. While no daemon has
+  been not ready for longer than the grace period the reason is ``DaemonsStarting`` (a normal
+  start, or a new node joining); after it, ``DaemonsNotReady``, which is worth a Warning.
 - ``SingleClique``: the domain's nodes lie in one NVLink clique (IMEX spans no more, #804).
 - ``ExclusiveClique``: no other domain uses the same clique (#892).
 """
@@ -26,7 +28,7 @@ TRUE: ConditionStatus = "True"
 FALSE: ConditionStatus = "False"
 UNKNOWN: ConditionStatus = "Unknown"
 
-# A False value of these deserves a Warning event.
+# A False value of these deserves a Warning event, unless its reason is progress.
 WARNING_CONDITIONS = frozenset(
     {
         c.CONDITION_CHILDREN_READY,
@@ -39,6 +41,19 @@ WARNING_CONDITIONS = frozenset(
 # The daemon ServiceAccount is missing (#586).
 DAEMON_SA_MISSING = "DaemonServiceAccountMissing"
 INVALID_SPEC = "InvalidSpec"
+DAEMONS_STARTING = "DaemonsStarting"
+DAEMONS_NOT_READY = "DaemonsNotReady"
+WAITING_FOR_WORKLOAD = "WaitingForWorkload"
+TOO_FEW_NODES = "TooFewNodes"
+DELETING = "Deleting"
+MULTIPLE_CLIQUES = "MultipleCliques"
+CLIQUE_SHARED = "CliqueShared"
+# A condition that is not True for one of these reasons is on its way, not wrong: a new CD
+# waiting for its workload, daemons within their grace period, nodes still joining
+# (spec.numNodes is informational, contract §14), a deletion someone asked for.
+PROGRESS_REASONS = frozenset(
+    {WAITING_FOR_WORKLOAD, DAEMONS_STARTING, TOO_FEW_NODES, DELETING, "NoDaemons", "NotChecked"}
+)
 
 # How many nodes or pods a message names before summarising the rest.
 _MAX_LISTED = 5
@@ -87,6 +102,10 @@ class DomainView:
     missing_service_account: str | None = None
     # Joined nodes whose Node is gone or NotReady → why; their daemons never count as ready.
     lost_nodes: Mapping[str, str] = field(default_factory=dict)
+    # Nodes one NVLink clique holds (MAX_NODES_PER_IMEX_DOMAIN): what fits in one clique.
+    clique_size: int = c.DEFAULT_MAX_NODES_PER_IMEX_DOMAIN
+    # Nodes labelled for this CD by the kubelet plugin or joined: where the job runs so far.
+    members: Collection[str] = frozenset()
 
     @property
     def invalid(self) -> str | None:
@@ -167,18 +186,31 @@ def _children_verdict(view: DomainView) -> _Verdict:
     return _Verdict(TRUE, "ChildrenReady", "Daemon DaemonSet and both ResourceClaimTemplates exist")
 
 
-def _daemon_problems(view: DomainView) -> list[str]:
+@dataclass(frozen=True)
+class _Problem:
+    """One daemon that is not (yet) a ready member, and since when that holds: ``since`` None
+    means unknown (the DaemonsReady condition's own clock applies); ``at_once`` problems are
+    wrong from the start (the daemon's Node is gone or NotReady)."""
+
+    text: str
+    since: datetime | None = None
+    at_once: bool = False
+    pod: DaemonPod | None = None
+
+
+def _daemon_problems(view: DomainView) -> list[_Problem]:
     """``<node or pod>: <reason>`` for every daemon that is not (yet) a ready member."""
     joined = {n.name: n for n in view.nodes}
     pod_by_node: dict[str, DaemonPod] = {}
-    problems: list[str] = []
+    problems: list[_Problem] = []
     for pod in sorted(view.pods, key=lambda p: (p.node_name or "", p.deleting, p.name)):
         if pod.node_name is None:
-            problems.append(f"pod {pod.name}: {pod.describe_problem() or 'Pending'}")
+            text = f"pod {pod.name}: {pod.describe_problem() or 'Pending'}"
+            problems.append(_Problem(text, pod.ready_changed_at, pod=pod))
         else:
             pod_by_node.setdefault(pod.node_name, pod)
     for node_name, lost in sorted(view.lost_nodes.items()):
-        problems.append(f"{node_name}: {lost}")
+        problems.append(_Problem(f"{node_name}: {lost}", at_once=True))
     for node_name, pod in sorted(pod_by_node.items()):
         if node_name in view.lost_nodes:
             continue
@@ -188,24 +220,73 @@ def _daemon_problems(view: DomainView) -> list[str]:
         problem = pod.describe_problem()
         if entry is None:
             problem = f"not joined yet ({problem})" if problem else "not joined yet"
-        problems.append(f"{node_name}: {problem or 'daemon reports NotReady'}")
+        text = f"{node_name}: {problem or 'daemon reports NotReady'}"
+        problems.append(_Problem(text, pod.ready_changed_at, pod=pod))
     for name, entry in sorted(joined.items()):
         if name in view.lost_nodes:
             continue
         if name not in pod_by_node and entry.status != c.STATUS_READY:
-            problems.append(f"{name}: NotReady (no daemon pod seen)")
+            problems.append(_Problem(f"{name}: NotReady (no daemon pod seen)"))
     return problems
 
 
-def _daemons_verdict(view: DomainView, problems: list[str]) -> _Verdict:
+def _false_since(previous: Iterable[Condition], kind: str, now: datetime) -> datetime:
+    """Since when ``kind`` has been False (now, if it is not False yet)."""
+    for cond in previous:
+        if cond.type == kind and cond.status == FALSE:
+            return cond.last_transition_time
+    return now
+
+
+def _late_in(problem: _Problem, grace: float, now: datetime, clock: datetime) -> float:
+    """Seconds until ``problem`` is late (0 or less: it is)."""
+    if problem.at_once:
+        return 0.0
+    since = problem.since or clock
+    return grace - (now - since).total_seconds()
+
+
+def daemons_due(
+    view: DomainView, now: datetime, grace: float, previous: Iterable[Condition] = ()
+) -> float | None:
+    """Seconds until the next daemon problem outlives the grace period and DaemonsReady turns
+    from DaemonsStarting to DaemonsNotReady; None when nothing is waiting for that."""
+    clock = _false_since(previous, c.CONDITION_DAEMONS_READY, now)
+    pending = [
+        left
+        for problem in _daemon_problems(view)
+        if (left := _late_in(problem, grace, now, clock)) > 0
+    ]
+    return min(pending) if pending else None
+
+
+def _logs_hint(late: Sequence[_Problem]) -> str:
+    """Where to read the first late daemon's own log (its previous run's after a restart)."""
+    pod = next((p.pod for p in late if p.pod is not None), None)
+    if pod is None:
+        return ""
+    previous = " --previous" if pod.restart_count else ""
+    return f"; logs: kubectl -n {pod.namespace} logs {pod.name} -c {c.DAEMON_CONTAINER}{previous}"
+
+
+def _daemons_verdict(
+    view: DomainView,
+    problems: list[_Problem],
+    now: datetime,
+    grace: float,
+    previous: Iterable[Condition],
+) -> _Verdict:
     joined, total = len(view.nodes), max(len(view.nodes), _daemon_count(view))
     if problems:
+        clock = _false_since(previous, c.CONDITION_DAEMONS_READY, now)
+        late = [p for p in problems if _late_in(p, grace, now, clock) <= 0]
         ready = max(0, total - len(problems))
-        return _Verdict(
-            FALSE,
-            "DaemonsNotReady",
-            f"{ready} of {_plural(total, 'daemon')} ready; {_listing(problems)}",
+        message = f"{ready} of {_plural(total, 'daemon')} ready; " + _listing(
+            [p.text for p in problems]
         )
+        if not late:
+            return _Verdict(FALSE, DAEMONS_STARTING, message)
+        return _Verdict(FALSE, DAEMONS_NOT_READY, message + _logs_hint(late))
     if joined == 0:
         return _Verdict(
             UNKNOWN,
@@ -237,16 +318,16 @@ def _ready_verdict(view: DomainView, children: _Verdict, daemons: _Verdict) -> _
     if not view.nodes and not view.pods:
         return _Verdict(
             FALSE,
-            "WaitingForWorkload",
+            WAITING_FOR_WORKLOAD,
             "No IMEX daemon has joined: start a workload pod that references the channel "
             "ResourceClaimTemplate",
         )
     if daemons.status != TRUE:
-        return _Verdict(FALSE, "DaemonsNotReady", daemons.message)
+        return _Verdict(FALSE, daemons.reason, daemons.message)
     if len(view.nodes) < view.num_nodes:
         return _Verdict(
             FALSE,
-            "TooFewNodes",
+            TOO_FEW_NODES,
             f"{len(view.nodes)} of {view.num_nodes} expected nodes joined (spec.numNodes)",
         )
     daemons_text = _plural(len(view.nodes), "daemon")
@@ -258,6 +339,12 @@ def _all_cliques(view: DomainView) -> set[str]:
     return set(view.cliques) | {n.clique_id for n in view.nodes if n.clique_id}
 
 
+def _nodes_seen(view: DomainView) -> int:
+    """Nodes the job is known to run on: labelled, joined, or running a daemon pod."""
+    pods = {p.node_name or f"pod/{p.name}" for p in view.pods}
+    return len(set(view.members) | {n.name for n in view.nodes} | pods)
+
+
 def _single_clique_verdict(view: DomainView) -> _Verdict:
     cliques = sorted(_all_cliques(view))
     if not cliques:
@@ -266,13 +353,36 @@ def _single_clique_verdict(view: DomainView) -> _Verdict:
         return _Verdict(UNKNOWN, "NoNodes", "No nodes yet")
     if len(cliques) == 1:
         return _Verdict(TRUE, "SingleClique", f"All nodes are in clique {cliques[0]}")
-    return _Verdict(
-        FALSE,
-        "MultipleCliques",
-        f"Nodes span {len(cliques)} NVLink cliques ({_listing(cliques)}); IMEX connects only "
-        f"nodes of one clique: pin the workload with a required pod affinity on "
-        f"{c.GPU_CLIQUE_NODE_LABEL}",
+    room, seen = view.clique_size, _nodes_seen(view)
+    size = max(view.num_nodes, seen)
+    spans = f"Nodes span {len(cliques)} NVLink cliques ({_listing(cliques)})"
+    pin = (
+        f"recreate the workload with a required pod affinity on topologyKey "
+        f"{c.GPU_CLIQUE_NODE_LABEL} among its pods"
     )
+    network = (
+        "between cliques it must communicate over the network (e.g. NCCL over "
+        "InfiniBand/RoCE/EFA), so keep each NVLink-heavy group of ranks (e.g. tensor "
+        "parallelism) inside one clique"
+    )
+    if size > room:
+        advice = (
+            f"this job's {size} nodes cannot fit one clique (at most {room} nodes each). "
+            f"Multi-node NVLink memory sharing (MNNVL, via IMEX) works only between nodes of "
+            f"the same clique: {network}"
+        )
+    elif view.num_nodes > 0:
+        advice = (
+            f"IMEX shares GPU memory only between nodes of one clique, and this job's "
+            f"{_plural(size, 'node')} fit in one (up to {room}): {pin}"
+        )
+    else:
+        advice = (
+            f"IMEX shares GPU memory only between nodes of one clique (at most {room} nodes) "
+            f"and spec.numNodes does not say how large this job is: if it needs at most "
+            f"{room} nodes, {pin}; if it needs more, {network}"
+        )
+    return _Verdict(FALSE, MULTIPLE_CLIQUES, f"{spans}; {advice}")
 
 
 def _exclusive_clique_verdict(view: DomainView) -> _Verdict:
@@ -281,9 +391,12 @@ def _exclusive_clique_verdict(view: DomainView) -> _Verdict:
         parts = [f"clique {k} with {_listing(v)}" for k, v in sorted(shared.items())]
         return _Verdict(
             FALSE,
-            "CliqueShared",
+            CLIQUE_SHARED,
             f"Sharing {'; '.join(parts)}; two ComputeDomains in one NVLink clique can fail "
-            "CUDA memory sharing (CUDA_ERROR_NOT_SUPPORTED)",
+            "CUDA memory sharing (cuMemSetAccess: CUDA_ERROR_NOT_SUPPORTED, #892): if this job "
+            "shares GPU memory across nodes, give it a clique of its own, e.g. a required pod "
+            f"anti-affinity on topologyKey {c.GPU_CLIQUE_NODE_LABEL} against the other jobs' "
+            "pods",
         )
     if not _all_cliques(view):
         return _Verdict(UNKNOWN, "NoNodes", "No clique in use yet")
@@ -295,13 +408,18 @@ def conditions_for(
     generation: int,
     now: datetime,
     previous: Iterable[Condition] = (),
+    daemon_grace: float = 0.0,
 ) -> list[Condition]:
     """All our conditions for ``view``, merged into ``previous`` with apimachinery semantics.
 
-    Conditions of types we do not own are kept after ours, within the CRD's maxItems.
+    A daemon not ready for ``daemon_grace`` seconds (by its pod's Ready transition) makes
+    DaemonsReady ``DaemonsNotReady``; before that it is ``DaemonsStarting`` (``daemons_due``
+    says when to look again). Conditions of types we do not own are kept after ours, within
+    the CRD's maxItems.
     """
+    previous = list(previous)
     children = _children_verdict(view)
-    daemons = _daemons_verdict(view, _daemon_problems(view))
+    daemons = _daemons_verdict(view, _daemon_problems(view), now, daemon_grace, previous)
     verdicts = {
         c.CONDITION_READY: _ready_verdict(view, children, daemons),
         c.CONDITION_CHILDREN_READY: children,

@@ -29,6 +29,8 @@ class DomainMemory:
     # While the installed CRD prunes conditions, the last ones we computed live only here.
     conditions: list[Condition] = field(default_factory=list)
     reported_crd_outdated: bool = False
+    # Reasons warned about once per CD (transitions.ONCE_PER_DOMAIN) and already recorded.
+    warned_once: set[str] = field(default_factory=set)
 
 
 @dataclass

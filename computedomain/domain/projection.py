@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from computedomain.api import constants as c
@@ -20,6 +21,7 @@ from computedomain.api.v1beta1 import (
 )
 from computedomain.domain.labels import cd_uids_of_clique, clique_id_of_clique
 from computedomain.runtime import objects
+from computedomain.runtime.clock import parse_time
 
 _TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
 _GO_TRUE = frozenset({"1", "t", "T", "true", "TRUE", "True"})
@@ -53,6 +55,9 @@ class DaemonPod:
     unschedulable: bool = False
     # The scheduler's message when unschedulable, else the pod's own status.message.
     message: str | None = None
+    # When the pod's Ready condition last changed (else its creation): how long a daemon has
+    # been not ready, for the grace before that is worth a Warning.
+    ready_changed_at: datetime | None = None
 
     @property
     def non_fabric(self) -> bool:
@@ -152,6 +157,9 @@ def daemon_pod_from_dict(pod: Mapping[str, Any]) -> DaemonPod:
     clique_id = labels.get(c.CLIQUE_ID_LABEL)
     cd_uid = labels.get(c.CD_LABEL)
     started = container.get("started")
+    changed = objects.condition(pod, "Ready").get("lastTransitionTime") or meta.get(
+        "creationTimestamp"
+    )
     return DaemonPod(
         name=str(meta.get("name") or ""),
         namespace=str(meta.get("namespace") or ""),
@@ -169,10 +177,20 @@ def daemon_pod_from_dict(pod: Mapping[str, Any]) -> DaemonPod:
         terminated_reason=terminated.get("reason") or None,
         terminated_message=terminated.get("message") or None,
         exit_code=exit_code if isinstance(exit_code, int) else None,
+        ready_changed_at=_time_or_none(changed),
         restart_count=int(container.get("restartCount") or 0),
         unschedulable=unschedulable,
         message=message or None,
     )
+
+
+def _time_or_none(value: Any) -> datetime | None:
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        return parse_time(value)
+    except ValueError:
+        return None
 
 
 def clique_from_dict(obj: Mapping[str, Any]) -> ComputeDomainClique:

@@ -35,6 +35,8 @@ class ReconcilerSettings:
     orphan_grace_period: float = 5.0
     # On deletion, how long daemon pods may take to stop before the finalizer goes anyway.
     daemon_pod_wait_timeout: float = 60.0
+    # How long a daemon may be not ready (starting) before that is a problem worth a Warning.
+    daemon_ready_grace_period: float = 120.0
 
     @property
     def driver_namespace(self) -> str:

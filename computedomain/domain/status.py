@@ -20,13 +20,17 @@ from computedomain.domain.caches import BY_CD, BY_GPU_CLIQUE
 from computedomain.domain.conditions import ChildState, DomainView
 from computedomain.domain.context import ReconcileContext
 from computedomain.domain.keys import CDKey
-from computedomain.domain.transitions import transition_events
+from computedomain.domain.transitions import ONCE_PER_DOMAIN, WARNING, transition_events
 from computedomain.runtime import objects
 from computedomain.runtime.client import ApiError
 from computedomain.runtime.clock import parse_time
 from computedomain.runtime.controller import Result
 
 log = logging.getLogger(__name__)
+
+
+# A requeue at a grace deadline goes this much later, so the clock has surely passed it.
+GRACE_MARGIN_SECONDS = 0.1
 
 
 def _node_ref(name: str) -> dict[str, Any]:
@@ -84,6 +88,8 @@ class StatusWriter:
             deleting=deleting,
             missing_service_account=caches.missing_daemon_service_account(),
             lost_nodes=lost,
+            clique_size=self._ctx.settings.daemon.max_nodes_per_imex_domain,
+            members=frozenset(members),
         )
         return view, nodes, legacy
 
@@ -109,9 +115,15 @@ class StatusWriter:
             previous_conditions = memory.conditions
         else:
             previous_conditions = list(previous_status.conditions or []) if previous_status else []
+        now, grace = ctx.clock.wall(), ctx.settings.daemon_ready_grace_period
         conditions = cond.conditions_for(
-            view, cd.metadata.generation or 0, ctx.clock.wall(), previous_conditions
+            view, cd.metadata.generation or 0, now, previous_conditions, grace
         )
+        due = cond.daemons_due(view, now, grace, conditions)
+        if due is not None:
+            # Look again when a starting daemon outlives its grace period: then it is late.
+            due += GRACE_MARGIN_SECONDS
+            result = Result(requeue_after=min(due, result.requeue_after or due))
         counts = cond.status_counts(nodes, view.cliques)
         desired_status: dict[str, Any] = {
             "status": c.STATUS_NOT_READY
@@ -204,11 +216,14 @@ class StatusWriter:
         nodes: list[ComputeDomainNode],
     ) -> None:
         old_nodes = list(cd.status.nodes or []) if cd.status else []
-        for event in transition_events(old_nodes, nodes, before, after):
+        warned = self._ctx.memory_of(cd.metadata.uid).warned_once
+        for event in transition_events(old_nodes, nodes, before, after, warned):
             related = _node_ref(event.node) if event.node else None
             self._ctx.recorder.record(
                 obj, event.type, event.reason, event.action, event.note, related=related
             )
+            if event.type == WARNING and event.reason in ONCE_PER_DOMAIN:
+                warned.add(event.reason)
 
     async def prune_cliques(self, cd: ComputeDomain) -> float | None:
         """Drop clique entries whose node runs no daemon pod of this CD in that clique.

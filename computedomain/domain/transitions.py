@@ -1,23 +1,38 @@
 """Which Events a status change of a ComputeDomain is worth (pure).
 
+A Warning is for a person to act on: it comes only when something is wrong or late, once per
+problem, and its note (the condition's message) says what to do.
+
 - a node that joins or leaves ``status.nodes``: ``NodeJoined`` / ``NodeLeft`` (Normal), with the
   Node as ``related``, so each node's join or leave is its own event series;
 - a condition whose status or reason changed: an event for ``Ready`` always, and for a warning
-  condition (``conditions.WARNING_CONDITIONS``) when it turns False. Healthy (True, or a CD
-  waiting for its workload, where every new CD starts) is Normal, anything else a Warning.
-  Ready often repeats a sub-condition's verdict word for word; one event says it.
+  condition (``conditions.WARNING_CONDITIONS``) when it turns False. True, or a reason that is
+  progress (``conditions.PROGRESS_REASONS``: waiting for the workload, daemons starting within
+  their grace period, nodes still joining, deleting), is Normal, and a warning condition's
+  progress is no event at all; anything else is a Warning. Ready often repeats a
+  sub-condition's verdict word for word; one event says it;
+- ``ONCE_PER_DOMAIN`` reasons (a domain spanning cliques, a clique shared with another domain)
+  warn once per ComputeDomain: the caller passes the reasons it already warned about.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 
 from computedomain.api.v1beta1 import ComputeDomainNode, Condition
-from computedomain.domain.conditions import WARNING_CONDITIONS
+from computedomain.domain.conditions import (
+    CLIQUE_SHARED,
+    MULTIPLE_CLIQUES,
+    PROGRESS_REASONS,
+    WARNING_CONDITIONS,
+)
 
 NORMAL = "Normal"
 WARNING = "Warning"
+# Placement findings: true for the domain's whole life once seen, and the advice does not
+# change, so a domain that flaps between sharing and not is told once.
+ONCE_PER_DOMAIN = frozenset({MULTIPLE_CLIQUES, CLIQUE_SHARED})
 
 
 @dataclass(frozen=True)
@@ -53,17 +68,21 @@ def node_events(
     return joined + left
 
 
-def condition_events(before: Sequence[Condition], after: Sequence[Condition]) -> list[EventSpec]:
+def condition_events(
+    before: Sequence[Condition], after: Sequence[Condition], warned: Collection[str] = ()
+) -> list[EventSpec]:
     old = {x.type: x for x in before}
     events: list[EventSpec] = []
     for new in after:
         prior = old.get(new.type)
         if prior is not None and prior.status == new.status and prior.reason == new.reason:
             continue
-        warn = new.status == "False" and new.type in WARNING_CONDITIONS
+        healthy = new.status == "True" or new.reason in PROGRESS_REASONS
+        warn = new.status == "False" and new.type in WARNING_CONDITIONS and not healthy
         if new.type != "Ready" and not warn:
             continue
-        healthy = new.status == "True" or new.reason == "WaitingForWorkload"
+        if not healthy and new.reason in ONCE_PER_DOMAIN and new.reason in warned:
+            continue
         event = EventSpec(
             NORMAL if healthy else WARNING,
             new.reason if new.status != "True" else "Ready",
@@ -82,8 +101,10 @@ def transition_events(
     nodes_after: Iterable[ComputeDomainNode],
     conditions_before: Sequence[Condition],
     conditions_after: Sequence[Condition],
+    warned: Collection[str] = (),
 ) -> list[EventSpec]:
-    """Every Event one status change is worth, nodes first, in a stable order."""
+    """Every Event one status change is worth, nodes first, in a stable order. ``warned``:
+    the ``ONCE_PER_DOMAIN`` reasons this domain has been warned about already."""
     return node_events(nodes_before, nodes_after) + condition_events(
-        conditions_before, conditions_after
+        conditions_before, conditions_after, warned
     )

@@ -188,6 +188,11 @@ class WorkQueue:
         """Keys waiting for their add_after / backoff time."""
         return len(self._delayed)
 
+    def delayed_within(self, seconds: float) -> int:
+        """Delayed keys that become ready within ``seconds`` from now."""
+        horizon = self.clock.now() + seconds
+        return sum(1 for ready_at, _ in self._delayed.values() if ready_at <= horizon)
+
     @property
     def shutting_down(self) -> bool:
         return self._shutting_down

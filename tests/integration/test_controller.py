@@ -158,7 +158,8 @@ async def test_cliques_project_into_status_and_conditions(
     driver_namespace: str,
     fleet_nodes: list[str],
 ) -> None:
-    await controllers.start(ORPHAN_GRACE_PERIOD="30s")
+    # Grace 0: a daemon not ready is DaemonsNotReady at once (no DaemonsStarting phase).
+    await controllers.start(ORPHAN_GRACE_PERIOD="30s", DAEMON_READY_GRACE_PERIOD="0s")
     cd = await create_cd(kube, namespace, "cliques", num_nodes=2)
     uid = cd["metadata"]["uid"]
     node_a, node_b = fleet_nodes[0], fleet_nodes[1]

@@ -163,7 +163,8 @@ async def test_nodes_join_and_leave_with_the_workload(e2e: EndToEnd) -> None:
 
 async def test_daemon_that_never_turns_ready_is_named(e2e: EndToEnd) -> None:
     stuck, fine = "gb200-r03-n01", "gb200-r03-n00"
-    await e2e.start_controller()
+    # Not ready after the grace period: DaemonsNotReady (before it, DaemonsStarting).
+    await e2e.start_controller(DAEMON_READY_GRACE_PERIOD="2s")
     await e2e.start_simulator(
         FaultSettings(daemon_delay=FAST_DAEMONS, never_ready_nodes=frozenset({stuck}))
     )

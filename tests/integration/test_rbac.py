@@ -402,21 +402,19 @@ async def scenario(
     )
 
     # A CD whose children are taken by foreign objects: the create conflicts, then a GET.
+    # One Warning names both (the ChildrenReady condition's message).
     await steps.run(
-        "foreign DaemonSet and RCT refused with events",
+        "foreign DaemonSet and RCT refused with an event",
         until(
             admin,
             r.EVENTS,
             namespace,
-            lambda events: (
-                {
-                    e["related"]["kind"]
-                    for e in events.values()
-                    if e.get("reason") == "ForeignObject"
-                    and e["regarding"]["uid"] == foreign_uid
-                    and e.get("related")
-                }
-                >= {"DaemonSet", "ResourceClaimTemplate"}
+            lambda events: any(
+                e.get("reason") == "ForeignObject"
+                and e["regarding"]["uid"] == foreign_uid
+                and "DaemonSet " in e.get("note", "")
+                and "ResourceClaimTemplate " in e.get("note", "")
+                for e in events.values()
             ),
         ),
     )

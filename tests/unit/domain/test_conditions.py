@@ -11,6 +11,7 @@ from computedomain.domain.conditions import (
     ChildStatus,
     DomainView,
     conditions_for,
+    daemons_due,
     set_condition,
     status_counts,
 )
@@ -305,3 +306,102 @@ def test_status_counts() -> None:
     nodes = [node("a"), node("b", "NotReady", clique="cluster.2"), node("c", clique="")]
     assert status_counts(nodes, {CLIQUE}) == (3, 2, 2)
     assert status_counts([], ()) == (0, 0, 0)
+
+
+# --- issue 12.1: late, not starting; advice that fits the job ------------------------------------
+
+GRACE = 120.0
+
+
+def starting(node_name: str | None, since: datetime, **extra: object) -> DaemonPod:
+    return pod(node_name, ready=False, started=False, ready_changed_at=since, **extra)
+
+
+@pytest.mark.parametrize(
+    ("elapsed", "reason", "due"),
+    [(0, "DaemonsStarting", GRACE), (119, "DaemonsStarting", 1.0), (120, "DaemonsNotReady", None)],
+)
+def test_a_daemon_is_late_only_after_the_grace_period(
+    elapsed: float, reason: str, due: float | None
+) -> None:
+    domain = view(nodes=(node("n1", "NotReady"),), pods=(starting("n1", T0),))
+    now = T0 + timedelta(seconds=elapsed)
+    conds = by_type(conditions_for(domain, 1, now, daemon_grace=GRACE))
+    assert (conds["DaemonsReady"].status, conds["DaemonsReady"].reason) == ("False", reason)
+    assert conds["Ready"].reason == reason
+    assert daemons_due(domain, now, GRACE, conds.values()) == due
+
+
+def test_one_late_daemon_among_starting_ones_makes_the_domain_late() -> None:
+    pods = (starting("n1", T0), starting("n2", T1))
+    domain = view(pods=pods)
+    now = T0 + timedelta(seconds=GRACE)
+    conds = conditions_for(domain, 1, now, daemon_grace=GRACE)
+    assert by_type(conds)["DaemonsReady"].reason == "DaemonsNotReady"
+    # The message names every daemon that is not ready, and where the late one logs.
+    message = by_type(conds)["DaemonsReady"].message
+    assert "n1: not joined yet" in message
+    assert "n2: not joined yet" in message
+    assert "logs: kubectl -n nvidia logs daemon-n1 -c compute-domain-daemon" in message
+
+
+def test_a_lost_node_is_wrong_at_once() -> None:
+    domain = view(nodes=(node("n1", "NotReady"),), lost_nodes={"n1": "Node deleted"})
+    conds = by_type(conditions_for(domain, 1, T0, daemon_grace=GRACE))
+    assert conds["DaemonsReady"].reason == "DaemonsNotReady"
+    assert "n1: Node deleted" in conds["DaemonsReady"].message
+
+
+def test_an_entry_without_pod_uses_the_conditions_own_clock() -> None:
+    domain = view(nodes=(node("n1", "NotReady"),))
+    first = conditions_for(domain, 1, T0, daemon_grace=GRACE)
+    assert by_type(first)["DaemonsReady"].reason == "DaemonsStarting"
+    later = T0 + timedelta(seconds=GRACE)
+    assert daemons_due(domain, T0, GRACE, first) == GRACE
+    assert by_type(conditions_for(domain, 1, later, first, GRACE))["DaemonsReady"].reason == (
+        "DaemonsNotReady"
+    )
+
+
+def test_a_restarted_daemon_points_at_its_previous_log() -> None:
+    crashing = pod(
+        "n1",
+        ready=False,
+        waiting_reason="CrashLoopBackOff",
+        restart_count=2,
+        terminated_reason="Error",
+        exit_code=1,
+        terminated_message="IMEX: bind: address already in use",
+        ready_changed_at=T0,
+    )
+    conds = by_type(conditions_for(view(pods=(crashing,)), 1, T1, daemon_grace=GRACE))
+    message = conds["DaemonsReady"].message
+    assert "CrashLoopBackOff (2 restarts); last exit Error (exit code 1): IMEX: bind" in message
+    assert message.endswith("-c compute-domain-daemon --previous")
+
+
+@pytest.mark.parametrize(
+    ("num_nodes", "seen", "clique_size", "fragment"),
+    [
+        (2, 2, 18, "this job's 2 nodes fit in one (up to 18): recreate the workload with a req"),
+        (18, 2, 18, "this job's 18 nodes fit in one (up to 18): recreate the workload with a"),
+        (24, 2, 18, "this job's 24 nodes cannot fit one clique (at most 18 nodes each)"),
+        (12, 2, 8, "this job's 12 nodes cannot fit one clique (at most 8 nodes each)"),
+        (0, 20, 18, "this job's 20 nodes cannot fit one clique (at most 18 nodes each)"),
+        (0, 2, 18, "spec.numNodes does not say how large this job is: if it needs at most 18"),
+    ],
+)
+def test_multiple_cliques_advice_fits_the_job(
+    num_nodes: int, seen: int, clique_size: int, fragment: str
+) -> None:
+    nodes = (node("n1"), node("n2", clique="cluster.2"))
+    members = frozenset(f"n{i}" for i in range(1, seen + 1))
+    domain = view(nodes=nodes, members=members, num_nodes=num_nodes, clique_size=clique_size)
+    single = by_type(conditions_for(domain, 1, T0))["SingleClique"]
+    assert single.reason == "MultipleCliques"
+    assert fragment in single.message
+    pins = "required pod affinity on topologyKey nvidia.com/gpu.clique" in single.message
+    network = "communicate over the network" in single.message
+    fits = max(num_nodes, seen) <= clique_size
+    # Pinning only when the job can fit one clique; the network when it may not.
+    assert (pins, network) == (fits, not fits or num_nodes == 0)

@@ -31,6 +31,18 @@ DAEMONS_NOT_READY = cond("DaemonsReady", "False", "DaemonsNotReady", "n1: starti
 DAEMONS_READY = cond("DaemonsReady", "True", "AllReady", "")
 SHARED = cond("ExclusiveClique", "False", "CliqueShared", "c.1 also runs ns/other")
 CHILDREN_OK = cond("ChildrenReady", "True", "AllCreated")
+STARTING = cond("Ready", "False", "DaemonsStarting", "0 of 1 daemon ready; pod p: Pending")
+DAEMONS_STARTING = cond(
+    "DaemonsReady", "False", "DaemonsStarting", "0 of 1 daemon ready; pod p: Pending"
+)
+TOO_FEW = cond("Ready", "False", "TooFewNodes", "1 of 2 expected nodes joined")
+DELETING = cond("Ready", "False", "Deleting", "being deleted")
+CHILDREN_DELETING = cond("ChildrenReady", "False", "Deleting", "being deleted")
+SPANS = cond("SingleClique", "False", "MultipleCliques", "Nodes span 2 NVLink cliques")
+FOREIGN = cond("Ready", "False", "ForeignObject", "RCT ns/x belongs to ComputeDomain ns/y")
+CHILDREN_FOREIGN = cond(
+    "ChildrenReady", "False", "ForeignObject", "RCT ns/x belongs to ComputeDomain ns/y"
+)
 
 
 @pytest.mark.parametrize(
@@ -55,6 +67,21 @@ CHILDREN_OK = cond("ChildrenReady", "True", "AllCreated")
         pytest.param([], [CHILDREN_OK], [], id="other conditions: nothing"),
         pytest.param([], [cond("Ready", "False", "", "")], [EventSpec("Warning", "", "Reconcile",
                      "")], id="no message: the reason is the note"),
+        # Issue 12.1: a normal start is no Warning; daemons late after the grace period are.
+        pytest.param([WAITING], [STARTING, DAEMONS_STARTING], [EventSpec("Normal",
+                     "DaemonsStarting", "Reconcile", "0 of 1 daemon ready; pod p: Pending")],
+                     id="daemons starting: Normal, and no DaemonsReady event"),
+        pytest.param([STARTING, DAEMONS_STARTING], [NOT_READY, DAEMONS_NOT_READY], [EventSpec(
+                     "Warning", "DaemonsNotReady", "Reconcile", "n1: starting")],
+                     id="starting turns late: one Warning"),
+        pytest.param([READY], [TOO_FEW], [EventSpec("Normal", "TooFewNodes", "Reconcile",
+                     "1 of 2 expected nodes joined")], id="numNodes not reached: Normal"),
+        pytest.param([READY, CHILDREN_OK], [DELETING, CHILDREN_DELETING], [EventSpec("Normal",
+                     "Deleting", "Reconcile", "being deleted")],
+                     id="a deletion someone asked for: one Normal"),
+        pytest.param([WAITING], [FOREIGN, CHILDREN_FOREIGN], [EventSpec("Warning",
+                     "ForeignObject", "Reconcile", "RCT ns/x belongs to ComputeDomain ns/y")],
+                     id="a clash: one Warning for Ready and ChildrenReady"),
     ],
 )  # fmt: skip
 def test_condition_transitions(
@@ -80,6 +107,16 @@ def test_node_transitions(
     before: list[ComputeDomainNode], after: list[ComputeDomainNode], events: list[EventSpec]
 ) -> None:
     assert transition_events(before, after, [], []) == events
+
+
+@pytest.mark.parametrize("finding", [SHARED, SPANS], ids=["shared", "spans"])
+def test_placement_findings_warn_once_per_domain(finding: Condition) -> None:
+    (first,) = transition_events([], [], [], [finding])
+    assert (first.type, first.reason) == ("Warning", finding.reason)
+    # Once warned, the finding turning False again (it flapped) is not news.
+    assert transition_events([], [], [], [finding], warned={finding.reason}) == []
+    # Other warnings are not limited.
+    assert transition_events([], [], [READY], [NOT_READY], warned={finding.reason}) != []
 
 
 def test_nodes_come_before_conditions() -> None:

@@ -117,6 +117,20 @@ async def test_add_after_keeps_the_earliest_deadline() -> None:
     assert queue.len() == 0
 
 
+async def test_delayed_within_counts_keys_due_by_then() -> None:
+    queue, clock, _ = make_queue()
+    queue.add_after("soon", 5)
+    queue.add_after("later", 120)
+    assert (queue.delayed, queue.delayed_within(60)) == (2, 1)
+    getter = asyncio.create_task(queue.get())
+    await clock.advance(5)
+    assert await getter == "soon"
+    queue.done("soon")
+    assert (queue.delayed, queue.delayed_within(60)) == (1, 0)
+    await clock.advance(60)
+    assert (queue.delayed, queue.delayed_within(60)) == (1, 1)
+
+
 async def test_add_rate_limited_uses_the_backoff() -> None:
     queue, clock, _ = make_queue()
     for expected in (0.005, 0.01, 0.02):
