@@ -340,8 +340,9 @@ def _all_cliques(view: DomainView) -> set[str]:
 
 
 def _nodes_seen(view: DomainView) -> int:
-    """Nodes the job is known to run on: labelled, joined, or running a daemon pod."""
-    pods = {p.node_name or f"pod/{p.name}" for p in view.pods}
+    """Nodes the job is known to run on: labelled, joined, or running a live daemon pod (a
+    pod not yet scheduled, or leaving, names no node of the job)."""
+    pods = {p.node_name for p in view.pods if p.node_name and not p.deleting}
     return len(set(view.members) | {n.name for n in view.nodes} | pods)
 
 

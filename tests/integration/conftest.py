@@ -33,6 +33,7 @@ from computedomain.devcluster.rest import request_json
 from computedomain.runtime.client import KubeClient
 from computedomain.runtime.resources import NAMESPACES, SERVICE_ACCOUNTS
 from tests.integration.cluster import STARTUP, fleet_node_names, run_control_plane
+from tests.integration.e2e_harness import EndToEnd, end_to_end
 from tests.kit.controllers import controllers_for, stop_after_cleanup
 from tests.kit.waiting import eventually
 
@@ -178,3 +179,12 @@ async def controllers(
     factory = controllers_for(kubeconfig_path, driver_namespace)
     yield factory
     await stop_after_cleanup(factory, kube, namespace)
+
+
+@pytest.fixture
+async def e2e(
+    kube: KubeClient, kubeconfig_path: Path, namespace: str, driver_namespace: str
+) -> AsyncIterator[EndToEnd]:
+    """Our controller and the fleet simulator in this test's namespace; cleaned up after."""
+    async with end_to_end(kube, kubeconfig_path, namespace, driver_namespace) as env:
+        yield env

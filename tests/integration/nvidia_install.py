@@ -31,6 +31,7 @@ from computedomain.domain.settings import DaemonSettings
 from computedomain.runtime import resources as r
 from computedomain.runtime.client import ApiError, KubeClient
 from computedomain.runtime.resources import Resource
+from tests.kit.rbac import cluster_admin_binding
 from tests.kit.waiting import eventually
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -149,17 +150,7 @@ async def install(admin: KubeClient) -> None:
     binding["subjects"][0]["namespace"] = ns
     await ensure(admin, CLUSTER_ROLE_BINDINGS, binding, None)
     # NVIDIA's controller ClusterRole is its chart's business; the stand-in acts as admin.
-    standin = {
-        "apiVersion": "rbac.authorization.k8s.io/v1",
-        "kind": "ClusterRoleBinding",
-        "metadata": {"name": STANDIN_BINDING},
-        "roleRef": {
-            "apiGroup": "rbac.authorization.k8s.io",
-            "kind": "ClusterRole",
-            "name": "cluster-admin",
-        },
-        "subjects": [{"kind": "ServiceAccount", "name": NVIDIA_CONTROLLER_SA, "namespace": ns}],
-    }
+    standin = cluster_admin_binding(STANDIN_BINDING, NVIDIA_CONTROLLER_SA, ns)
     await ensure(admin, CLUSTER_ROLE_BINDINGS, standin, None)
     await ensure(admin, DEPLOYMENTS, controller_deployment(), ns)
 

@@ -8,8 +8,6 @@ runs, so the next test finds clean nodes.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,27 +16,17 @@ from computedomain.api import constants as c
 from computedomain.api.resources import COMPUTE_DOMAINS
 from computedomain.devcluster.watching import watch_objects
 from computedomain.runtime import resources as r
-from computedomain.runtime.client import KubeClient
 from computedomain.runtime.objects import condition, labels
 from computedomain.sim.faults import FaultSettings
 from tests.integration.e2e_harness import (
     FAST_DAEMONS,
     EndToEnd,
-    end_to_end,
     pod_running,
     status_nodes,
     workload,
 )
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
-
-
-@pytest.fixture
-async def e2e(
-    kube: KubeClient, kubeconfig_path: Path, namespace: str, driver_namespace: str
-) -> AsyncIterator[EndToEnd]:
-    async with end_to_end(kube, kubeconfig_path, namespace, driver_namespace) as env:
-        yield env
 
 
 def _ready(cd: dict[str, Any] | None) -> bool:

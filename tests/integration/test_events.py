@@ -9,8 +9,6 @@ racks and cleans up while the controller still runs.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,14 +16,12 @@ import pytest
 from computedomain.api import constants as c
 from computedomain.app import REPORTING_CONTROLLER
 from computedomain.runtime import resources as r
-from computedomain.runtime.client import KubeClient
 from computedomain.runtime.clock import parse_time
 from computedomain.runtime.objects import condition
 from computedomain.sim.faults import DEFAULT_FAIL_START_MESSAGE, FaultSettings
 from tests.integration.e2e_harness import (
     FAST_DAEMONS,
     EndToEnd,
-    end_to_end,
     pod_running,
     status_nodes,
     workload,
@@ -34,14 +30,6 @@ from tests.integration.e2e_harness import (
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
 Event = dict[str, Any]
-
-
-@pytest.fixture
-async def e2e(
-    kube: KubeClient, kubeconfig_path: Path, namespace: str, driver_namespace: str
-) -> AsyncIterator[EndToEnd]:
-    async with end_to_end(kube, kubeconfig_path, namespace, driver_namespace) as env:
-        yield env
 
 
 def ready(cd: dict[str, Any] | None) -> bool:

@@ -36,6 +36,7 @@ from computedomain.runtime.client import ApiError, KubeClient
 from computedomain.runtime.objects import condition
 from tests.integration.nvidia_install import CLUSTER_ROLE_BINDINGS
 from tests.kit.controllers import create_cd, delete_cds, wait_children
+from tests.kit.rbac import cluster_admin_binding
 from tests.kit.waiting import eventually
 
 CONTROLLER_SCRIPT = Path(sys.executable).with_name("computedomain-controller")
@@ -302,18 +303,7 @@ async def identities(
         sa_name = f"{name}-{uuid.uuid4().hex[:6]}"
         sa = {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": sa_name}}
         await kube.create(r.SERVICE_ACCOUNTS, sa, ns)
-        binding = {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "ClusterRoleBinding",
-            "metadata": {"name": sa_name},
-            "roleRef": {
-                "apiGroup": "rbac.authorization.k8s.io",
-                "kind": "ClusterRole",
-                "name": "cluster-admin",
-            },
-            "subjects": [{"kind": "ServiceAccount", "name": sa_name, "namespace": ns}],
-        }
-        await kube.create(CLUSTER_ROLE_BINDINGS, binding)
+        await kube.create(CLUSTER_ROLE_BINDINGS, cluster_admin_binding(sa_name, sa_name, ns))
         made.append(sa_name)
         token = await request_service_account_token(api_client, ns, sa_name)
         path = token_kubeconfig(

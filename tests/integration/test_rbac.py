@@ -499,7 +499,8 @@ async def scenario(
             r.EVENTS,
             namespace,
             lambda events: any(
-                e["regarding"]["uid"] == uid and ((e.get("series") or {}).get("count") or 0) >= 2
+                (e.get("regarding") or {}).get("uid") == uid
+                and ((e.get("series") or {}).get("count") or 0) >= 2
                 for e in events.values()
             ),
         ),

@@ -3,8 +3,6 @@ deleted never counts as ready (9.7), and a ComputeDomain without spec gets no ch
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,21 +11,12 @@ from kubernetes_asyncio.client import ApiClient
 from computedomain.api import constants as c
 from computedomain.api.resources import COMPUTE_DOMAINS
 from computedomain.runtime import resources as r
-from computedomain.runtime.client import KubeClient
 from computedomain.runtime.objects import condition
 from computedomain.sim.fleet import create_fleet, wait_nodes_ready
 from tests.integration.cluster import TEST_FLEET
-from tests.integration.e2e_harness import EndToEnd, end_to_end, status_nodes, workload
+from tests.integration.e2e_harness import EndToEnd, status_nodes, workload
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-async def e2e(
-    kube: KubeClient, kubeconfig_path: Path, namespace: str, driver_namespace: str
-) -> AsyncIterator[EndToEnd]:
-    async with end_to_end(kube, kubeconfig_path, namespace, driver_namespace) as env:
-        yield env
 
 
 def ready(cd: dict[str, Any] | None) -> bool:
