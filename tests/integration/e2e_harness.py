@@ -19,21 +19,26 @@ from computedomain.devcluster.harness import Controllers, RunningController
 from computedomain.devcluster.watching import Objects, watch_objects
 from computedomain.runtime import resources as r
 from computedomain.runtime.client import ApiError, KubeClient
+from computedomain.runtime.objects import condition
 from computedomain.runtime.resources import Resource
 from computedomain.sim.context import SimSettings
 from computedomain.sim.faults import DelayRange, FaultSettings
 from computedomain.sim.fleet import RACK_LABEL
 from computedomain.sim.simulator import Simulator
-from tests.kit.controllers import controllers_for, create_cd
+from tests.kit.controllers import WORKLOAD_IMAGE, controllers_for, create_cd
 
 STATEFULSETS = Resource("apps", "v1", "statefulsets", "StatefulSet", namespaced=True)
 WORKLOAD_LABEL = "e2e.computedomain.dev/workload"
-WORKLOAD_IMAGE = "registry.k8s.io/pause:3.10"
 FAST_DAEMONS = DelayRange(0.1, 0.5)
 
 
 def status_nodes(cd: Mapping[str, Any] | None) -> dict[str, dict[str, Any]]:
     return {n["name"]: n for n in ((cd or {}).get("status") or {}).get("nodes") or []}
+
+
+def cd_ready(cd: Mapping[str, Any] | None) -> bool:
+    """The CD's Ready condition is True."""
+    return condition(cd, "Ready").get("status") == "True"
 
 
 def pod_running(pod: Mapping[str, Any]) -> bool:

@@ -15,8 +15,6 @@ from computedomain.runtime.client import ApiError, KubeClient
 from computedomain.runtime.objects import condition, labels
 from tests.kit.controllers import create_cd, wait_children
 
-LABEL_PATH = "/metadata/labels/" + c.CD_LABEL.replace("/", "~1")
-
 
 async def test_upstream_example_gets_all_three_children(
     kube: KubeClient, controllers: Controllers, namespace: str, driver_namespace: str

@@ -35,14 +35,19 @@ from computedomain.sim.context import SimSettings
 from computedomain.sim.faults import DelayRange, FaultSettings
 from computedomain.sim.simulator import Simulator
 from tests.integration.test_prometheus import (  # noqa: F401  (fixtures: prometheus, metrics_port)
-    LABEL_PATH,
     RunningPrometheus,
     free_fabric_node,
     metrics_port,
     prometheus,
     wait_ready,
 )
-from tests.kit.controllers import create_cd, stop_after_cleanup, wait_children, workload_pod
+from tests.kit.controllers import (
+    CD_LABEL_PATH,
+    create_cd,
+    stop_after_cleanup,
+    wait_children,
+    workload_pod,
+)
 from tests.kit.promql import metric_names
 
 pytestmark = pytest.mark.integration
@@ -227,5 +232,5 @@ async def test_every_dashboard_query_returns_data_from_exported_metrics(
                 current = await kube.get(r.NODES, node)
                 if c.CD_LABEL in (current["metadata"].get("labels") or {}):
                     await kube.patch(
-                        r.NODES, node, [{"op": "remove", "path": LABEL_PATH}], patch_type="json"
+                        r.NODES, node, [{"op": "remove", "path": CD_LABEL_PATH}], patch_type="json"
                     )

@@ -21,16 +21,13 @@ from computedomain.sim.faults import FaultSettings
 from tests.integration.e2e_harness import (
     FAST_DAEMONS,
     EndToEnd,
+    cd_ready,
     pod_running,
     status_nodes,
     workload,
 )
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
-
-
-def _ready(cd: dict[str, Any] | None) -> bool:
-    return condition(cd, "Ready").get("status") == "True"
 
 
 def _occurrences(event: dict[str, Any]) -> int:
@@ -91,7 +88,7 @@ async def test_full_sequence_from_domain_to_running_workload(e2e: EndToEnd) -> N
         "all 4 daemons in cliques",
     )
     assert len(cliques) == 1
-    cd_now = await e2e.cd_until("training", _ready, "Ready=True")
+    cd_now = await e2e.cd_until("training", cd_ready, "Ready=True")
     assert cd_now is not None
     assert set(status_nodes(cd_now)) == workload_nodes
     assert {n["status"] for n in status_nodes(cd_now).values()} == {c.STATUS_READY}
@@ -109,7 +106,7 @@ async def test_nodes_join_and_leave_with_the_workload(e2e: EndToEnd) -> None:
     uid = (await e2e.create_cd("elastic"))["metadata"]["uid"]
     await e2e.run_workload(workload("elastic", 4, racks=["r02"]))
     cd = await e2e.cd_until(
-        "elastic", lambda o: _ready(o) and len(status_nodes(o)) == 4, "4 nodes Ready"
+        "elastic", lambda o: cd_ready(o) and len(status_nodes(o)) == 4, "4 nodes Ready"
     )
     pods = await e2e.workload_pods("elastic", _all_running(4), "all Running")
     node_of = {name: p["spec"]["nodeName"] for name, p in pods.items()}
@@ -122,7 +119,7 @@ async def test_nodes_join_and_leave_with_the_workload(e2e: EndToEnd) -> None:
     await e2e.nodes_labelled(uid, lambda n: n == staying, "labels of the 2 leaving nodes removed")
     cd = await e2e.cd_until(
         "elastic",
-        lambda o: set(status_nodes(o)) == staying and _ready(o),
+        lambda o: set(status_nodes(o)) == staying and cd_ready(o),
         "status.nodes shrinks to 2",
     )
     assert cd is not None
@@ -184,7 +181,7 @@ async def test_domain_deleted_while_its_workload_runs_leaves_nothing_behind(e2e:
     uid = (await e2e.create_cd("doomed"))["metadata"]["uid"]
     await e2e.run_workload(workload("doomed", 2, racks=["r01"]))
     await e2e.cd_until(
-        "doomed", lambda o: _ready(o) and len(status_nodes(o)) == 2, "Ready with 2 nodes"
+        "doomed", lambda o: cd_ready(o) and len(status_nodes(o)) == 2, "Ready with 2 nodes"
     )
     await e2e.workload_pods("doomed", _all_running(2), "all Running")
 
@@ -231,7 +228,7 @@ async def test_two_domains_sharing_a_clique_both_say_so(e2e: EndToEnd) -> None:
     for name, other in (("left", "right"), ("right", "left")):
         cd = await e2e.cd_until(
             name,
-            lambda o: condition(o, "ExclusiveClique").get("status") == "False" and _ready(o),
+            lambda o: condition(o, "ExclusiveClique").get("status") == "False" and cd_ready(o),
             "ExclusiveClique=False",
         )
         shared = condition(cd, "ExclusiveClique")
@@ -247,7 +244,7 @@ async def test_domain_spanning_two_cliques_is_warned_about(e2e: EndToEnd) -> Non
     await e2e.run_workload(workload("wide", 4, racks=["r02", "r03"], spread_over_racks=True))
     cd = await e2e.cd_until(
         "wide",
-        lambda o: _ready(o) and len(status_nodes(o)) == 4,
+        lambda o: cd_ready(o) and len(status_nodes(o)) == 4,
         "Ready with 4 nodes",
     )
     assert cd is not None
@@ -269,7 +266,7 @@ async def test_legacy_protocol_reaches_ready(e2e: EndToEnd) -> None:
     uid = (await e2e.create_cd("legacy", num_nodes=2))["metadata"]["uid"]
     await e2e.run_workload(workload("legacy", 2, racks=["r02"]))
     cd = await e2e.cd_until(
-        "legacy", lambda o: _ready(o) and len(status_nodes(o)) == 2, "Ready with 2 nodes"
+        "legacy", lambda o: cd_ready(o) and len(status_nodes(o)) == 2, "Ready with 2 nodes"
     )
     assert cd is not None
     assert {n["status"] for n in status_nodes(cd).values()} == {c.STATUS_READY}

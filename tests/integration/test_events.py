@@ -22,6 +22,7 @@ from computedomain.sim.faults import DEFAULT_FAIL_START_MESSAGE, FaultSettings
 from tests.integration.e2e_harness import (
     FAST_DAEMONS,
     EndToEnd,
+    cd_ready,
     pod_running,
     status_nodes,
     workload,
@@ -30,10 +31,6 @@ from tests.integration.e2e_harness import (
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
 Event = dict[str, Any]
-
-
-def ready(cd: dict[str, Any] | None) -> bool:
-    return condition(cd, "Ready").get("status") == "True"
 
 
 def ours(events: list[Event]) -> list[Event]:
@@ -77,7 +74,7 @@ async def test_a_normal_start_records_no_warning(e2e: EndToEnd) -> None:
     await e2e.start_simulator(FaultSettings())
     await e2e.create_cd("calm", num_nodes=3)
     await e2e.run_workload(workload("calm", 3, racks=["r01"]))
-    await e2e.cd_until("calm", lambda o: ready(o) and len(status_nodes(o)) == 3, "Ready")
+    await e2e.cd_until("calm", lambda o: cd_ready(o) and len(status_nodes(o)) == 3, "Ready")
     await e2e.workload_pods(
         "calm",
         lambda pods: len(pods) == 3 and all(pod_running(p) for p in pods.values()),
@@ -173,7 +170,7 @@ async def test_a_job_over_two_cliques_that_fits_one_is_told_to_pin(e2e: EndToEnd
     await e2e.start_simulator(FaultSettings(daemon_delay=FAST_DAEMONS))
     await e2e.create_cd("small", num_nodes=2)
     await e2e.run_workload(workload("small", 2, racks=["r00", "r01"], spread_over_racks=True))
-    await e2e.cd_until("small", lambda o: ready(o) and len(status_nodes(o)) == 2, "Ready")
+    await e2e.cd_until("small", lambda o: cd_ready(o) and len(status_nodes(o)) == 2, "Ready")
     await e2e.events_for("small", told("MultipleCliques"), "a MultipleCliques Warning")
 
     events = await settled_events(e2e, "small")
@@ -209,7 +206,7 @@ async def test_two_domains_sharing_a_clique_are_each_told_once(e2e: EndToEnd) ->
         await e2e.create_cd(name, rct_name=f"channel-{name}")
         await e2e.run_workload(workload(name, 2, rct_name=f"channel-{name}", racks=["r03"]))
     for name in ("left", "right"):
-        await e2e.cd_until(name, ready, "Ready")
+        await e2e.cd_until(name, cd_ready, "Ready")
         await e2e.events_for(name, told("CliqueShared"), "a CliqueShared Warning")
     for name, other in (("left", "right"), ("right", "left")):
         events = await settled_events(e2e, name)

@@ -9,7 +9,6 @@ import asyncio
 import contextlib
 import os
 import signal
-import socket
 import sys
 import time
 import uuid
@@ -28,7 +27,7 @@ from computedomain.api import constants as c
 from computedomain.api.resources import COMPUTE_DOMAINS
 from computedomain.devcluster.audit import AuditLog, service_account_user, tally
 from computedomain.devcluster.clients import request_service_account_token, token_kubeconfig
-from computedomain.devcluster.controlplane import ControlPlane
+from computedomain.devcluster.controlplane import ControlPlane, free_port
 from computedomain.devcluster.harness import WRITE_METHODS
 from computedomain.devcluster.watching import watch_object
 from computedomain.runtime import resources as r
@@ -44,12 +43,6 @@ CONTROLLER_SCRIPT = Path(sys.executable).with_name("computedomain-controller")
 LEASE_DURATION, RETRY_PERIOD = 15.0, 2.0
 JITTERED_RETRY = RETRY_PERIOD * 1.2
 REPORTING_INSTANCE_PREFIX = "computedomain-controller-"
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @dataclass
@@ -125,7 +118,7 @@ async def replicas(
     started: list[Replica] = []
 
     async def start(pod_name: str, kubeconfig: Path | None = None) -> Replica:
-        metrics_port, probe_port = _free_port(), _free_port()
+        metrics_port, probe_port = free_port(), free_port()
         env = {
             **os.environ,
             "KUBECONFIG": str(kubeconfig or kubeconfig_path),

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import socket
 import sys
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -15,7 +14,7 @@ import aiohttp
 import pytest
 
 from computedomain.devcluster.clients import api_client_from_kubeconfig
-from computedomain.devcluster.controlplane import ControlPlane
+from computedomain.devcluster.controlplane import ControlPlane, free_port
 from computedomain.devcluster.crds import CRD_DIR, apply_crds
 from tests.kit.waiting import eventually
 
@@ -42,9 +41,7 @@ def bare_control_plane() -> Iterator[ControlPlane]:
 async def controller(
     bare_control_plane: ControlPlane, tmp_path: Path
 ) -> AsyncIterator[tuple[asyncio.subprocess.Process, int, Path]]:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        probe_port = sock.getsockname()[1]
+    probe_port = free_port()
     log_path = tmp_path / "controller.log"
     env = {
         **os.environ,

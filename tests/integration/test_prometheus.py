@@ -11,7 +11,6 @@ import asyncio
 import contextlib
 import os
 import shutil
-import socket
 import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -25,6 +24,7 @@ from kubernetes_asyncio.client import ApiClient
 
 from computedomain.api import constants as c
 from computedomain.api.resources import COMPUTE_DOMAINS
+from computedomain.devcluster.controlplane import free_port
 from computedomain.devcluster.watching import watch_object
 from computedomain.runtime import resources as r
 from computedomain.runtime.client import ApiError, KubeClient
@@ -32,6 +32,8 @@ from computedomain.sim.context import SimSettings
 from computedomain.sim.faults import DelayRange, FaultSettings
 from computedomain.sim.simulator import Simulator
 from tests.kit.controllers import (
+    CD_LABEL_PATH,
+    WORKLOAD_IMAGE,
     allocated_pools,
     controllers_for,
     create_cd,
@@ -41,15 +43,6 @@ from tests.kit.controllers import (
 pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
-WORKLOAD_IMAGE = "registry.k8s.io/pause:3.10"
-LABEL_PATH = "/metadata/labels/" + c.CD_LABEL.replace("/", "~1")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def prometheus_binary() -> str:
@@ -264,5 +257,5 @@ async def test_prometheus_scrapes_domain_and_runtime_metrics(
                 current = await kube.get(r.NODES, node)
                 if c.CD_LABEL in (current["metadata"].get("labels") or {}):
                     await kube.patch(
-                        r.NODES, node, [{"op": "remove", "path": LABEL_PATH}], patch_type="json"
+                        r.NODES, node, [{"op": "remove", "path": CD_LABEL_PATH}], patch_type="json"
                     )

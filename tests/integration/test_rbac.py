@@ -44,15 +44,13 @@ from computedomain.runtime.resources import Resource
 from computedomain.sim.context import SimSettings
 from computedomain.sim.faults import DelayRange, FaultSettings
 from computedomain.sim.simulator import Simulator
-from tests.kit.controllers import allocated_pools, workload_pod
+from tests.kit.controllers import CD_LABEL_PATH, WORKLOAD_IMAGE, allocated_pools, workload_pod
 
 pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
 RBAC_DIR = ROOT / "manifests" / "rbac"
 CONTROLLER_SA = "computedomain-controller"
-WORKLOAD_IMAGE = "registry.k8s.io/pause:3.10"
-LABEL_PATH = "/metadata/labels/" + c.CD_LABEL.replace("/", "~1")
 STEP_TIMEOUT = 25.0
 
 RBAC_GROUP = "rbac.authorization.k8s.io"
@@ -701,7 +699,7 @@ async def _clean_up(
             current = await admin.get(r.NODES, node)
             if c.CD_LABEL in labels(current):
                 await admin.patch(
-                    r.NODES, node, [{"op": "remove", "path": LABEL_PATH}], patch_type="json"
+                    r.NODES, node, [{"op": "remove", "path": CD_LABEL_PATH}], patch_type="json"
                 )
 
 

@@ -14,13 +14,9 @@ from computedomain.runtime import resources as r
 from computedomain.runtime.objects import condition
 from computedomain.sim.fleet import create_fleet, wait_nodes_ready
 from tests.integration.cluster import TEST_FLEET
-from tests.integration.e2e_harness import EndToEnd, status_nodes, workload
+from tests.integration.e2e_harness import EndToEnd, cd_ready, status_nodes, workload
 
 pytestmark = pytest.mark.integration
-
-
-def ready(cd: dict[str, Any] | None) -> bool:
-    return condition(cd, "Ready").get("status") == "True"
 
 
 async def test_a_deleted_node_stops_counting_as_a_ready_daemon(
@@ -32,14 +28,14 @@ async def test_a_deleted_node_stops_counting_as_a_ready_daemon(
     await e2e.start_simulator()
     await e2e.create_cd("lost", num_nodes=2)
     await e2e.run_workload(workload("lost", 2, racks=["r00"]))
-    cd = await e2e.cd_until("lost", lambda o: ready(o) and len(status_nodes(o)) == 2, "Ready")
+    cd = await e2e.cd_until("lost", lambda o: cd_ready(o) and len(status_nodes(o)) == 2, "Ready")
     victim = sorted(status_nodes(cd))[0]
     try:
         await e2e.kube.delete(r.NODES, victim)
 
         def told(o: dict[str, Any] | None) -> bool:
             entry = status_nodes(o).get(victim)
-            return (entry is None or entry["status"] == c.STATUS_NOT_READY) and not ready(o)
+            return (entry is None or entry["status"] == c.STATUS_NOT_READY) and not cd_ready(o)
 
         cd = await e2e.cd_until("lost", told, f"{victim} no longer a ready daemon", within=30)
         assert cd is not None

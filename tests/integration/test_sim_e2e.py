@@ -39,7 +39,6 @@ from tests.kit.controllers import workload_pod
 pytestmark = pytest.mark.integration
 
 IMAGE = "registry.k8s.io/dra-driver-nvidia/dra-driver-nvidia-gpu:v0.4.0"
-WORKLOAD_IMAGE = "registry.k8s.io/pause:3.10"
 GATES_ON = "ComputeDomainCliques=true,IMEXDaemonsWithDNSNames=true,"
 GATES_LEGACY = "ComputeDomainCliques=false,IMEXDaemonsWithDNSNames=true,"
 SIM_POD_NET = "10.200."
