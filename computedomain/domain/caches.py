@@ -232,6 +232,17 @@ class Caches:
                     informer.store.observe_write(obj)
 
 
+def _crd_informer(client: KubeClient, name: str) -> Informer:
+    """One CustomResourceDefinition, by name (RBAC grants only ours)."""
+    return Informer(
+        client,
+        r.CUSTOM_RESOURCE_DEFINITIONS,
+        field_selector=f"metadata.name={name}",
+        transform=strip_managed_fields,
+        name=f"customresourcedefinitions/{name}",
+    )
+
+
 def build_caches(
     client: KubeClient, *, driver_namespace: str, additional_namespaces: Iterable[str] = ()
 ) -> Caches:
@@ -305,20 +316,8 @@ def build_caches(
             transform=strip_managed_fields,
             name=f"serviceaccounts/{driver_namespace}",
         ),
-        crds=Informer(
-            client,
-            r.CUSTOM_RESOURCE_DEFINITIONS,
-            field_selector=f"metadata.name={CD_CRD_NAME}",
-            transform=strip_managed_fields,
-            name=f"customresourcedefinitions/{CD_CRD_NAME}",
-        ),
-        clique_crds=Informer(
-            client,
-            r.CUSTOM_RESOURCE_DEFINITIONS,
-            field_selector=f"metadata.name={CLIQUE_CRD_NAME}",
-            transform=strip_managed_fields,
-            name=f"customresourcedefinitions/{CLIQUE_CRD_NAME}",
-        ),
+        crds=_crd_informer(client, CD_CRD_NAME),
+        clique_crds=_crd_informer(client, CLIQUE_CRD_NAME),
         nvidia_controller_pods=Informer(
             client,
             r.PODS,
