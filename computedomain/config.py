@@ -12,7 +12,6 @@ Adding a setting is one row, plus the field it fills (``Settings``, or ``DaemonS
 from __future__ import annotations
 
 import argparse
-import importlib.metadata
 import json
 import os
 import re
@@ -22,6 +21,7 @@ from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
+from computedomain import distribution_version
 from computedomain.api import constants as c
 from computedomain.domain.settings import DaemonSettings, ReconcilerSettings
 
@@ -509,14 +509,6 @@ def settings_markdown() -> str:
         meaning = row.help.replace("|", "\\|")
         rows.append(f"| `{row.flag}` | `{row.env}` | {default} | {accepts} | {meaning} |")
     return "\n".join(rows) + "\n"
-
-
-def distribution_version() -> str:
-    """The installed `computedomain` distribution's version (what --version prints)."""
-    try:
-        return importlib.metadata.version("computedomain")
-    except importlib.metadata.PackageNotFoundError:
-        return "unknown"
 
 
 def environ(**values: str) -> dict[str, str]:

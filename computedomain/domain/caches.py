@@ -42,7 +42,8 @@ def _by_uid(obj: Mapping[str, Any]) -> Iterable[str]:
     return _listed(objects.uid(obj))
 
 
-def _by_cd_label(obj: Mapping[str, Any]) -> Iterable[str]:
+def uids_of_labelled(obj: Mapping[str, Any]) -> list[str]:
+    """CD UIDs a child, a daemon pod or a Node names (its CD label): an index and a wake-up."""
     return _listed(cd_uid_of(obj))
 
 
@@ -52,8 +53,7 @@ def _by_gpu_clique(obj: Mapping[str, Any]) -> Iterable[str]:
 
 def node_ready(node: Mapping[str, Any]) -> bool:
     """The Node's Ready condition is True."""
-    conditions = (node.get("status") or {}).get("conditions") or []
-    return any(x.get("type") == "Ready" and x.get("status") == "True" for x in conditions)
+    return objects.condition(node, "Ready").get("status") == "True"
 
 
 def trim_node(node: dict[str, Any]) -> dict[str, Any]:
@@ -207,7 +207,7 @@ class Caches:
             self.claim_templates.store,
             self.nodes.store,
         ]
-        uids = {uid for store in stores for obj in store.list() for uid in _by_cd_label(obj)}
+        uids = {uid for store in stores for obj in store.list() for uid in uids_of_labelled(obj)}
         uids.update(
             uid
             for inf in self.cliques
@@ -265,7 +265,7 @@ def build_caches(
                 namespace=ns,
                 label_selector=CD_LABEL_EXISTS,
                 transform=trim_daemonset,
-                indexers={BY_CD: _by_cd_label},
+                indexers={BY_CD: uids_of_labelled},
                 name=f"daemonsets/{ns}",
             )
             for ns in namespaces
@@ -275,7 +275,7 @@ def build_caches(
             r.RESOURCE_CLAIM_TEMPLATES,
             label_selector=CD_LABEL_EXISTS,
             transform=strip_managed_fields,
-            indexers={BY_CD: _by_cd_label},
+            indexers={BY_CD: uids_of_labelled},
             name="resourceclaimtemplates",
         ),
         daemon_pods=[
@@ -285,7 +285,7 @@ def build_caches(
                 namespace=ns,
                 label_selector=CD_LABEL_EXISTS,
                 transform=trim_pod,
-                indexers={BY_CD: _by_cd_label},
+                indexers={BY_CD: uids_of_labelled},
                 name=f"pods/{ns}",
             )
             for ns in namespaces
@@ -305,7 +305,7 @@ def build_caches(
             client,
             r.NODES,
             transform=trim_node,
-            indexers={BY_CD: _by_cd_label, BY_GPU_CLIQUE: _by_gpu_clique},
+            indexers={BY_CD: uids_of_labelled, BY_GPU_CLIQUE: _by_gpu_clique},
             name="nodes",
         ),
         service_accounts=Informer(

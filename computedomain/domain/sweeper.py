@@ -43,7 +43,7 @@ class OrphanSweeper:
 
     async def reconcile(self, key: OrphanKey) -> Result:
         ctx, uid = self._ctx, key.uid
-        if uid in ctx.caches.known_uids():
+        if ctx.caches.cds_of(uid):
             self._seen.pop(uid, None)
             return Result()
         if not ctx.caches.synced:

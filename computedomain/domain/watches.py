@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol
 
-from computedomain.domain.caches import BY_GPU_CLIQUE, Caches, node_ready
+from computedomain.domain.caches import BY_GPU_CLIQUE, Caches, node_ready, uids_of_labelled
 from computedomain.domain.coexistence import CoexistenceMonitor
 from computedomain.domain.keys import CDKey, OrphanKey
 from computedomain.domain.labels import cd_uid_of, cd_uids_of_clique
@@ -38,12 +38,6 @@ class Queue(Protocol):
     def add(self, key: str, priority: int = 0) -> None: ...
 
     def add_after(self, key: str, delay: float, priority: int = 0) -> None: ...
-
-
-def uids_of_labelled(obj: Obj) -> list[str]:
-    """CD UIDs a child, a daemon pod or a Node names (its CD label)."""
-    uid = cd_uid_of(obj)
-    return [uid] if uid else []
 
 
 def uids_of_change(uids_of: UidsOf, old: Obj | None, new: Obj | None) -> list[str]:

@@ -12,20 +12,13 @@ prometheus-client puts on its global default registry, so they are registered he
 
 from __future__ import annotations
 
-import importlib.metadata
 import platform
 
 from prometheus_client import CollectorRegistry, Gauge, PlatformCollector, ProcessCollector
 
+from computedomain import distribution_version
+
 BUILD_INFO = "computedomain_build_info"
-
-
-def distribution_version() -> str:
-    """The installed `computedomain` distribution's version (the one --version prints)."""
-    try:
-        return importlib.metadata.version("computedomain")
-    except importlib.metadata.PackageNotFoundError:
-        return "unknown"
 
 
 def build_labels() -> dict[str, str]:

@@ -125,7 +125,7 @@ class LeaderElector:
         deadline, and no other holder seen since. Gate every write on it."""
         if not self._is_leader or self._renewed_at is None:
             return False
-        if self.observed_holder not in ("", self.identity):
+        if self._lost_to_another():
             return False
         return self.clock.now() - self._renewed_at < self.renew_deadline
 

@@ -298,7 +298,7 @@ def test_process_platform_and_build_info_series(
 ) -> None:
     import platform
 
-    from computedomain.observability.process import distribution_version
+    from computedomain import distribution_version
 
     s = scrape(registry)
     for name in (
