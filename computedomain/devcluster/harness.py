@@ -54,14 +54,15 @@ class RunningController:
         caches = self.process.caches.all
         await asyncio.wait_for(asyncio.gather(*(inf.wait_synced() for inf in caches)), within)
 
-    async def wait_idle(self, within: float = 60.0) -> None:
-        """Every enqueued reconcile, and every one scheduled within ``within`` seconds, has run,
-        and every recorded event is written."""
+    async def wait_idle(self, within: float = 60.0, *, timers: bool = True) -> None:
+        """Every enqueued reconcile, and (with ``timers``) every one scheduled within
+        ``within`` seconds, has run, and every recorded event is written."""
         queue = self.process.queue
+        horizon = within if timers else 0.0
         async with asyncio.timeout(within):
             # Delayed keys count too: a requeue timer firing in the window could write. A
             # timer beyond it (a daemon's grace period, 2 min, set while it started) cannot.
-            while len(queue) or queue.processing or queue.delayed_within(within):  # noqa: ASYNC110
+            while len(queue) or queue.processing or queue.delayed_within(horizon):  # noqa: ASYNC110
                 await asyncio.sleep(0.2)  # polls an in-process queue, not the API
         await asyncio.wait_for(self.process.recorder.wait_idle(), within)
 

@@ -41,6 +41,11 @@ def cd_ready(cd: Mapping[str, Any] | None) -> bool:
     return condition(cd, "Ready").get("status") == "True"
 
 
+def pod_ready(pod: Mapping[str, Any] | None) -> bool:
+    """The pod's Ready condition is True."""
+    return condition(pod, "Ready").get("status") == "True"
+
+
 def pod_running(pod: Mapping[str, Any]) -> bool:
     return bool((pod.get("status") or {}).get("phase") == "Running")
 

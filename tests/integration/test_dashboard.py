@@ -168,7 +168,8 @@ async def test_every_dashboard_query_returns_data_from_exported_metrics(
                 "leader_election_master_status == 1",
             ):
                 await prometheus.until_result(session, promql, timeout=60)
-            await asyncio.sleep(5)  # a few more scrapes: every rate() window has two samples
+            # Every rate() window needs two samples of each series: wait for a second scrape.
+            await prometheus.until_result(session, "min(count_over_time(up[1m])) >= 2")
 
             async with session.get(f"http://127.0.0.1:{metrics_port}/metrics") as response:
                 exposition = await response.text()

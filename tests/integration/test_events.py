@@ -8,12 +8,12 @@ racks and cleans up while the controller still runs.
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 import pytest
 
 from computedomain.api import constants as c
+from computedomain.api.resources import COMPUTE_DOMAINS
 from computedomain.app import REPORTING_CONTROLLER
 from computedomain.runtime import resources as r
 from computedomain.runtime.clock import parse_time
@@ -50,13 +50,9 @@ async def settled_events(e2e: EndToEnd, name: str) -> list[Event]:
     every Event it recorded: what a person finds in `kubectl describe`. Timers set for later
     (a foreign object's recheck, a daemon's grace period) are not waited for."""
     for running in e2e.controllers.running:
-        queue = running.process.queue
-        async with asyncio.timeout(60):
-            while len(queue) or queue.processing:
-                await asyncio.sleep(0.2)  # polls an in-process queue, not the API
-        await asyncio.wait_for(running.process.recorder.wait_idle(), 60)
-    events = await e2e.events_for(name, lambda es: True, "listing")
-    return [e for e in events if e]
+        await running.wait_idle(timers=False)
+    listed = await e2e.kube.list(r.EVENTS, e2e.namespace)
+    return [e for e in listed["items"] if (e.get("regarding") or {}).get("name") == name]
 
 
 def exactly_one(events: list[Event], reason: str) -> Event:
@@ -117,7 +113,7 @@ async def test_a_daemon_never_ready_is_one_warning_after_the_grace_period(
     created = parse_time(pod["metadata"]["creationTimestamp"])
     late_by = (parse_time(warning["eventTime"]) - created).total_seconds()
     assert late_by >= 4 - 1, late_by  # creationTimestamp has whole seconds
-    cd = await e2e.cd_until("stuck", lambda o: o is not None, "read")
+    cd = await e2e.kube.get(COMPUTE_DOMAINS, "stuck", e2e.namespace)
     assert condition(cd, "DaemonsReady")["reason"] == "DaemonsNotReady"
     assert condition(cd, "Ready")["reason"] == "DaemonsNotReady"
 
@@ -140,7 +136,7 @@ async def test_a_daemon_failing_at_start_is_told_in_its_own_words(e2e: EndToEnd)
     )
     assert expected in warning["note"]
     assert warning["note"].endswith("-c compute-domain-daemon --previous")
-    cd = await e2e.cd_until("broken", lambda o: o is not None, "read")
+    cd = await e2e.kube.get(COMPUTE_DOMAINS, "broken", e2e.namespace)
     assert expected in condition(cd, "DaemonsReady")["message"]
 
 

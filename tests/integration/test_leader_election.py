@@ -14,7 +14,6 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -32,6 +31,7 @@ from computedomain.devcluster.harness import WRITE_METHODS
 from computedomain.devcluster.watching import watch_object
 from computedomain.runtime import resources as r
 from computedomain.runtime.client import ApiError, KubeClient
+from computedomain.runtime.clock import parse_time
 from computedomain.runtime.objects import condition
 from tests.integration.nvidia_install import CLUSTER_ROLE_BINDINGS
 from tests.kit.controllers import create_cd, delete_cds, wait_children
@@ -396,15 +396,11 @@ async def test_a_container_restarted_faster_than_the_lease_leads_again_at_once(
         )
         assert lease is not None
         if previous is not None:
-            old_renew = _micro(previous["spec"]["renewTime"])
-            acquired = _micro(lease["spec"]["acquireTime"])
+            old_renew = parse_time(previous["spec"]["renewTime"]).timestamp()
+            acquired = parse_time(lease["spec"]["acquireTime"]).timestamp()
             print(f"container {attempt} leads {acquired - old_renew:.1f}s after the last renew")
             # Taken over while the dead container's lease was still valid.
             assert acquired - old_renew < LEASE_DURATION, rep.log_tail()
         previous = await kube.get(r.LEASES, lease_name, driver_namespace)
         rep.process.kill()  # the crash
         await rep.process.wait()
-
-
-def _micro(text: str) -> float:
-    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()

@@ -34,6 +34,7 @@ from computedomain.runtime.resources import (
 from computedomain.sim.context import SimSettings
 from computedomain.sim.faults import DelayRange, FaultSettings
 from computedomain.sim.simulator import Simulator
+from tests.integration.e2e_harness import pod_ready
 from tests.kit.controllers import workload_pod
 
 pytestmark = pytest.mark.integration
@@ -45,11 +46,6 @@ SIM_POD_NET = "10.200."
 
 
 # -- waiting on the API ------------------------------------------------------------------------
-
-
-def pod_ready(pod: dict[str, Any] | None) -> bool:
-    conditions = ((pod or {}).get("status") or {}).get("conditions") or []
-    return any(cond["type"] == "Ready" and cond["status"] == "True" for cond in conditions)
 
 
 def entry_for(entries: list[dict[str, Any]] | None, key: str, node: str) -> dict[str, Any] | None:

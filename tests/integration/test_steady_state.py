@@ -115,10 +115,6 @@ async def _event_versions(kube: KubeClient, namespaces: tuple[str, ...]) -> dict
     return versions
 
 
-async def _idle(running: RunningController) -> None:
-    await running.wait_idle()
-
-
 async def _snapshot(kube: KubeClient, namespace: str, driver_ns: str) -> dict[str, dict[str, Any]]:
     """What the controller reads and writes besides Nodes, by kind/namespace/name."""
     objects: dict[str, dict[str, Any]] = {}
@@ -204,7 +200,7 @@ async def test_settled_domains_cause_no_writes(
         within=120,
         what="every ComputeDomain settled",
     )
-    await _idle(running)
+    await running.wait_idle()
     assert _reconcile_errors(running) == 0
 
     writes_before = running.writes()

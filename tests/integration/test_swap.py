@@ -19,6 +19,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 from kubernetes_asyncio.client import ApiClient
 
@@ -36,19 +37,16 @@ from computedomain.runtime import resources as r
 from computedomain.runtime.client import KubeClient
 from computedomain.runtime.objects import condition
 from tests.integration import nvidia_install as nvidia
-from tests.integration.e2e_harness import EndToEnd, end_to_end, pod_running, workload
-from tests.kit.controllers import controllers_for, create_cd
+from tests.integration.conftest import SaClientFactory
+from tests.integration.e2e_harness import EndToEnd, end_to_end, pod_ready, pod_running, workload
+from tests.kit.controllers import controllers_for, create_cd, stop_after_cleanup
+from tests.kit.waiting import eventually
 
 pytestmark = pytest.mark.integration
 
 OUR_SA = "computedomain-controller"
 OUR_PODS = "app.kubernetes.io/name=computedomain-controller"
 CHILD_RESOURCES = ("daemonsets", "resourceclaimtemplates")
-
-
-def pod_ready(pod: dict[str, Any]) -> bool:
-    conditions = (pod.get("status") or {}).get("conditions") or []
-    return any(x["type"] == "Ready" and x["status"] == "True" for x in conditions)
 
 
 async def run_script(
@@ -84,8 +82,10 @@ class NotReadyWatch:
 
     def __init__(self, kube: KubeClient, namespace: str, names: set[str]) -> None:
         self.seen: list[tuple[str, Any]] = []
+        self.listed = asyncio.Event()
 
         def record(cds: Objects) -> bool:
+            self.listed.set()
             for name in names:
                 status = ((cds.get(name) or {}).get("status") or {}).get("status")
                 if status != c.STATUS_READY:
@@ -96,7 +96,17 @@ class NotReadyWatch:
             watch_objects(kube, COMPUTE_DOMAINS, record, namespace=namespace, within=3600)
         )
 
+    async def start(self) -> None:
+        """Return once the first list is in, so nothing before the swap goes unwatched."""
+        listed = asyncio.create_task(self.listed.wait())
+        await asyncio.wait({listed, self.task}, return_when=asyncio.FIRST_COMPLETED)
+        listed.cancel()
+        if self.task.done():
+            self.task.result()  # the watch failed: say why
+
     async def stop(self) -> list[tuple[str, Any]]:
+        if self.task.done():
+            self.task.result()  # a watch that died watched nothing: fail, do not pass
         self.task.cancel()
         await asyncio.gather(self.task, return_exceptions=True)
         return self.seen
@@ -152,6 +162,7 @@ async def test_swap_in_and_back_out_leaves_running_imex_domains_alone(
     e2e: EndToEnd,
     kube: KubeClient,
     api_client: ApiClient,
+    sa_api_client: SaClientFactory,
     control_plane: ControlPlane,
     tmp_path: Path,
 ) -> None:
@@ -162,7 +173,7 @@ async def test_swap_in_and_back_out_leaves_running_imex_domains_alone(
     our_user = service_account_user(ours_ns, OUR_SA)
 
     # -- before: NVIDIA's controller made the children, the daemons are Ready ---------------
-    nvidia_sa = await nvidia_api(api_client, control_plane)
+    nvidia_sa = await sa_api_client(nvidia.NVIDIA_NAMESPACE, nvidia.NVIDIA_CONTROLLER_SA)
     standin = nvidia.NvidiaController(
         KubeClient.from_api_client(nvidia_sa, field_manager=nvidia.NVIDIA_FIELD_MANAGER)
     )
@@ -184,6 +195,7 @@ async def test_swap_in_and_back_out_leaves_running_imex_domains_alone(
     kubelet = Kubelet(api_client, control_plane, ours_ns, OUR_PODS, tmp_path)
     kubelet.start()
     watch = NotReadyWatch(kube, ns, set(jobs))
+    await watch.start()
     mark = audit.mark()
     started = time.monotonic()
     try:
@@ -265,7 +277,6 @@ async def test_swap_in_and_back_out_leaves_running_imex_domains_alone(
     finally:
         await watch.stop()
         await kubelet.stop()
-        await nvidia_sa.close()
         # The rollback left the CDs to NVIDIA's controller, which does not run here: let ours
         # finalize them (e2e clean-up) and remove anything a failed run left behind.
         await e2e.start_controller()
@@ -314,15 +325,14 @@ async def concurrent_controller_is_reported(kube: KubeClient, kubelet: Kubelet) 
         label_selector=selector,
         what="NVIDIA's controller pods gone",
     )
-    # A gauge has no watch: scrape until it drops.
-    async with asyncio.timeout(30):
-        while await concurrent_gauge(kubelet) != 0.0:
-            await asyncio.sleep(0.2)
+
+    async def gauge_back_to_zero() -> bool:
+        return await concurrent_gauge(kubelet) == 0.0
+
+    await eventually(gauge_back_to_zero, within=30, what="computedomain_concurrent_controllers 0")
 
 
 async def concurrent_gauge(kubelet: Kubelet) -> float:
-    import aiohttp
-
     values = []
     async with aiohttp.ClientSession() as session:
         for pod in kubelet.running():
@@ -333,14 +343,6 @@ async def concurrent_gauge(kubelet: Kubelet) -> float:
                 if line.startswith("computedomain_concurrent_controllers "):
                     values.append(float(line.split()[1]))
     return max(values, default=-1.0)
-
-
-async def nvidia_api(api_client: ApiClient, cp: ControlPlane) -> ApiClient:
-    from computedomain.devcluster.clients import service_account_api_client
-
-    return await service_account_api_client(
-        api_client, cp.server, cp.ca_file, nvidia.NVIDIA_NAMESPACE, nvidia.NVIDIA_CONTROLLER_SA
-    )
 
 
 @pytest.mark.usefixtures("nvidia_install")
@@ -405,8 +407,8 @@ async def test_outdated_crd_is_named_and_only_upstream_status_is_written(
         assert gauge(running, "computedomain_crd_missing_status_fields") == 0.0
     finally:
         logged.close()
-        await factory.stop_all()
-        await kube.delete(COMPUTE_DOMAINS, "upstream-only", namespace)
+        # A running replica finalizes the CD, so it does not hang on our finalizer.
+        await stop_after_cleanup(factory, kube, namespace)
 
 
 def gauge(running: RunningController, name: str) -> float:
