@@ -19,7 +19,7 @@ from computedomain.api.v1beta1 import (
     ComputeDomainNode,
     NodeStatus,
 )
-from computedomain.domain.labels import cd_uids_of_clique, clique_id_of_clique
+from computedomain.domain.labels import cd_uid_of, cd_uids_of_clique, clique_id_of_clique
 from computedomain.runtime import objects
 from computedomain.runtime.clock import parse_time
 
@@ -155,7 +155,6 @@ def daemon_pod_from_dict(pod: Mapping[str, Any]) -> DaemonPod:
     message = (scheduled.get("message") if unschedulable else None) or status.get("message")
     exit_code = terminated.get("exitCode")
     clique_id = labels.get(c.CLIQUE_ID_LABEL)
-    cd_uid = labels.get(c.CD_LABEL)
     started = container.get("started")
     changed = objects.condition(pod, "Ready").get("lastTransitionTime") or meta.get(
         "creationTimestamp"
@@ -164,7 +163,7 @@ def daemon_pod_from_dict(pod: Mapping[str, Any]) -> DaemonPod:
         name=str(meta.get("name") or ""),
         namespace=str(meta.get("namespace") or ""),
         uid=str(meta.get("uid") or ""),
-        cd_uid=cd_uid if isinstance(cd_uid, str) and cd_uid else None,
+        cd_uid=cd_uid_of(pod),
         node_name=(pod.get("spec") or {}).get("nodeName") or None,
         pod_ip=status.get("podIP") or None,
         clique_id=clique_id if isinstance(clique_id, str) else None,

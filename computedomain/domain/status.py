@@ -8,7 +8,7 @@ writes ``status`` and reports metrics.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from computedomain.api import constants as c
@@ -104,7 +104,7 @@ class StatusWriter:
         view, nodes, legacy = self.domain_view(cd, children, deleting)
         result = Result()
         if not legacy:
-            wait = await self.prune_cliques(cd)
+            wait = await self.prune_cliques(cd, view.pods)
             if wait is not None:
                 result = Result(requeue_after=wait)
 
@@ -225,7 +225,9 @@ class StatusWriter:
             if event.type == WARNING and event.reason in ONCE_PER_DOMAIN:
                 warned.add(event.reason)
 
-    async def prune_cliques(self, cd: ComputeDomain) -> float | None:
+    async def prune_cliques(
+        self, cd: ComputeDomain, pods: Sequence[projection.DaemonPod]
+    ) -> float | None:
         """Drop clique entries whose node runs no daemon pod of this CD in that clique.
 
         An entry is pruned only after it stayed stale for the grace period: the pod cache may
@@ -233,7 +235,6 @@ class StatusWriter:
         """
         ctx, uid = self._ctx, cd.metadata.uid
         memory = ctx.memory_of(uid)
-        pods = [projection.daemon_pod_from_dict(p) for p in ctx.caches.pods_of(uid)]
         now = ctx.clock.now()
         wait: float | None = None
         seen: set[tuple[str, str]] = set()
