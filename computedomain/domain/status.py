@@ -104,9 +104,12 @@ class StatusWriter:
         view, nodes, legacy = self.domain_view(cd, children, deleting)
         result = Result()
         if not legacy:
-            wait = await self.prune_cliques(cd, view.pods)
+            wait, pruned = await self.prune_cliques(cd, view.pods)
             if wait is not None:
                 result = Result(requeue_after=wait)
+            if pruned:
+                # The status this reconcile writes must not show the entries it just removed.
+                view, nodes, legacy = self.domain_view(cd, children, deleting)
 
         memory = ctx.memory_of(cd.metadata.uid)
         missing_fields = ctx.caches.missing_status_fields()
@@ -227,16 +230,18 @@ class StatusWriter:
 
     async def prune_cliques(
         self, cd: ComputeDomain, pods: Sequence[projection.DaemonPod]
-    ) -> float | None:
+    ) -> tuple[float | None, bool]:
         """Drop clique entries whose node runs no daemon pod of this CD in that clique.
 
         An entry is pruned only after it stayed stale for the grace period: the pod cache may
-        lag a daemon that has just written its entry. Returns when to look again, if needed.
+        lag a daemon that has just written its entry. Returns when to look again, if needed,
+        and whether a clique was written.
         """
         ctx, uid = self._ctx, cd.metadata.uid
         memory = ctx.memory_of(uid)
         now = ctx.clock.now()
         wait: float | None = None
+        pruned = False
         seen: set[tuple[str, str]] = set()
         for raw in ctx.caches.cliques_of(uid):
             clique = projection.clique_from_dict(raw)
@@ -259,9 +264,10 @@ class StatusWriter:
                     written = await ctx.client.replace(CLIQUES, body, objects.namespace(raw))
                 except ApiError as err:
                     if err.is_conflict or err.is_not_found:
-                        return 0.5
+                        return 0.5, pruned
                     raise
                 ctx.caches.observe_write(CLIQUES, written)
+                pruned = True
                 for node_name in due:
                     memory.stale_entry_since.pop((clique.metadata.name, node_name), None)
                 log.info(
@@ -270,4 +276,4 @@ class StatusWriter:
                 )
         for key in set(memory.stale_entry_since) - seen:
             del memory.stale_entry_since[key]
-        return wait
+        return wait, pruned

@@ -13,7 +13,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from computedomain.api import constants as c
-from computedomain.api.resources import COMPUTE_DOMAINS
+from computedomain.api.resources import CLIQUES, COMPUTE_DOMAINS
 from computedomain.domain.caches import Caches, build_caches
 from computedomain.domain.reconciler import ComputeDomainReconciler
 from computedomain.domain.settings import DaemonSettings, ReconcilerSettings
@@ -191,6 +191,7 @@ class World:
             "pods": self.caches.daemon_pods,
             "nodes": [self.caches.nodes],
             "service_accounts": [self.caches.service_accounts],
+            "cliques": self.caches.cliques,
         }
         for name, items in stores.items():
             informers[name][0].feed_list(items)
@@ -376,3 +377,43 @@ async def test_a_cd_gone_from_the_cache_is_routine(world: World) -> None:
     world.fill()
     assert await world.reconcile(f"{NS}/gone") == Result()
     assert world.client.calls == []
+
+
+async def test_a_pruned_clique_entry_leaves_status_in_the_same_reconcile(world: World) -> None:
+    """The status written after a prune must not show the entry just removed: otherwise the
+    node leaves one reconcile late, and an entry re-added meanwhile never leaves at all."""
+    cd = world.client.add(COMPUTE_DOMAINS, {**compute_domain(), "status": {"status": "Ready"}})
+    clique_id = "rack0.0"
+    ghost_entry = {
+        "nodeName": "ghost-node",
+        "ipAddress": "10.0.0.9",
+        "cliqueID": clique_id,
+        "index": 0,
+        "status": c.STATUS_NOT_READY,
+    }
+    clique = world.client.add(
+        CLIQUES,
+        {
+            "metadata": {
+                "name": c.clique_name(UID, clique_id),
+                "namespace": DRIVER_NS,
+                "labels": {c.CD_LABEL: UID, c.CLIQUE_ID_LABEL: clique_id},
+            },
+            "daemons": [ghost_entry],
+        },
+    )
+    world.fill(cds=[cd], service_accounts=[service_account()], cliques=[clique])
+    await world.reconcile(f"{NS}/cd")  # children, status with the entry; stale from now on
+    status = world.client.objects[("computedomains", NS, "cd")]["status"]
+    assert [n["name"] for n in status["nodes"]] == ["ghost-node"]
+    world.recorder.events.clear()
+
+    await world.clock.advance(SETTINGS.orphan_grace_period)
+    await world.reconcile(f"{NS}/cd")
+
+    assert world.client.calls == [
+        ("replace", "computedomaincliques", f"{DRIVER_NS}/{c.clique_name(UID, clique_id)}"),
+        ("patch", "computedomains/status", f"{NS}/cd"),
+    ]
+    assert world.client.objects[("computedomains", NS, "cd")]["status"].get("nodes") is None
+    assert ("Normal", "NodeLeft") in world.recorder.events
