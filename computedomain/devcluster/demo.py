@@ -41,10 +41,12 @@ from computedomain.devcluster.controlplane import (
 )
 from computedomain.devcluster.processes import ChildProcess, spawn, tail
 from computedomain.devcluster.progress import STARTED, Progress, say, watch_progress
+from computedomain.devcluster.watching import watch_object
 from computedomain.runtime.client import ApiError, KubeClient
 from computedomain.runtime.resources import (
     LEASES,
     NAMESPACES,
+    RESOURCE_CLAIM_TEMPLATES,
     SERVICE_ACCOUNTS,
 )
 
@@ -147,6 +149,14 @@ async def wait_service_account(kube: KubeClient, namespace: str, name: str) -> N
         if kind == "ADDED" and sa["metadata"]["name"] == name:
             return
     raise DemoError(f"serviceaccount {namespace}/{name} did not appear")
+
+
+def sample_claim_template(path: Path) -> str:
+    """The workload ResourceClaimTemplate the sample ComputeDomain asks for."""
+    for doc in yaml.safe_load_all(path.read_text()):
+        if doc and doc.get("kind") == c.CD_KIND:
+            return str(doc["spec"]["channel"]["resourceClaimTemplate"]["name"])
+    raise DemoError(f"{path}: no {c.CD_KIND} in the sample")
 
 
 def sample_replicas(directory: Path = SAMPLES_DIR) -> int:
@@ -300,12 +310,31 @@ class Demo:
     async def _apply_samples(self, kube: KubeClient) -> None:
         await ensure_namespace(kube, DEMO_NAMESPACE)
         await wait_service_account(kube, DEMO_NAMESPACE, "default")
-        files = [SAMPLES_DIR / name for name in SAMPLE_FILES]
-        flags = [arg for path in files for arg in ("-f", str(path))]
-        out = await kubectl(self.assets, self.cp.kubeconfig, "apply", "-n", DEMO_NAMESPACE, *flags)
-        for line in out.strip().splitlines():
-            say(f"kubectl: {line}")
+        domain_file, *workload_files = [SAMPLES_DIR / name for name in SAMPLE_FILES]
+        await self._kubectl_apply(domain_file)
         applied = time.monotonic()
+        # The workload's claims come from the template the controller creates. Applied together,
+        # Kubernetes' resourceclaim controller may look first, record FailedResourceClaimCreation
+        # and retry: noise that is not ours, so the workload follows the template.
+        template = sample_claim_template(domain_file)
+        try:
+            await watch_object(
+                kube,
+                RESOURCE_CLAIM_TEMPLATES,
+                template,
+                lambda obj: obj is not None,
+                namespace=DEMO_NAMESPACE,
+                within=self.args.timeout,
+            )
+        except TimeoutError:
+            self._check_children()
+            raise DemoError(
+                f"the controller did not create ResourceClaimTemplate {DEMO_NAMESPACE}/{template} "
+                f"within {self.args.timeout:.0f}s"
+            ) from None
+        say(f"ResourceClaimTemplate {DEMO_NAMESPACE}/{template} exists; applying the workload")
+        for path in workload_files:
+            await self._kubectl_apply(path)
         progress = Progress(expected_pods=sample_replicas())
         try:
             await watch_progress(kube, DEMO_NAMESPACE, progress, self.args.timeout)
@@ -318,6 +347,13 @@ class Demo:
             f"{time.monotonic() - applied:.1f}s after apply "
             f"({time.monotonic() - STARTED:.1f}s in total)"
         )
+
+    async def _kubectl_apply(self, path: Path) -> None:
+        out = await kubectl(
+            self.assets, self.cp.kubeconfig, "apply", "-n", DEMO_NAMESPACE, "-f", str(path)
+        )
+        for line in out.strip().splitlines():
+            say(f"kubectl: {line}")
 
     def _timeout_message(self, progress: Progress) -> str:
         logs = "\n".join(
