@@ -27,7 +27,7 @@ from computedomain.devcluster.clients import (
     api_client_from_kubeconfig,
     service_account_api_client,
 )
-from computedomain.devcluster.controlplane import ControlPlane, use_existing_cluster
+from computedomain.devcluster.controlplane import ControlPlane, free_port, use_existing_cluster
 from computedomain.devcluster.harness import Controllers
 from computedomain.devcluster.rest import request_json
 from computedomain.runtime.client import KubeClient
@@ -35,6 +35,7 @@ from computedomain.runtime.resources import NAMESPACES, SERVICE_ACCOUNTS
 from tests.integration.cluster import STARTUP, fleet_node_names, run_control_plane
 from tests.integration.e2e_harness import EndToEnd, end_to_end
 from tests.kit.controllers import controllers_for, stop_after_cleanup
+from tests.kit.prometheus import RunningPrometheus, running_prometheus
 from tests.kit.waiting import eventually
 
 SaClientFactory = Callable[[str, str], Awaitable[ApiClient]]
@@ -188,3 +189,16 @@ async def e2e(
     """Our controller and the fleet simulator in this test's namespace; cleaned up after."""
     async with end_to_end(kube, kubeconfig_path, namespace, driver_namespace) as env:
         yield env
+
+
+@pytest.fixture
+def metrics_port() -> int:
+    """A free port for the controller's /metrics, for a test that Prometheus scrapes."""
+    return free_port()
+
+
+@pytest.fixture
+def prometheus(metrics_port: int, tmp_path: Path) -> Iterator[RunningPrometheus]:
+    """A real Prometheus scraping ``metrics_port`` every second."""
+    with running_prometheus(metrics_port, tmp_path) as running:
+        yield running

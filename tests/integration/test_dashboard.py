@@ -34,13 +34,6 @@ from computedomain.runtime.client import ApiError, KubeClient
 from computedomain.sim.context import SimSettings
 from computedomain.sim.faults import DelayRange, FaultSettings
 from computedomain.sim.simulator import Simulator
-from tests.integration.test_prometheus import (  # noqa: F401  (fixtures: prometheus, metrics_port)
-    RunningPrometheus,
-    free_fabric_node,
-    metrics_port,
-    prometheus,
-    wait_ready,
-)
 from tests.kit.controllers import (
     CD_LABEL_PATH,
     create_cd,
@@ -48,6 +41,7 @@ from tests.kit.controllers import (
     wait_children,
     workload_pod,
 )
+from tests.kit.prometheus import RunningPrometheus, free_fabric_node, wait_ready
 from tests.kit.promql import metric_names
 
 pytestmark = pytest.mark.integration
@@ -109,8 +103,8 @@ async def resolve_variables(
 
 
 async def test_every_dashboard_query_returns_data_from_exported_metrics(
-    prometheus: RunningPrometheus,  # noqa: F811
-    metrics_port: int,  # noqa: F811
+    prometheus: RunningPrometheus,
+    metrics_port: int,
     kube: KubeClient,
     api_client: ApiClient,
     namespace: str,
