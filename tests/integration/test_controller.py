@@ -462,26 +462,6 @@ async def test_domain_deleted_while_controller_down_is_cleaned_up_on_start(
     )
 
 
-async def test_domain_without_spec_is_reported_not_crashed_on(
-    kube: KubeClient, controllers: Controllers, namespace: str
-) -> None:
-    """The CRD admits an object without spec (upstream schema); the controller must cope."""
-    await controllers.start()
-    body = {"apiVersion": c.API_VERSION, "kind": c.CD_KIND, "metadata": {"name": "bare"}}
-    await kube.create(COMPUTE_DOMAINS, body, namespace)
-    cd = await watch_object(
-        kube,
-        COMPUTE_DOMAINS,
-        "bare",
-        lambda o: condition(o, "ChildrenReady").get("status") == "False",
-        namespace=namespace,
-        within=30.0,
-        what="ChildrenReady=False",
-    )
-    assert "spec.channel.resourceClaimTemplate.name" in condition(cd, "ChildrenReady")["message"]
-    assert condition(cd, "Ready")["status"] == "False"
-
-
 async def test_missing_daemon_service_account_is_reported_and_recovers(
     kube: KubeClient, controllers: Controllers, namespace: str, driver_namespace: str
 ) -> None:
