@@ -80,8 +80,9 @@ def started(monkeypatch: pytest.MonkeyPatch) -> list[Settings]:
     # cli imports run_controller when it starts, from here.
     monkeypatch.setattr("computedomain.app.run_controller", fake_run_controller)
     monkeypatch.setattr(cli, "ResolverRun", lambda kubeconfig: NoResolver())
-    monkeypatch.setattr(cli, "configure_logging", lambda **_: None)
-    monkeypatch.setattr(cli, "disable_created_metrics", lambda: None)
+    # cli imports these after starting the credential child, from here.
+    monkeypatch.setattr("computedomain.observability.logging.configure_logging", lambda **_: None)
+    monkeypatch.setattr("prometheus_client.disable_created_metrics", lambda: None)
     return runs
 
 

@@ -33,7 +33,10 @@ if len(sys.argv) > 2:
 runs = Path(sys.argv[1])
 count = int(runs.read_text() or 0) + 1 if runs.exists() else 1
 runs.write_text(str(count))
-expiry = datetime.now(UTC) + timedelta(seconds=LIFETIME)
+# The test's fake wall clock, so that expiry is LIFETIME from the controller's "now".
+wall = runs.with_name("wall")
+now = datetime.fromisoformat(wall.read_text()) if wall.exists() else datetime.now(UTC)
+expiry = now + timedelta(seconds=LIFETIME)
 print(json.dumps({
     "apiVersion": "client.authentication.k8s.io/v1beta1",
     "kind": "ExecCredential",
@@ -106,19 +109,24 @@ async def test_the_exec_plugin_token_is_sent_and_renewed(
     tmp_path: Path, apiserver: Apiserver
 ) -> None:
     path = kubeconfig(tmp_path, apiserver.url)
-    clock = FakeClock(wall_start=datetime.now(UTC))
+    clock = FakeClock(wall_start=datetime(2026, 12, 3, 12, 0, tzinfo=UTC))
+
+    async def advance(seconds: float) -> None:
+        await clock.advance(seconds)
+        (tmp_path / "wall").write_text(clock.wall().isoformat())
+
+    await advance(0)
     client = KubeClient(await connect(ResolverRun(path), path, clock))
     try:
         await client.get(r.NAMESPACES, "default")
         assert apiserver.seen == ["Bearer exec-token-1"]
         # Past its expirationTimestamp the next request waits for the plugin's next token.
-        # (A minute past it: the plugin stamped real time, while the fake clock stood still.)
-        await clock.advance(LIFETIME + 60)
+        await advance(LIFETIME)
         await client.get(r.NAMESPACES, "default")
         assert apiserver.seen[-1] == "Bearer exec-token-2"
         # Revoked before it expired: the 401 runs the plugin again, the request is retried.
         (tmp_path / "runs").write_text("5")
-        await clock.advance(MIN_RESOLVE_INTERVAL)
+        await advance(MIN_RESOLVE_INTERVAL)
         await client.get(r.NAMESPACES, "default")
         assert apiserver.seen[-2:] == ["Bearer exec-token-2", "Bearer exec-token-6"]
         # Refused again at once: no new plugin run, the 401 reaches the caller.
