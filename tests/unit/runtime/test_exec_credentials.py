@@ -148,3 +148,29 @@ async def test_a_failing_exec_plugin_is_one_startup_line(
     assert str(failed.value) == (
         f"kubeconfig {path}: exec: process returned 1. no AWS credentials found"
     )
+
+
+async def test_in_cluster_credentials_name_the_token_file_to_re_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The child's in-cluster path, in this process, with the pod's files put elsewhere.
+    from kubernetes_asyncio.config import incluster_config
+
+    from computedomain.runtime import resolve_credentials
+
+    token, ca = tmp_path / "token", tmp_path / "ca.crt"
+    token.write_text("sa-token")  # as kubelet writes it: no newline
+    ca.write_text("-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n")
+    monkeypatch.setattr(incluster_config, "SERVICE_TOKEN_FILENAME", str(token))
+    monkeypatch.setattr(incluster_config, "SERVICE_CERT_FILENAME", str(ca))
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.96.0.1")
+    monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "443")
+    answer = await resolve_credentials.resolve(None)
+    assert answer.server == "https://10.96.0.1:443"
+    assert answer.authorization == "Bearer sa-token"
+    assert answer.token_file == str(token)
+    assert answer.ca_data == ca.read_text()
+    assert answer.expires_at is None
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST")
+    with pytest.raises(ValueError, match=r"^in-cluster credentials: Service host/port is not set"):
+        await resolve_credentials.resolve(None)
