@@ -12,15 +12,16 @@ from __future__ import annotations
 import argparse
 import asyncio
 import datetime
+import gc
 import json
 import sys
 from pathlib import Path
-
-import yaml
-from kubernetes_asyncio.client import Configuration
-from kubernetes_asyncio.config import incluster_config, kube_config
+from typing import TYPE_CHECKING
 
 from computedomain.runtime.credentials import Credentials
+
+if TYPE_CHECKING:
+    from kubernetes_asyncio.client import Configuration
 
 
 def _first_line(err: BaseException) -> str:
@@ -57,6 +58,11 @@ async def resolve(kubeconfig: str | None) -> Credentials:
 
     Raises ValueError with the one line the controller prints.
     """
+    # Imported here, after main() turned the collector off for the import storm.
+    import yaml
+    from kubernetes_asyncio.client import Configuration
+    from kubernetes_asyncio.config import incluster_config, kube_config
+
     configuration = Configuration()
     if kubeconfig is None:
         try:
@@ -88,6 +94,9 @@ def main(argv: list[str] | None = None) -> int:
     where.add_argument("--kubeconfig", help="the kubeconfig file to load")
     where.add_argument("--in-cluster", action="store_true", help="the pod's service account")
     args = parser.parse_args(argv)
+    # A process that lives a second needs no cyclic GC; importing ~860 modules with it off
+    # takes ~10% less CPU.
+    gc.disable()
     try:
         credentials = asyncio.run(resolve(None if args.in_cluster else args.kubeconfig))
     except ValueError as err:
