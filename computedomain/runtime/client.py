@@ -138,6 +138,7 @@ class CredentialConnection:
         return await self.authenticator.rejected(sent)
 
     async def close(self) -> None:
+        await self.authenticator.close()
         await self.session.close()
 
 

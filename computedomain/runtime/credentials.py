@@ -18,6 +18,7 @@ controller builds its own aiohttp session from them (``client.CredentialConnecti
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -231,6 +232,12 @@ class Authenticator:
         await self._refresh(forced=True)
         return self._header != sent
 
+    async def close(self) -> None:
+        if self._refreshing is not None and not self._refreshing.done():
+            self._refreshing.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._refreshing
+
     def _start_refresh(self, forced: bool) -> asyncio.Task[None] | None:
         if self._refreshing is None or self._refreshing.done():
             # After a failure or a recent resolve, wait before forking another child.
@@ -249,7 +256,7 @@ class Authenticator:
         why = "rejected by the apiserver" if forced else "expiring"
         try:
             credentials = await self._resolve()
-        except StartupError as err:
+        except Exception as err:  # StartupError, or no child at all (OSError): keep the token
             log.warning("Credentials %s; refreshing them failed: %s", why, err)
             return
         self.resolves += 1
