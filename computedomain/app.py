@@ -35,6 +35,7 @@ from computedomain.observability.server import ObservabilityServer
 from computedomain.runtime.client import KubeClient, load_client
 from computedomain.runtime.clock import Clock, SystemClock
 from computedomain.runtime.controller import Controller, Result
+from computedomain.runtime.credentials import ResolverRun
 from computedomain.runtime.events import EventRecorder
 from computedomain.runtime.metrics import RuntimeMetrics
 from computedomain.runtime.ratelimit import TokenBucket
@@ -215,8 +216,12 @@ async def run_controller(
     *,
     registry: CollectorRegistry | None = None,
     on_ready: Callable[[ControllerProcess], Awaitable[None]] | None = None,
+    resolver: ResolverRun | None = None,
 ) -> None:
-    """Builds a client from `settings` and runs one replica until `stop` is set."""
+    """Builds a client from `settings` and runs one replica until `stop` is set.
+
+    ``resolver``: the credential child for ``settings.kubeconfig``, if the caller started it.
+    """
     registry = registry or CollectorRegistry()
     runtime_metrics = RuntimeMetrics(registry)
     client = await load_client(
@@ -225,6 +230,7 @@ async def run_controller(
         settings.kube_api_burst,
         field_manager=FIELD_MANAGER,
         metrics=runtime_metrics,
+        resolver=resolver,
     )
     try:
         process = ControllerProcess(settings, client, registry, runtime_metrics, SystemClock())

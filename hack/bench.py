@@ -808,7 +808,7 @@ def metric_total(text: str, name: str) -> float:
 
 
 async def scrape(client: KubeClient, port: int) -> str:
-    session = client.api_client.rest_client.pool_manager
+    session = client.session
     try:
         async with session.get(f"http://127.0.0.1:{port}/metrics") as response:
             return await response.text() if response.status == 200 else ""

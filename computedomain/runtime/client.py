@@ -1,10 +1,11 @@
 """A small async Kubernetes client speaking raw JSON.
 
-kubernetes-asyncio's ``ApiClient`` supplies configuration, authentication, TLS and the aiohttp
-session. Everything above that is ours: we call ``call_api`` with ``_preload_content=False``
-and check every status ourselves (36.1.0 lacks the #402 fix), always pass an explicit timeout
-(an unbounded default hangs on half-open connections, #259), set patch content types explicitly
-(#68), and stream watch lines ourselves.
+The controller process connects through ``credentials.CredentialConnection`` (credentials
+resolved by kubernetes-asyncio in a child process, so this process never imports it). Tests and
+tools may pass a kubernetes-asyncio ``ApiClient`` instead (``from_api_client``). Everything above
+the connection is ours: we check every status ourselves, always pass an explicit timeout (an
+unbounded default hangs on half-open connections, kubernetes-asyncio #259), set patch content
+types explicitly (#68), and stream watch lines ourselves.
 """
 
 from __future__ import annotations
@@ -12,24 +13,30 @@ from __future__ import annotations
 import copy
 import json
 import logging
-import os
+import ssl
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 from urllib.parse import urlsplit
 
 import aiohttp
-import yaml
-from kubernetes_asyncio import config as kube_config
-from kubernetes_asyncio.client import ApiClient, Configuration
 from prometheus_client import CollectorRegistry
 
 from computedomain.runtime.clock import Clock, SystemClock
+from computedomain.runtime.credentials import (
+    Authenticator,
+    Credentials,
+    ResolverRun,
+    resolve,
+    ssl_context,
+)
 from computedomain.runtime.errors import ApiError as ApiError  # re-exported: callers import it here
-from computedomain.runtime.errors import StartupError
 from computedomain.runtime.metrics import RuntimeMetrics
 from computedomain.runtime.ratelimit import TokenBucket
 from computedomain.runtime.resources import Resource
+
+if TYPE_CHECKING:  # only tests and tools hand us one; the controller never imports the library
+    from kubernetes_asyncio.client import ApiClient
 
 log = logging.getLogger(__name__)
 
@@ -66,10 +73,88 @@ def _decode(raw: bytes) -> dict[str, Any] | None:
     return decoded if isinstance(decoded, dict) else None
 
 
+class Connection(Protocol):
+    """An HTTP session to one apiserver and the Authorization header to send with it."""
+
+    base_url: str
+    session: aiohttp.ClientSession
+    server_hostname: str | None  # the kubeconfig's tls-server-name
+    proxy: str | None
+
+    async def authorization(self) -> str | None: ...
+
+    async def rejected(self, sent: str | None) -> bool:
+        """A 401 answered ``sent``: True if the request should be sent once more."""
+        ...
+
+    async def close(self) -> None: ...
+
+
+class ApiClientConnection:
+    """A kubernetes-asyncio ``ApiClient`` as a Connection (tests, the simulator, tools)."""
+
+    def __init__(self, api_client: ApiClient) -> None:
+        self.api_client = api_client
+        self.base_url = api_client.configuration.host or ""
+        self.session: aiohttp.ClientSession = api_client.rest_client.pool_manager
+        self.server_hostname: str | None = api_client.rest_client.server_hostname
+        self.proxy: str | None = api_client.rest_client.proxy
+
+    async def authorization(self) -> str | None:
+        headers: dict[str, str] = {}
+        await self.api_client.update_params_for_auth(headers, [], ["BearerToken"])
+        return headers.get("authorization")
+
+    async def rejected(self, sent: str | None) -> bool:
+        return False  # the ApiClient refreshes (or not) by itself
+
+    async def close(self) -> None:
+        await self.api_client.close()
+
+
+class CredentialConnection:
+    """The controller's own session, built from credentials resolved in a child process."""
+
+    def __init__(self, credentials: Credentials, authenticator: Authenticator) -> None:
+        self.base_url = credentials.server.rstrip("/")
+        self.server_hostname = credentials.tls_server_name
+        self.proxy = credentials.proxy
+        self.authenticator = authenticator
+        tls: ssl.SSLContext | bool = (
+            ssl_context(credentials) if self.base_url.startswith("https") else False
+        )
+        # As kubernetes-asyncio's REST client: 100 connections, HTTPS_PROXY/NO_PROXY from the
+        # environment, a read buffer for watch events of large objects.
+        self.session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=100, ssl=tls),
+            trust_env=True,
+            read_bufsize=2**21,
+        )
+
+    async def authorization(self) -> str | None:
+        return await self.authenticator.authorization()
+
+    async def rejected(self, sent: str | None) -> bool:
+        return await self.authenticator.rejected(sent)
+
+    async def close(self) -> None:
+        await self.authenticator.close()
+        await self.session.close()
+
+
+async def connect(
+    first: ResolverRun, kubeconfig: str | None, clock: Clock | None = None
+) -> CredentialConnection:
+    """Wait for ``first`` (started early) and build the connection; refreshes fork anew."""
+    credentials = await first.result()
+    authenticator = Authenticator(credentials, lambda: resolve(kubeconfig), clock)
+    return CredentialConnection(credentials, authenticator)
+
+
 class KubeClient:
     def __init__(
         self,
-        api_client: ApiClient,
+        connection: Connection,
         *,
         field_manager: str = DEFAULT_FIELD_MANAGER,
         metrics: RuntimeMetrics | None = None,
@@ -77,13 +162,13 @@ class KubeClient:
         request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
         clock: Clock | None = None,
     ) -> None:
-        self.api_client = api_client
+        self.connection = connection
         self.field_manager = field_manager
         self.metrics = metrics or RuntimeMetrics(CollectorRegistry())
         self.rate_limiter = rate_limiter
         self.request_timeout = request_timeout
         self.clock = clock or SystemClock()
-        self.host = urlsplit(api_client.configuration.host).netloc or api_client.configuration.host
+        self.host = urlsplit(connection.base_url).netloc or connection.base_url
         # Checked right before every write is sent; False refuses it (a leader that cannot
         # prove it still holds its lease must write nothing). None: no fence.
         self.write_fence: Callable[[], bool] | None = None
@@ -121,15 +206,19 @@ class KubeClient:
     ) -> KubeClient:
         limiter = TokenBucket(qps, burst or max(1, int(qps))) if qps else None
         return cls(
-            api_client,
+            ApiClientConnection(api_client),
             field_manager=field_manager,
             metrics=metrics,
             rate_limiter=limiter,
             request_timeout=request_timeout,
         )
 
+    @property
+    def session(self) -> aiohttp.ClientSession:
+        return self.connection.session
+
     async def close(self) -> None:
-        await self.api_client.close()
+        await self.connection.close()
 
     # -- plumbing ---------------------------------------------------------------------------
 
@@ -143,27 +232,52 @@ class KubeClient:
         content_type: str = "application/json",
         client_timeout: aiohttp.ClientTimeout | None = None,
     ) -> aiohttp.ClientResponse:
-        """Send one request and return the unread response; counts it in the metrics."""
+        """Send one request and return the unread response; counts it in the metrics.
+
+        A 401 that brings new credentials is sent once more: the apiserver did not act on it.
+        """
+        # Serialise compactly ourselves: the apiserver keeps opaque RawExtension bytes (DRA
+        # config parameters) verbatim, so spaced bytes would make every later metadata patch
+        # of an RCT fail as a change to its immutable spec. Compact bytes match what Go
+        # clients send and re-marshal.
+        data = None if body is None else json.dumps(body, separators=(",", ":")).encode()
+        for attempt in (1, 2):
+            authorization = await self.connection.authorization()
+            response = await self._send_once(
+                method, path, query, data, content_type, authorization, client_timeout
+            )
+            if response.status != 401 or attempt == 2:
+                return response
+            if not await self.connection.rejected(authorization):
+                return response
+            response.release()
+        raise AssertionError("unreachable")
+
+    async def _send_once(
+        self,
+        method: str,
+        path: str,
+        query: list[tuple[str, str]] | None,
+        data: bytes | None,
+        content_type: str,
+        authorization: str | None,
+        client_timeout: aiohttp.ClientTimeout | None,
+    ) -> aiohttp.ClientResponse:
         headers = {"Accept": "application/json", "Content-Type": content_type}
+        if authorization:
+            headers["Authorization"] = authorization
         started = time.monotonic()
         code = "<error>"
         try:
-            params = list(query or [])
-            await self.api_client.update_params_for_auth(headers, params, ["BearerToken"])
-            # Serialise compactly ourselves: kubernetes-asyncio's json.dumps adds spaces, and
-            # the apiserver keeps opaque RawExtension bytes (DRA config parameters) verbatim, so
-            # spaced bytes would make every later metadata patch of an RCT fail as a change to
-            # its immutable spec. Compact bytes match what Go clients send and re-marshal.
-            data = None if body is None else json.dumps(body, separators=(",", ":")).encode()
-            response: aiohttp.ClientResponse = (
-                await self.api_client.rest_client.pool_manager.request(
-                    method,
-                    (self.api_client.configuration.host or "") + path,
-                    params=params,
-                    headers=headers,
-                    data=data,
-                    timeout=client_timeout or aiohttp.ClientTimeout(total=self.request_timeout),
-                )
+            response = await self.connection.session.request(
+                method,
+                self.connection.base_url + path,
+                params=list(query or []),
+                headers=headers,
+                data=data,
+                timeout=client_timeout or aiohttp.ClientTimeout(total=self.request_timeout),
+                proxy=self.connection.proxy,
+                server_hostname=self.connection.server_hostname,
             )
             code = str(response.status)
             return response
@@ -387,26 +501,6 @@ async def _lines(response: aiohttp.ClientResponse) -> AsyncIterator[bytes]:
         yield tail
 
 
-def _in_cluster() -> bool:
-    return bool(os.environ.get("KUBERNETES_SERVICE_HOST")) and os.path.exists(
-        "/var/run/secrets/kubernetes.io/serviceaccount/token"
-    )
-
-
-DEFAULT_KUBECONFIG = "~/.kube/config"
-
-
-def _kubeconfig_path(kubeconfig: str | None) -> str | None:
-    """The file to load: the one given, else ~/.kube/config if it exists."""
-    path = kubeconfig or os.path.expanduser(DEFAULT_KUBECONFIG)
-    return path if kubeconfig or os.path.isfile(path) else None
-
-
-def _first_line(err: BaseException) -> str:
-    text = str(err).strip().splitlines()
-    return (text[0] if text else type(err).__name__)[:300]
-
-
 async def load_client(
     kubeconfig: str | None,
     qps: float,
@@ -415,36 +509,16 @@ async def load_client(
     field_manager: str = DEFAULT_FIELD_MANAGER,
     metrics: RuntimeMetrics | None = None,
     request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
+    resolver: ResolverRun | None = None,
 ) -> KubeClient:
     """Build a client from ``kubeconfig``, else in-cluster credentials, else ~/.kube/config.
 
-    In-cluster credentials re-read the projected token, so bound-token rotation works. Unusable
-    credentials raise StartupError with one line naming the file and the reason.
+    ``resolver`` is the credential child if the caller started it early. Unusable credentials
+    raise StartupError with one line naming the file and the reason.
     """
-    configuration = Configuration()
-    if kubeconfig is None and _in_cluster():
-        try:
-            kube_config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
-        except Exception as err:  # the library raises several kinds; all mean the same here
-            raise StartupError(f"in-cluster credentials: {_first_line(err)}") from err
-    else:
-        path = _kubeconfig_path(kubeconfig)
-        if path is None:
-            raise StartupError(
-                f"no credentials: KUBECONFIG is empty, this is not a pod with a service account, "
-                f"and {DEFAULT_KUBECONFIG} does not exist"
-            )
-        try:
-            await kube_config.load_kube_config(
-                config_file=path, client_configuration=configuration, persist_config=False
-            )
-        except yaml.YAMLError as err:
-            raise StartupError(f"kubeconfig {path}: not valid YAML ({_first_line(err)})") from err
-        except Exception as err:  # ConfigException, missing keys, bad certificates: one story
-            raise StartupError(f"kubeconfig {path}: {_first_line(err)}") from err
-    api_client = ApiClient(configuration)
+    connection = await connect(resolver or ResolverRun(kubeconfig), kubeconfig)
     return KubeClient(
-        api_client,
+        connection,
         field_manager=field_manager,
         metrics=metrics,
         rate_limiter=TokenBucket(qps, burst),

@@ -145,15 +145,14 @@ async def e2e(
 
 
 @pytest.fixture
-async def nvidia_install(kube: KubeClient) -> AsyncIterator[None]:
+async def nvidia_install(kube: KubeClient, api_client: ApiClient) -> AsyncIterator[None]:
     await nvidia.install(kube)
     await nvidia.install_nvidia_crd(kube)
     try:
         yield
     finally:
         await nvidia.uninstall(kube)
-        api = kube.api_client
-        await apply_crds(api, CRD_DIR)  # later tests need our CRD back, whatever happened
+        await apply_crds(api_client, CRD_DIR)  # later tests need our CRD back, whatever happened
 
 
 @pytest.mark.usefixtures("nvidia_install")
@@ -348,7 +347,7 @@ async def concurrent_gauge(kubelet: Kubelet) -> float:
 
 @pytest.mark.usefixtures("nvidia_install")
 async def test_outdated_crd_is_named_and_only_upstream_status_is_written(
-    kube: KubeClient, control_plane: ControlPlane, namespace: str
+    kube: KubeClient, api_client: ApiClient, control_plane: ControlPlane, namespace: str
 ) -> None:
     """NVIDIA's chart never upgrades CRDs: with its CRD installed, our status fields are pruned.
     The controller says so (log, gauge, one Warning per CD), writes status.status and
@@ -397,7 +396,7 @@ async def test_outdated_crd_is_named_and_only_upstream_status_is_written(
         await running.wait_idle()
         assert running.writes() == before
 
-        await apply_crds(kube.api_client, CRD_DIR)
+        await apply_crds(api_client, CRD_DIR)
 
         def has_conditions(cd: dict[str, Any] | None) -> bool:
             return condition(cd, "ChildrenReady").get("status") == "True"

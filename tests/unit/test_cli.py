@@ -61,6 +61,13 @@ def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.delenv(name, raising=False)
 
 
+class NoResolver:
+    """Stands in for the credential child: these tests never reach a cluster."""
+
+    def close(self) -> None:
+        pass
+
+
 @pytest.fixture(autouse=True)
 def started(monkeypatch: pytest.MonkeyPatch) -> list[Settings]:
     """Settings the controller would have started with: a test never reaches a cluster, and
@@ -72,8 +79,10 @@ def started(monkeypatch: pytest.MonkeyPatch) -> list[Settings]:
 
     # cli imports run_controller when it starts, from here.
     monkeypatch.setattr("computedomain.app.run_controller", fake_run_controller)
-    monkeypatch.setattr(cli, "configure_logging", lambda **_: None)
-    monkeypatch.setattr(cli, "disable_created_metrics", lambda: None)
+    monkeypatch.setattr(cli, "ResolverRun", lambda kubeconfig: NoResolver())
+    # cli imports these after starting the credential child, from here.
+    monkeypatch.setattr("computedomain.observability.logging.configure_logging", lambda **_: None)
+    monkeypatch.setattr("prometheus_client.disable_created_metrics", lambda: None)
     return runs
 
 

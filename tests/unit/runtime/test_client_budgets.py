@@ -6,14 +6,16 @@ import pytest
 from kubernetes_asyncio.client import ApiClient, Configuration
 
 from computedomain.runtime import resources as r
-from computedomain.runtime.client import ApiError, KubeClient
+from computedomain.runtime.client import ApiClientConnection, ApiError, KubeClient
 from computedomain.runtime.ratelimit import TokenBucket
 
 
 def make_client() -> KubeClient:
     configuration = Configuration()
     configuration.host = "https://127.0.0.1:1"
-    return KubeClient(ApiClient(configuration), rate_limiter=TokenBucket(50, 100))
+    return KubeClient(
+        ApiClientConnection(ApiClient(configuration)), rate_limiter=TokenBucket(50, 100)
+    )
 
 
 async def test_own_budget_and_the_fence_set_later_on_the_original() -> None:
