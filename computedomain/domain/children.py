@@ -1,10 +1,11 @@
-"""The live path of a ComputeDomain: its three children exist, or we say why not.
+"""The live path of a ComputeDomain: its children exist, or we say why not.
 
 Creates the daemon ResourceClaimTemplate, the IMEX DaemonSet and the workload
-ResourceClaimTemplate from ``desired``. An object of the same name that we made earlier (it
-carries this CD's UID label) is adopted; one that does not is never touched: we refuse and
-report it as FOREIGN, with what to do, until it is gone. The ChildrenReady condition carries
-that advice, and its transition is the one Warning event (``transitions``).
+ResourceClaimTemplate from ``desired`` (with host-managed IMEX, contract §18, only the last).
+An object of the same name that we made earlier (it carries this CD's UID label) is adopted;
+one that does not is never touched: we refuse and report it as FOREIGN, with what to do, until
+it is gone. The ChildrenReady condition carries that advice, and its transition is the one
+Warning event (``transitions``).
 """
 
 from __future__ import annotations
