@@ -65,6 +65,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         extra={
             "driverNamespace": settings.driver_namespace,
             "managedNamespaces": list(settings.managed_namespaces),
+            "imexMode": settings.reconciler.imex_mode,
             "featureGates": dict(settings.daemon.feature_gates),
             "leaderElection": settings.leader_election,
         },

@@ -225,6 +225,24 @@ def _resource_requirements(env: str) -> Callable[[str, str], dict[str, dict[str,
     return parse
 
 
+def _imex_mode(text: str, flag: str) -> str:
+    """NVIDIA's ``imex.mode``, spelled and refused exactly as upstream (contract §18)."""
+    if text not in c.IMEX_MODES:
+        raise ConfigError(f'unknown imex.mode "{text}"')
+    return text
+
+
+def _imex_isolation(text: str, flag: str) -> str:
+    """NVIDIA's ``imex.isolation``: only ``domain`` works, upstream and here (contract §18)."""
+    if text == c.IMEX_ISOLATION_CHANNEL:
+        raise ConfigError(
+            "not supported yet: per-workload IMEX channel allocation is not implemented"
+        )
+    if text != c.IMEX_ISOLATION_DOMAIN:
+        raise ConfigError(f'unknown imex.isolation "{text}": must be "domain" or "channel"')
+    return text
+
+
 # ---- checks (ranges, validators): (value, row) -> None; they raise ConfigError ------------------
 
 
@@ -385,6 +403,18 @@ SETTINGS: Sequence[Setting] = (
             "daemon.max_nodes_per_imex_domain", check=at_least(1, 2048)),
     Setting("--feature-gates", "FEATURE_GATES", "", parse_feature_gates, _GATES_HELP,
             "daemon.feature_gates"),
+    Setting("--imex-mode", "IMEX_MODE", c.IMEX_MODE_DRIVER, _imex_mode,
+            f"who runs IMEX: {c.IMEX_MODE_DRIVER} (this controller creates a DaemonSet of IMEX "
+            f"daemons per ComputeDomain) or {c.IMEX_MODE_HOST} (each node's own nvidia-imex "
+            "service; per ComputeDomain only the workload claim template is created, with "
+            f"allocationMode Single; needs the {c.GATE_HOST_MANAGED_IMEX} feature gate and "
+            f"forces {c.GATE_DNS_NAMES} and {c.GATE_CLIQUES} off)", "reconciler.imex_mode",
+            check=validated_by_parser(f"{c.IMEX_MODE_DRIVER} or {c.IMEX_MODE_HOST}")),
+    Setting("--imex-isolation", "IMEX_ISOLATION", c.IMEX_ISOLATION_DOMAIN, _imex_isolation,
+            f"IMEX channel isolation: {c.IMEX_ISOLATION_DOMAIN} (all workloads of a "
+            f"ComputeDomain share channel 0); {c.IMEX_ISOLATION_CHANNEL} (a channel per "
+            "workload) is refused, as upstream, until NVIDIA implements it", "imex_isolation",
+            check=validated_by_parser(c.IMEX_ISOLATION_DOMAIN)),
     Setting("--cd-daemon-priority-class-name", "CD_DAEMON_PRIORITY_CLASS_NAME", "", _optional,
             "optional priorityClassName for the IMEX daemon pods (empty: none, as upstream)",
             "daemon.priority_class_name",
@@ -482,6 +512,7 @@ class Settings:
     workers: int
     reconcile_timeout: float
     orphan_sweep_interval: float
+    imex_isolation: str = c.IMEX_ISOLATION_DOMAIN
 
     @property
     def daemon(self) -> DaemonSettings:
@@ -562,6 +593,19 @@ def settings_from_namespace(ns: argparse.Namespace) -> Settings:
         raise ConfigError(
             "leader election needs lease duration > renew deadline > 1.2 x retry period"
         )
+    if values["reconciler"]["imex_mode"] == c.IMEX_MODE_HOST:
+        gates = values["daemon"]["feature_gates"]
+        if not gates[c.GATE_HOST_MANAGED_IMEX]:
+            raise ConfigError(
+                f'imex.mode="{c.IMEX_MODE_HOST}" requires the {c.GATE_HOST_MANAGED_IMEX} '
+                "feature gate to be enabled"
+            )
+        # As upstream: no daemons, so neither DNS names nor cliques exist in this mode.
+        values["daemon"]["feature_gates"] = {
+            **gates,
+            c.GATE_DNS_NAMES: False,
+            c.GATE_CLIQUES: False,
+        }
     reconciler = ReconcilerSettings(
         daemon=DaemonSettings(**values["daemon"]), **values["reconciler"]
     )

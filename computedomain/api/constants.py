@@ -55,6 +55,19 @@ DEFAULT_MAX_NODES_PER_IMEX_DOMAIN: Final = 18
 GATE_DNS_NAMES: Final = "IMEXDaemonsWithDNSNames"
 GATE_CLIQUES: Final = "ComputeDomainCliques"
 GATE_CRASH_ON_FABRIC_ERRORS: Final = "CrashOnNVLinkFabricErrors"
+# NVIDIA main after v0.4.1 (contract §18): Alpha, off by default, mandatory for hostManaged.
+GATE_HOST_MANAGED_IMEX: Final = "HostManagedIMEXDaemon"
+
+# Who runs IMEX (contract §18): our DaemonSets of IMEX daemons, or the host's nvidia-imex.
+IMEX_MODE_DRIVER: Final = "driverManaged"
+IMEX_MODE_HOST: Final = "hostManaged"
+IMEX_MODES: Final = (IMEX_MODE_DRIVER, IMEX_MODE_HOST)
+# Channel isolation: all workloads of a domain share channel 0; per-workload channels are
+# refused upstream and here.
+IMEX_ISOLATION_DOMAIN: Final = "domain"
+IMEX_ISOLATION_CHANNEL: Final = "channel"
+# Where the host's nvidia-imex listens (NVIDIA's chart default; the kubelet plugin's concern).
+DEFAULT_IMEX_HOST_SOCKET: Final = "/etc/nvidia-imex/imex_ctrl.sock"
 
 
 def daemon_name(cd_uid: str) -> str:
@@ -69,7 +82,12 @@ def clique_name(cd_uid: str, clique_id: str) -> str:
 # Gates with the v0.4.0 defaults. The daemon's feature-gate parser rejects names it does not
 # know, so only DAEMON_FEATURE_GATES are ever passed on to it through FEATURE_GATES.
 DEFAULT_FEATURE_GATES: Final[Mapping[str, bool]] = MappingProxyType(
-    {GATE_DNS_NAMES: True, GATE_CLIQUES: True, GATE_CRASH_ON_FABRIC_ERRORS: True}
+    {
+        GATE_DNS_NAMES: True,
+        GATE_CLIQUES: True,
+        GATE_CRASH_ON_FABRIC_ERRORS: True,
+        GATE_HOST_MANAGED_IMEX: False,
+    }
 )
 DAEMON_FEATURE_GATES: Final = frozenset({GATE_DNS_NAMES, GATE_CLIQUES})
 FEATURE_GATES_ENV: Final = "FEATURE_GATES"

@@ -1,10 +1,11 @@
-"""The live path of a ComputeDomain: its three children exist, or we say why not.
+"""The live path of a ComputeDomain: its children exist, or we say why not.
 
 Creates the daemon ResourceClaimTemplate, the IMEX DaemonSet and the workload
-ResourceClaimTemplate from ``desired``. An object of the same name that we made earlier (it
-carries this CD's UID label) is adopted; one that does not is never touched: we refuse and
-report it as FOREIGN, with what to do, until it is gone. The ChildrenReady condition carries
-that advice, and its transition is the one Warning event (``transitions``).
+ResourceClaimTemplate from ``desired`` (with host-managed IMEX, contract §18, only the last).
+An object of the same name that we made earlier (it carries this CD's UID label) is adopted;
+one that does not is never touched: we refuse and report it as FOREIGN, with what to do, until
+it is gone. The ChildrenReady condition carries that advice, and its transition is the one
+Warning event (``transitions``).
 """
 
 from __future__ import annotations
@@ -84,6 +85,46 @@ class ChildMaker:
             # template it cannot work, so no DaemonSet or claim template is made for it.
             return {"spec": ChildState(ChildStatus.INVALID, SPEC_MISSING)}, None
 
+        if not s.host_managed:
+            await self._ensure_daemon_children(cd, obj, states, created)
+        # Host-managed IMEX (§18): the workload RCT is the only child. A DaemonSet or daemon
+        # RCT left from driverManaged is never deleted here (its daemons may serve a running
+        # job); the conditions report it.
+        if caches.claim_templates_of(uid, c.TARGET_WORKLOAD):
+            states["workloadClaimTemplate"] = ChildState(ChildStatus.OK)
+        else:
+            states["workloadClaimTemplate"] = await self._create(
+                cd,
+                obj,
+                r.RESOURCE_CLAIM_TEMPLATES,
+                desired.workload_resource_claim_template(cd, host_managed=s.host_managed),
+                namespace=cd.metadata.namespace,
+                created=created,
+            )
+
+        if created:
+            self._ctx.recorder.record(
+                obj,
+                "Normal",
+                "Created",
+                "Create",
+                "Created " + ", ".join(what for what, _ in created),
+                # One child: the Event points at it, as before; several: the note names them.
+                related=created[0][1] if len(created) == 1 else None,
+            )
+        blocked = any(state.status is ChildStatus.FOREIGN for state in states.values())
+        return states, FOREIGN_RECHECK_SECONDS if blocked else None
+
+    async def _ensure_daemon_children(
+        self,
+        cd: ComputeDomain,
+        obj: dict[str, Any],
+        states: dict[str, ChildState],
+        created: list[tuple[str, dict[str, Any]]],
+    ) -> None:
+        """driverManaged: the daemon RCT and the IMEX DaemonSet."""
+        caches, s = self._ctx.caches, self._ctx.settings
+        uid = cd.metadata.uid
         # Any child labelled with this UID in a managed namespace serves, including one made
         # by an older controller with generateName; never create a second one.
         named = caches.claim_templates.store.get(f"{s.driver_namespace}/{c.daemon_name(uid)}")
@@ -109,31 +150,6 @@ class ChildMaker:
             states["daemonSet"] = await self._create(
                 cd, obj, r.DAEMONSETS, desired.daemon_daemonset(cd, s.daemon), created=created
             )
-
-        if caches.claim_templates_of(uid, c.TARGET_WORKLOAD):
-            states["workloadClaimTemplate"] = ChildState(ChildStatus.OK)
-        else:
-            states["workloadClaimTemplate"] = await self._create(
-                cd,
-                obj,
-                r.RESOURCE_CLAIM_TEMPLATES,
-                desired.workload_resource_claim_template(cd),
-                namespace=cd.metadata.namespace,
-                created=created,
-            )
-
-        if created:
-            self._ctx.recorder.record(
-                obj,
-                "Normal",
-                "Created",
-                "Create",
-                "Created " + ", ".join(what for what, _ in created),
-                # One child: the Event points at it, as before; several: the note names them.
-                related=created[0][1] if len(created) == 1 else None,
-            )
-        blocked = any(state.status is ChildStatus.FOREIGN for state in states.values())
-        return states, FOREIGN_RECHECK_SECONDS if blocked else None
 
     async def _create(
         self,

@@ -11,6 +11,11 @@ Upstream's global status is Ready with zero nodes (#767) and never says why a do
   start, or a new node joining); after it, ``DaemonsNotReady``, which is worth a Warning.
 - ``SingleClique``: the domain's nodes lie in one NVLink clique (IMEX spans no more, #804).
 - ``ExclusiveClique``: no other domain uses the same clique (#892).
+
+With host-managed IMEX (contract §18) no daemon, clique or node label exists, so only
+``Ready`` and ``ChildrenReady`` are set, and Ready means what upstream's ``status.status``
+means there: the CD was admitted and its workload claim template exists. The host's nvidia-imex
+health is the kubelet plugin's to check, at claim prepare, through the host's IMEX socket.
 """
 
 from __future__ import annotations
@@ -48,6 +53,11 @@ TOO_FEW_NODES = "TooFewNodes"
 DELETING = "Deleting"
 MULTIPLE_CLIQUES = "MultipleCliques"
 CLIQUE_SHARED = "CliqueShared"
+HOST_MANAGED = "HostManagedIMEX"
+# hostManaged, yet a DaemonSet or daemon RCT made in driverManaged mode still exists.
+DRIVER_MANAGED_LEFTOVERS = "DriverManagedLeftovers"
+# The condition types hostManaged sets; our other types are removed in that mode.
+HOST_MANAGED_CONDITIONS = (c.CONDITION_READY, c.CONDITION_CHILDREN_READY)
 # A condition that is not True for one of these reasons is on its way, not wrong: a new CD
 # waiting for its workload, daemons within their grace period, nodes still joining
 # (spec.numNodes is informational, contract §14), a deletion someone asked for.
@@ -106,6 +116,10 @@ class DomainView:
     clique_size: int = c.DEFAULT_MAX_NODES_PER_IMEX_DOMAIN
     # Nodes labelled for this CD by the kubelet plugin or joined: where the job runs so far.
     members: Collection[str] = frozenset()
+    # Host-managed IMEX (§18): the workload RCT is the only child.
+    host_managed: bool = False
+    # hostManaged only: "<Kind> <namespace>/<name>" of children driverManaged made, left alone.
+    leftovers: Sequence[str] = ()
 
     @property
     def invalid(self) -> str | None:
@@ -251,6 +265,8 @@ def daemons_due(
 ) -> float | None:
     """Seconds until the next daemon problem outlives the grace period and DaemonsReady turns
     from DaemonsStarting to DaemonsNotReady; None when nothing is waiting for that."""
+    if view.host_managed:
+        return None  # no DaemonsReady condition in this mode
     clock = _false_since(previous, c.CONDITION_DAEMONS_READY, now)
     pending = [
         left
@@ -404,6 +420,45 @@ def _exclusive_clique_verdict(view: DomainView) -> _Verdict:
     return _Verdict(TRUE, "ExclusiveClique", "No other ComputeDomain uses these cliques")
 
 
+_HOST_READY_MESSAGE = (
+    "Admitted and the workload ResourceClaimTemplate exists. IMEX is host-managed: each "
+    "node's own nvidia-imex service provides the IMEX domain, this controller runs no IMEX "
+    "daemon and does not see its health; the kubelet plugin checks it through the host's IMEX "
+    "socket when it prepares a workload's channel claim"
+)
+
+
+def _host_children_verdict(view: DomainView) -> _Verdict:
+    if view.children and view.leftovers and not view.deleting and not view.invalid:
+        return _Verdict(
+            FALSE,
+            DRIVER_MANAGED_LEFTOVERS,
+            f"IMEX is host-managed, yet {_listing(list(view.leftovers))} made in driverManaged "
+            "mode still exist; they are left alone, not deleted (their IMEX daemons may serve "
+            "a running job and can conflict with the host's nvidia-imex): delete and recreate "
+            "this ComputeDomain once its workload is done, or run the controller with "
+            f"{c.IMEX_MODE_DRIVER} again",
+        )
+    children = _children_verdict(view)
+    if children.status == TRUE:
+        return _Verdict(
+            TRUE,
+            "ChildrenReady",
+            "Workload ResourceClaimTemplate exists (host-managed IMEX: no DaemonSet or daemon "
+            "ResourceClaimTemplate)",
+        )
+    return children
+
+
+def _host_ready_verdict(view: DomainView, children: _Verdict) -> _Verdict:
+    if view.deleting:
+        return _ready_verdict(view, children, children)
+    if children.status != TRUE:
+        reason = children.reason if children.reason != "NotChecked" else "ChildrenNotReady"
+        return _Verdict(FALSE, reason, children.message)
+    return _Verdict(TRUE, HOST_MANAGED, _HOST_READY_MESSAGE)
+
+
 def conditions_for(
     view: DomainView,
     generation: int,
@@ -419,17 +474,29 @@ def conditions_for(
     the CRD's maxItems.
     """
     previous = list(previous)
-    children = _children_verdict(view)
-    daemons = _daemons_verdict(view, _daemon_problems(view), now, daemon_grace, previous)
-    verdicts = {
-        c.CONDITION_READY: _ready_verdict(view, children, daemons),
-        c.CONDITION_CHILDREN_READY: children,
-        c.CONDITION_DAEMONS_READY: daemons,
-        c.CONDITION_SINGLE_CLIQUE: _single_clique_verdict(view),
-        c.CONDITION_EXCLUSIVE_CLIQUE: _exclusive_clique_verdict(view),
-    }
+    verdicts: dict[str, _Verdict]
+    if view.host_managed:
+        children = _host_children_verdict(view)
+        verdicts = {
+            c.CONDITION_READY: _host_ready_verdict(view, children),
+            c.CONDITION_CHILDREN_READY: children,
+        }
+        # Conditions about daemons and cliques could never become true here: drop ours
+        # (e.g. from before a switch from driverManaged), keep everyone else's.
+        dropped = set(c.CONDITION_TYPES) - set(verdicts)
+        previous = [x for x in previous if x.type not in dropped]
+    else:
+        children = _children_verdict(view)
+        daemons = _daemons_verdict(view, _daemon_problems(view), now, daemon_grace, previous)
+        verdicts = {
+            c.CONDITION_READY: _ready_verdict(view, children, daemons),
+            c.CONDITION_CHILDREN_READY: children,
+            c.CONDITION_DAEMONS_READY: daemons,
+            c.CONDITION_SINGLE_CLIQUE: _single_clique_verdict(view),
+            c.CONDITION_EXCLUSIVE_CLIQUE: _exclusive_clique_verdict(view),
+        }
     merged = list(previous)
-    for kind in c.CONDITION_TYPES:
+    for kind in verdicts:
         verdict = verdicts[kind]
         merged = set_condition(
             merged,

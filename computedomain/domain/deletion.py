@@ -13,6 +13,7 @@ from typing import Any
 
 from computedomain.api import constants as c
 from computedomain.api.v1beta1 import ComputeDomain
+from computedomain.domain.caches import BY_CD
 from computedomain.domain.context import DELETION_POLL_SECONDS, ReconcileContext
 from computedomain.domain.status import StatusWriter
 from computedomain.runtime import objects, patches
@@ -117,8 +118,13 @@ class Finalizer:
         ctx.metrics.observe_deletion_started(
             cd.metadata.namespace, cd.metadata.name, deleted_at.timestamp()
         )
+        # Every child goes, also a DaemonSet or daemon RCT left from driverManaged mode: the
+        # CD's deletion is what releases them (hostManaged never deletes them on a live CD).
         removed = await self._cleanup.remove_children_of(uid, regarding=obj)
-        await self._cleanup.remove_node_labels(uid)
+        if not ctx.settings.host_managed or ctx.caches.nodes.store.by_index(BY_CD, uid):
+            # hostManaged: nobody labels Nodes for a CD (no DaemonSet to place), so the cache
+            # is asked first and the live LIST is spent only on a label from driverManaged.
+            await self._cleanup.remove_node_labels(uid)
 
         pods = ctx.caches.pods_of(uid)
         waited = (ctx.clock.wall() - deleted_at).total_seconds()

@@ -92,9 +92,12 @@ def daemon_resource_claim_template(cd: ComputeDomain, settings: DaemonSettings) 
     )
 
 
-def workload_resource_claim_template(cd: ComputeDomain) -> dict[str, Any]:
+def workload_resource_claim_template(
+    cd: ComputeDomain, *, host_managed: bool = False
+) -> dict[str, Any]:
     """The workload RCT named by ``spec.channel.resourceClaimTemplate.name``, in the CD's
-    namespace (§7.4)."""
+    namespace (§7.4). With host-managed IMEX its allocationMode is always ``Single``, whatever
+    the CD asks (§18: one channel, 0, per domain)."""
     uid = _require_uid(cd)
     if cd.spec is None:
         raise ValueError(f"ComputeDomain {cd.namespace}/{cd.name} has no spec")
@@ -107,7 +110,8 @@ def workload_resource_claim_template(cd: ComputeDomain) -> dict[str, Any]:
         request=c.CHANNEL_REQUEST,
         device_class=c.CHANNEL_DEVICE_CLASS,
         parameters=ComputeDomainChannelConfig(
-            domain_id=uid, allocation_mode=channel.allocation_mode
+            domain_id=uid,
+            allocation_mode=c.ALLOCATION_SINGLE if host_managed else channel.allocation_mode,
         ).to_dict(),
     )
 

@@ -37,6 +37,9 @@ class ReconcilerSettings:
     daemon_pod_wait_timeout: float = 60.0
     # How long a daemon may be not ready (starting) before that is a problem worth a Warning.
     daemon_ready_grace_period: float = 120.0
+    # driverManaged: IMEX daemons in a DaemonSet per CD; hostManaged: the host's nvidia-imex,
+    # and per CD only the workload RCT (contract §18).
+    imex_mode: str = c.IMEX_MODE_DRIVER
 
     @property
     def driver_namespace(self) -> str:
@@ -46,6 +49,10 @@ class ReconcilerSettings:
     def managed_namespaces(self) -> tuple[str, ...]:
         """Namespaces where DaemonSets, daemon pods and cliques live (driver namespace first)."""
         return tuple(dict.fromkeys([self.driver_namespace, *self.additional_namespaces]))
+
+    @property
+    def host_managed(self) -> bool:
+        return self.imex_mode == c.IMEX_MODE_HOST
 
     @property
     def cliques_enabled(self) -> bool:

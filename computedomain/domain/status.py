@@ -48,6 +48,8 @@ class StatusWriter:
         daemons speak the legacy protocol (they write ``status.nodes`` themselves)."""
         caches, uid = self._ctx.caches, cd.metadata.uid
         pods = [projection.daemon_pod_from_dict(p) for p in caches.pods_of(uid)]
+        if self._ctx.settings.host_managed:
+            return self._host_view(cd, children, deleting, pods), [], False
         cliques = [projection.clique_from_dict(cl) for cl in caches.cliques_of(uid)]
         daemonsets = caches.daemonsets_of(uid)
         legacy = (
@@ -93,6 +95,33 @@ class StatusWriter:
         )
         return view, nodes, legacy
 
+    def _host_view(
+        self,
+        cd: ComputeDomain,
+        children: Mapping[str, ChildState],
+        deleting: bool,
+        pods: Sequence[projection.DaemonPod],
+    ) -> DomainView:
+        """hostManaged (§18): no daemons, cliques or node labels to project; only what
+        driverManaged left behind is worth naming (its pods delay a deletion, as ever)."""
+        caches, uid = self._ctx.caches, cd.metadata.uid
+        leftovers = [
+            f"{kind} {objects.namespace(child)}/{objects.name(child)}"
+            for kind, found in (
+                ("DaemonSet", caches.daemonsets_of(uid)),
+                ("ResourceClaimTemplate", caches.claim_templates_of(uid, c.TARGET_DAEMON)),
+            )
+            for child in found
+        ]
+        return DomainView(
+            pods=tuple(pods),
+            num_nodes=cd.spec.num_nodes if cd.spec else 0,
+            children=dict(children),
+            deleting=deleting,
+            host_managed=True,
+            leftovers=tuple(sorted(leftovers)),
+        )
+
     async def update(
         self,
         cd: ComputeDomain,
@@ -103,7 +132,7 @@ class StatusWriter:
         ctx = self._ctx
         view, nodes, legacy = self.domain_view(cd, children, deleting)
         result = Result()
-        if not legacy:
+        if not legacy and not view.host_managed:
             wait, pruned = await self.prune_cliques(cd, view.pods)
             if wait is not None:
                 result = Result(requeue_after=wait)
@@ -127,11 +156,20 @@ class StatusWriter:
             # Look again when a starting daemon outlives its grace period: then it is late.
             due += GRACE_MARGIN_SECONDS
             result = Result(requeue_after=min(due, result.requeue_after or due))
-        counts = cond.status_counts(nodes, view.cliques)
+        counts: tuple[int | None, ...] = cond.status_counts(nodes, view.cliques)
+        if view.host_managed:
+            # Upstream's Ready: admitted and the workload RCT exists (§18). No daemon joins,
+            # so the node and clique counts are absent (empty printer columns), not 0.
+            workload = children.get("workloadClaimTemplate")
+            ok = workload is not None and workload.status is cond.ChildStatus.OK
+            global_status = c.STATUS_READY if ok else c.STATUS_NOT_READY
+            counts = (None, None, None)
+        elif view.invalid:
+            global_status = c.STATUS_NOT_READY
+        else:
+            global_status = projection.global_status(nodes, view.num_nodes)
         desired_status: dict[str, Any] = {
-            "status": c.STATUS_NOT_READY
-            if view.invalid
-            else projection.global_status(nodes, view.num_nodes),
+            "status": global_status,
             "nodes": [n.to_dict() for n in nodes] or None,
             "conditions": [x.to_dict() for x in conditions],
             "observedGeneration": cd.metadata.generation,

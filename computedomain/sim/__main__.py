@@ -14,6 +14,7 @@ import os
 import signal
 from collections.abc import Sequence
 
+from computedomain.api import constants as c
 from computedomain.observability.logging import configure_logging
 from computedomain.runtime.client import load_client
 
@@ -65,6 +66,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--seed", type=int, default=None, help="seed for delays and faults")
     parser.add_argument("--all-nodes", action="store_true", help="act on non-kwok nodes too")
+    parser.add_argument(
+        "--imex-mode",
+        choices=c.IMEX_MODES,
+        default=env("IMEX_MODE", c.IMEX_MODE_DRIVER),
+        help="driverManaged: wait for IMEX daemons and cliques; hostManaged: the host's IMEX "
+        "is taken as healthy, workload pods start once their claim is allocated "
+        "(env IMEX_MODE; default %(default)s)",
+    )
 
     faults = parser.add_argument_group("delays and faults")
     faults.add_argument(
@@ -177,6 +186,7 @@ def settings_from_args(args: argparse.Namespace) -> SimSettings:
         max_concurrent_writes=args.max_concurrent_writes,
         only_kwok_nodes=not args.all_nodes,
         seed=args.seed,
+        imex_mode=args.imex_mode,
     )
 
 

@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 
 import aiohttp
 
+from computedomain.api import constants as c
 from computedomain.runtime import objects
 from computedomain.runtime.client import ApiError, KubeClient
 from computedomain.runtime.clock import Clock, format_microtime
@@ -47,6 +48,13 @@ class SimSettings:
     """Act only on pods bound to nodes annotated ``kwok.x-k8s.io/node=fake``."""
     seed: int | None = None
     """Seed of every random choice (delays, faults, jitter); None means random."""
+    imex_mode: str = c.IMEX_MODE_DRIVER
+    """``hostManaged``: play the plugin of contract §18, which asks the host's nvidia-imex
+    (simulated healthy) instead of waiting for IMEX daemons; no node label, no daemon."""
+
+    @property
+    def host_managed(self) -> bool:
+        return self.imex_mode == c.IMEX_MODE_HOST
 
 
 class SimContext:

@@ -200,8 +200,14 @@ def decide_workload(
     claim_namespace: str,
     cd: Mapping[str, Any] | None,
     clique: Mapping[str, Any] | None,
+    host_managed: bool = False,
 ) -> Decision:
-    """The next step of NodePrepareResources for a channel claim."""
+    """The next step of NodePrepareResources for a channel claim.
+
+    With host-managed IMEX (contract §18) the plugin asks the host's nvidia-imex through its
+    socket (``nvidia-imex-ctl -q``) instead of waiting for a daemon: simulated as always
+    healthy, so the claim is prepared at once, and no node is labelled (no DaemonSet to place).
+    """
     if cd is None:
         return Decision(
             Action.WAIT_FOR_DOMAIN, "ComputeDomainNotFound", f"ComputeDomain {domain_id} not found"
@@ -216,6 +222,8 @@ def decide_workload(
         )
     if node is None:
         return Decision(Action.WAIT_FOR_NODE, "NodeNotFound", f"node {node_name} not found")
+    if host_managed:
+        return Decision(Action.RELEASE)
     current = objects.labels(node).get(c.CD_LABEL)
     if current is not None and current != domain_id:
         return Decision(

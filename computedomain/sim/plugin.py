@@ -3,7 +3,8 @@
 For each pod with DRA claims on a simulated node the plugin decides, from cached objects,
 whether the pod may start (``decisions.py``), labels the node for the pod's ComputeDomain,
 holds the pod until its node's IMEX daemon is Ready, then writes the pod's status as the
-kubelet would. Not emulated: CDI specs, the checkpoint, channel device nodes.
+kubelet would. With host-managed IMEX (``SimSettings.imex_mode``) the host's IMEX is taken as
+healthy: no label, no wait. Not emulated: CDI specs, the checkpoint, channel device nodes.
 """
 
 from __future__ import annotations
@@ -86,8 +87,10 @@ class FakeKubeletPlugin:
                     claim_namespace=classification.claim_namespace,
                     cd=cd,
                     clique=clique,
+                    host_managed=ctx.settings.host_managed,
                 )
-                if decision.action in (Action.WAIT_FOR_DAEMON, Action.RELEASE):
+                labelled = not ctx.settings.host_managed
+                if labelled and decision.action in (Action.WAIT_FOR_DAEMON, Action.RELEASE):
                     self.prepared.setdefault(node_name, {})[metadata["uid"]] = domain_id
                 if decision.reason != last_reason and decision.reason:
                     log.info(

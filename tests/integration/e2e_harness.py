@@ -129,11 +129,14 @@ class EndToEnd:
     async def start_controller(self, **env: str) -> RunningController:
         return await self.controllers.start(**env)
 
-    async def start_simulator(self, faults: FaultSettings | None = None) -> Simulator:
+    async def start_simulator(
+        self, faults: FaultSettings | None = None, imex_mode: str = c.IMEX_MODE_DRIVER
+    ) -> Simulator:
         settings = SimSettings(
             driver_namespace=self.driver_namespace,
             faults=faults or FaultSettings(daemon_delay=FAST_DAEMONS),
             seed=7,
+            imex_mode=imex_mode,
         )
         simulator = Simulator(self.kube, settings)
         task = asyncio.create_task(simulator.run(), name="e2e-simulator")

@@ -93,3 +93,26 @@ def test_unusable_credentials_and_a_busy_port_exit_1_with_one_line(
             assert code == 1, (what, lines)
             assert len(lines) == 1, (what, lines)
             assert says in lines[0], (what, lines)
+
+
+@pytest.mark.parametrize(
+    ("env", "line"),
+    [
+        (
+            {"IMEX_MODE": "hostManaged"},
+            'imex.mode="hostManaged" requires the HostManagedIMEXDaemon feature gate to be enabled',
+        ),
+        ({"IMEX_MODE": "host"}, 'unknown imex.mode "host"'),
+        ({"IMEX_ISOLATION": "pod"}, 'unknown imex.isolation "pod": must be "domain" or "channel"'),
+        (
+            {"IMEX_ISOLATION": "channel"},
+            "not supported yet: per-workload IMEX channel allocation is not implemented",
+        ),
+    ],
+    ids=["host-without-gate", "unknown-mode", "unknown-isolation", "channel-isolation"],
+)
+def test_an_impossible_imex_setting_exits_2_with_upstreams_line(
+    control_plane: ControlPlane, tmp_path: Path, env: dict[str, str], line: str
+) -> None:
+    code, lines = run({"KUBECONFIG": str(control_plane.kubeconfig), **env}, tmp_path)
+    assert (code, lines) == (2, [f"computedomain-controller: {line}"])

@@ -31,6 +31,7 @@ def test_feature_gates_defaults_and_overrides() -> None:
         "IMEXDaemonsWithDNSNames": True,
         "ComputeDomainCliques": False,
         "CrashOnNVLinkFabricErrors": True,
+        "HostManagedIMEXDaemon": False,
     }
 
 
@@ -214,3 +215,73 @@ def test_bad_daemon_resources_json_is_one_clear_line(text: str, message: str) ->
         parse_settings([], {**BASE_ENV, "CD_DAEMON_RESOURCES_JSON": text})
     assert "\n" not in str(refused.value)
     assert str(refused.value).startswith("--cd-daemon-resources-json / CD_DAEMON_RESOURCES_JSON:")
+
+
+# ---- IMEX mode and isolation (contract §18): upstream's words, one line each --------------------
+
+HOST_GATE = "HostManagedIMEXDaemon=true"
+
+
+def test_imex_mode_and_isolation_default_to_driver_managed_domain() -> None:
+    settings = parse_settings([], {})
+    assert settings.reconciler.imex_mode == "driverManaged"
+    assert settings.reconciler.host_managed is False
+    assert settings.imex_isolation == "domain"
+    assert settings.daemon.feature_gates["HostManagedIMEXDaemon"] is False
+    # driverManaged keeps the gates as given, also with the host gate on.
+    gates = parse_settings([], {"FEATURE_GATES": HOST_GATE}).daemon.feature_gates
+    assert (gates["IMEXDaemonsWithDNSNames"], gates["ComputeDomainCliques"]) == (True, True)
+
+
+def test_host_managed_with_its_gate_forces_dns_names_and_cliques_off() -> None:
+    settings = parse_settings(
+        ["--imex-mode", "hostManaged"],
+        {"FEATURE_GATES": f"{HOST_GATE},ComputeDomainCliques=true,IMEXDaemonsWithDNSNames=true"},
+    )
+    assert settings.reconciler.host_managed is True
+    gates = settings.daemon.feature_gates
+    assert gates["IMEXDaemonsWithDNSNames"] is False
+    assert gates["ComputeDomainCliques"] is False
+    assert settings.cliques_enabled is False
+    env = parse_settings([], {"IMEX_MODE": "hostManaged", "FEATURE_GATES": HOST_GATE})
+    assert env.reconciler.imex_mode == "hostManaged"
+
+
+@pytest.mark.parametrize(
+    ("env", "line"),
+    [
+        (
+            {"IMEX_MODE": "hostManaged"},
+            'imex.mode="hostManaged" requires the HostManagedIMEXDaemon feature gate to be enabled',
+        ),
+        (
+            {"IMEX_MODE": "hostManaged", "FEATURE_GATES": "HostManagedIMEXDaemon=false"},
+            'imex.mode="hostManaged" requires the HostManagedIMEXDaemon feature gate to be enabled',
+        ),
+        ({"IMEX_MODE": "hostmanaged"}, 'unknown imex.mode "hostmanaged"'),
+        ({"IMEX_MODE": ""}, 'unknown imex.mode ""'),
+        (
+            {"IMEX_ISOLATION": "pod"},
+            'unknown imex.isolation "pod": must be "domain" or "channel"',
+        ),
+        (
+            {"IMEX_ISOLATION": "channel"},
+            "not supported yet: per-workload IMEX channel allocation is not implemented",
+        ),
+        (
+            {"IMEX_MODE": "hostManaged", "FEATURE_GATES": HOST_GATE, "IMEX_ISOLATION": "channel"},
+            "not supported yet: per-workload IMEX channel allocation is not implemented",
+        ),
+    ],
+)
+def test_imex_errors_are_upstreams_lines(env: dict[str, str], line: str) -> None:
+    with pytest.raises(ConfigError) as raised:
+        parse_settings([], env)
+    assert str(raised.value) == line
+
+
+def test_help_explains_imex_mode_and_isolation() -> None:
+    text = " ".join(build_parser({}).format_help().split())
+    assert "[IMEX_MODE; driverManaged or hostManaged]" in text
+    assert "[IMEX_ISOLATION; domain]" in text
+    assert "HostManagedIMEXDaemon (default false)" in text

@@ -405,3 +405,69 @@ def test_multiple_cliques_advice_fits_the_job(
     fits = max(num_nodes, seen) <= clique_size
     # Pinning only when the job can fit one clique; the network when it may not.
     assert (pins, network) == (fits, not fits or num_nodes == 0)
+
+
+# --- host-managed IMEX (contract §18) -------------------------------------------------------
+
+HOST_CHILDREN = {"workloadClaimTemplate": ChildState(ChildStatus.OK)}
+
+
+def host_view(**kw: object) -> DomainView:
+    defaults: dict[str, object] = {"children": HOST_CHILDREN, "host_managed": True}
+    defaults.update(kw)
+    return DomainView(**defaults)  # type: ignore[arg-type]
+
+
+def test_host_managed_ready_says_what_it_means_and_nothing_about_daemons() -> None:
+    conds = conditions_for(host_view(), 1, T0)
+    assert [x.type for x in conds] == ["Ready", "ChildrenReady"]
+    ready = by_type(conds)["Ready"]
+    assert (ready.status, ready.reason) == ("True", "HostManagedIMEX")
+    assert "workload ResourceClaimTemplate exists" in ready.message
+    assert "host's IMEX socket" in ready.message
+    assert "does not see its health" in ready.message
+    children = by_type(conds)["ChildrenReady"]
+    assert (children.status, children.reason) == ("True", "ChildrenReady")
+    assert daemons_due(host_view(pods=(pod("n1", ready=False),)), T0, 0.0) is None
+
+
+def test_host_managed_drops_our_daemon_and_clique_conditions_keeps_others() -> None:
+    driver = conditions_for(view(nodes=(node("n1"),), pods=(pod("n1"),)), 1, T0)
+    foreign = Condition(type="Custom", status="True", last_transition_time=T0, reason="X")
+    conds = conditions_for(host_view(), 2, T1, [*driver, foreign])
+    assert [x.type for x in conds] == ["Ready", "ChildrenReady", "Custom"]
+    # Ready was True before and is True now: its transition time stays.
+    assert by_type(conds)["Ready"].last_transition_time == T0
+
+
+def test_host_managed_not_ready_until_the_workload_template_exists() -> None:
+    foreign = ChildState(ChildStatus.FOREIGN, "ResourceClaimTemplate team/ch exists")
+    cases = [
+        (host_view(children={}), "False", "ChildrenNotReady"),
+        (
+            host_view(children={"workloadClaimTemplate": foreign}),
+            "False",
+            "ForeignObject",
+        ),
+        (
+            host_view(children={"spec": ChildState(ChildStatus.INVALID, "no")}),
+            "False",
+            "InvalidSpec",
+        ),
+        (host_view(deleting=True), "False", "Deleting"),
+    ]
+    for domain, status, reason in cases:
+        ready = by_type(conditions_for(domain, 1, T0))["Ready"]
+        assert (ready.status, ready.reason) == (status, reason), domain
+
+
+def test_host_managed_reports_driver_managed_leftovers_without_deleting_them() -> None:
+    left = ("DaemonSet nvidia/computedomain-daemon-u", "ResourceClaimTemplate nvidia/x")
+    conds = by_type(conditions_for(host_view(leftovers=left), 1, T0))
+    for kind in ("Ready", "ChildrenReady"):
+        assert (conds[kind].status, conds[kind].reason) == ("False", "DriverManagedLeftovers")
+        assert "DaemonSet nvidia/computedomain-daemon-u" in conds[kind].message
+        assert "left alone, not deleted" in conds[kind].message
+    # While the CD is deleted they go with it: that is progress, not a leftover.
+    deleting = by_type(conditions_for(host_view(leftovers=left, deleting=True), 1, T0))
+    assert deleting["Ready"].reason == "Deleting"

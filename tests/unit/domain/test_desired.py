@@ -52,6 +52,21 @@ def test_workload_rct_carries_allocation_mode_all(cd: ComputeDomain) -> None:
     assert params["opaque"]["parameters"]["allocationMode"] == "All"
 
 
+@pytest.mark.parametrize("asked", ["All", "Single"])
+def test_host_managed_workload_rct_forces_allocation_mode_single(
+    cd: ComputeDomain, asked: str
+) -> None:
+    # §18: one channel (0) per domain with host-managed IMEX, whatever the CD asks.
+    assert cd.spec is not None
+    cd.spec.channel.allocation_mode = asked  # type: ignore[assignment]
+    built = workload_resource_claim_template(cd, host_managed=True)
+    params = built["spec"]["spec"]["devices"]["config"][0]["opaque"]["parameters"]
+    assert params["allocationMode"] == "Single"
+    # Everything else is the driverManaged template's, byte for byte.
+    cd.spec.channel.allocation_mode = "Single"
+    assert built == workload_resource_claim_template(cd)
+
+
 def test_daemonset_matches_contract(cd: ComputeDomain) -> None:
     assert daemon_daemonset(cd, SETTINGS) == golden("daemon-daemonset.yaml")
 

@@ -39,6 +39,8 @@ CHART_ONLY_ENV = (
     "LEADER_ELECTION_LEASE_DURATION",
     "LEADER_ELECTION_RENEW_DEADLINE",
     "LEADER_ELECTION_RETRY_PERIOD",
+    "IMEX_MODE",
+    "IMEX_ISOLATION",
 )
 DAEMON_IMAGE = "registry.k8s.io/dra-driver-nvidia/dra-driver-nvidia-gpu:v0.4.0"
 ALL_ON = (
@@ -334,6 +336,26 @@ def test_optional_env(helm: Path) -> None:
     assert json.loads(env["CD_DAEMON_RESOURCES_JSON"]) == {"limits": {"cpu": 1, "memory": "512Mi"}}
 
 
+def test_imex_values_reach_the_controller(helm: Path, default: list[Obj]) -> None:
+    assert (env_of(default)["IMEX_MODE"], env_of(default)["IMEX_ISOLATION"]) == (
+        "driverManaged",
+        "domain",
+    )
+    host = render(
+        helm,
+        sets=[
+            "resources.computeDomains.imex.mode=hostManaged",
+            "featureGates.HostManagedIMEXDaemon=true",
+            "resources.computeDomains.imex.hostSocketPath=/run/imex.sock",
+        ],
+    )
+    settings = settings_from(host, RELEASE_NS)
+    assert settings.reconciler.host_managed
+    assert settings.daemon.feature_gates["ComputeDomainCliques"] is False
+    # The socket is the kubelet plugin's; the controller gets nothing from it.
+    assert "/run/imex.sock" not in json.dumps(host)
+
+
 def test_daemon_pod_values_reach_the_daemon_settings(helm: Path) -> None:
     daemon = settings_from(render(helm, sets=ALL_ON), RELEASE_NS).daemon
     assert daemon.priority_class_name == "imex-critical"
@@ -495,6 +517,10 @@ FAILURES = [
         "rules to the namespace's default ServiceAccount)",
     ),
     (["controller.metrics.httpEndpoint=localhost"], '"localhost" is not a [host]:port address'),
+    (
+        ["resources.computeDomains.imex.mode=hostManaged"],
+        'imex.mode="hostManaged" requires the HostManagedIMEXDaemon feature gate to be enabled',
+    ),
 ]
 
 

@@ -201,3 +201,12 @@ def test_fallback_to_status_nodes_without_clique_or_fabric() -> None:
 def test_readiness_ignores_other_nodes_entries() -> None:
     other = {"daemons": [{"nodeName": "n1", "status": "Ready"}]}
     assert not node_ready_in_domain("n0", CLIQUE_ID, other, cd())
+
+
+def test_host_managed_releases_at_once_without_label_or_daemon() -> None:
+    # Contract §18: the plugin asks the host's IMEX socket (simulated healthy), no daemon.
+    assert decide(node=node(None), host_managed=True) is Action.RELEASE
+    assert decide(clique=clique("NotReady"), host_managed=True) is Action.RELEASE
+    # What the plugin checks before IMEX still holds.
+    assert decide(cd=None, host_managed=True) is Action.WAIT_FOR_DOMAIN
+    assert decide(claim_namespace="elsewhere", host_managed=True) is Action.FAIL

@@ -129,4 +129,7 @@ controller that crash-loops or two leaders that both write.
 {{- if and .Values.serviceMonitor.enabled (not (and .Values.controller.metrics.enabled .Values.metricsService.enabled)) }}
 {{- fail "serviceMonitor.enabled=true needs controller.metrics.enabled=true and metricsService.enabled=true" }}
 {{- end }}
+{{- if and (eq (toString .Values.resources.computeDomains.imex.mode) "hostManaged") (not (get (.Values.featureGates | default dict) "HostManagedIMEXDaemon")) }}
+{{- fail "imex.mode=\"hostManaged\" requires the HostManagedIMEXDaemon feature gate to be enabled" }}
+{{- end }}
 {{- end }}
