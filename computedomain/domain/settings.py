@@ -37,6 +37,9 @@ class ReconcilerSettings:
     daemon_pod_wait_timeout: float = 60.0
     # How long a daemon may be not ready (starting) before that is a problem worth a Warning.
     daemon_ready_grace_period: float = 120.0
+    # Status changes this soon after the CD's last status write wait for the window's end and
+    # go out as one write (0: no waiting).
+    status_coalesce_window: float = 1.0
 
     @property
     def driver_namespace(self) -> str:

@@ -18,7 +18,7 @@ from computedomain.domain import coexistence, projection, topology
 from computedomain.domain import conditions as cond
 from computedomain.domain.caches import BY_CD, BY_GPU_CLIQUE
 from computedomain.domain.conditions import ChildState, DomainView
-from computedomain.domain.context import ReconcileContext
+from computedomain.domain.context import DomainMemory, ReconcileContext
 from computedomain.domain.keys import CDKey
 from computedomain.domain.transitions import ONCE_PER_DOMAIN, WARNING, transition_events
 from computedomain.runtime import objects
@@ -31,6 +31,10 @@ log = logging.getLogger(__name__)
 
 # A requeue at a grace deadline goes this much later, so the clock has surely passed it.
 GRACE_MARGIN_SECONDS = 0.1
+
+
+def _ready(conditions: Sequence[Condition]) -> str | None:
+    return next((x.status for x in conditions if x.type == "Ready"), None)
 
 
 def _node_ref(name: str) -> dict[str, Any]:
@@ -154,6 +158,16 @@ class StatusWriter:
                 self._emit_transitions(obj, cd, previous_conditions, conditions, nodes)
             return result
 
+        # A verdict a workload or a person waits on (Ready either way) and deletion go out now.
+        stored = dict(obj.get("status") or {})
+        flips = stored.get("status") != desired_status["status"]
+        flips = flips or _ready(previous_conditions) != _ready(conditions)
+        hold = None if deleting or flips else self._coalescing(memory)
+        if hold is not None:
+            # Folded into one write at the window's end; that reconcile recomputes from the
+            # caches, so it carries whatever changed meanwhile.
+            return Result(requeue_after=min(hold, result.requeue_after or hold))
+
         patch = {
             "metadata": {"resourceVersion": objects.resource_version(obj)},
             "status": desired_status,
@@ -168,8 +182,22 @@ class StatusWriter:
                 return Result()
             raise
         ctx.caches.observe_write(COMPUTE_DOMAINS, written)
+        memory.status_written_at = ctx.clock.now()
         self._emit_transitions(obj, cd, previous_conditions, conditions, nodes)
         return result
+
+    def _coalescing(self, memory: DomainMemory) -> float | None:
+        """How long a status change waits to be folded with the next ones, or None: write now.
+
+        The first change after a quiet window goes out at once (an isolated change is not
+        delayed); changes within the window after a write wait for its end, so a bring-up of
+        many daemons costs about one status write per window instead of several per daemon.
+        """
+        window, last = self._ctx.settings.status_coalesce_window, memory.status_written_at
+        if window <= 0 or last is None:
+            return None
+        wait = last + window - self._ctx.clock.now()
+        return wait if wait > 0 else None
 
     def _observe_metrics(
         self,
