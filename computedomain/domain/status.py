@@ -151,11 +151,11 @@ class StatusWriter:
                 memory.reported_crd_outdated = True
                 message = coexistence.crd_outdated_message(missing_fields)
                 ctx.recorder.record(obj, "Warning", "CRDOutdated", "Reconcile", message)
-            memory.conditions = conditions
         if projection.status_equal(dict(obj.get("status") or {}), desired_status):
             if missing_fields and conditions != previous_conditions:
                 # No write carries them, yet their transitions are still news.
                 self._emit_transitions(obj, cd, previous_conditions, conditions, nodes)
+                memory.conditions = conditions
             return result
 
         # A verdict a workload or a person waits on (Ready either way) and deletion go out now.
@@ -184,6 +184,9 @@ class StatusWriter:
         ctx.caches.observe_write(COMPUTE_DOMAINS, written)
         memory.status_written_at = ctx.clock.now()
         self._emit_transitions(obj, cd, previous_conditions, conditions, nodes)
+        if missing_fields:
+            # Only now reported: a held or failed write leaves their transitions to the next.
+            memory.conditions = conditions
         return result
 
     def _coalescing(self, memory: DomainMemory) -> float | None:

@@ -36,6 +36,8 @@ CLIQUE_ID = "rack0.0"
 WINDOW = 1.0
 STATUS_PATCH = ("patch", "computedomains/status", f"{NS}/cd")
 NODES = ("n1", "n2", "n3")
+# Nodes by clique: m1 lies in another clique than the CD's other nodes.
+CLIQUE_OF = {"n1": CLIQUE_ID, "n2": CLIQUE_ID, "n3": CLIQUE_ID, "m1": "rack1.0"}
 
 
 def make_world(window: float) -> World:
@@ -55,7 +57,7 @@ def make_world(window: float) -> World:
 
 def node(name: str) -> dict[str, Any]:
     return {
-        "metadata": {"name": name, "labels": {c.GPU_CLIQUE_NODE_LABEL: CLIQUE_ID}},
+        "metadata": {"name": name, "labels": {c.GPU_CLIQUE_NODE_LABEL: CLIQUE_OF[name]}},
         "status": {"conditions": [{"type": "Ready", "status": "True"}]},
     }
 
@@ -73,21 +75,21 @@ def daemon_pod(node_name: str, ready: bool, since: str) -> dict[str, Any]:
     return pod
 
 
-def clique(entries: dict[str, str]) -> dict[str, Any]:
+def clique(clique_id: str, entries: dict[str, str]) -> dict[str, Any]:
     """The CD's clique holding one entry per node, with that node's daemon status."""
     return {
         "apiVersion": c.API_VERSION,
         "kind": c.CLIQUE_KIND,
         "metadata": {
-            "name": c.clique_name(UID, CLIQUE_ID),
+            "name": c.clique_name(UID, clique_id),
             "namespace": DRIVER_NS,
-            "labels": {c.CD_LABEL: UID, c.CLIQUE_ID_LABEL: CLIQUE_ID},
+            "labels": {c.CD_LABEL: UID, c.CLIQUE_ID_LABEL: clique_id},
         },
         "daemons": [
             {
                 "nodeName": name,
                 "ipAddress": f"10.0.0.{i + 1}",
-                "cliqueID": CLIQUE_ID,
+                "cliqueID": clique_id,
                 "index": i,
                 "status": status,
             }
@@ -105,7 +107,12 @@ def set_daemons(world: World, entries: dict[str, str]) -> None:
             for name, status in entries.items()
         ]
     )
-    world.caches.cliques[0].feed_list([world.client.add(CLIQUES, clique(entries))])
+    by_clique: dict[str, dict[str, str]] = {}
+    for name, status in entries.items():
+        by_clique.setdefault(CLIQUE_OF[name], {})[name] = status
+    world.caches.cliques[0].feed_list(
+        [world.client.add(CLIQUES, clique(cl, members)) for cl, members in by_clique.items()]
+    )
 
 
 def start(world: World) -> None:
@@ -132,7 +139,7 @@ def start(world: World) -> None:
         cds=[cd],
         rcts=rcts,
         daemonsets=daemonsets,
-        nodes=[node(n) for n in NODES],
+        nodes=[node(n) for n in CLIQUE_OF],
         service_accounts=[service_account()],
     )
 
@@ -206,3 +213,25 @@ async def test_a_window_of_zero_writes_every_change_at_once() -> None:
     set_daemons(world, {"n1": c.STATUS_NOT_READY, "n2": c.STATUS_NOT_READY})
     await world.reconcile(KEY)
     assert world.client.calls == [STATUS_PATCH]
+
+
+async def test_a_held_change_keeps_its_events_when_the_crd_prunes_conditions() -> None:
+    """With NVIDIA's CRD installed the conditions live only in memory; a held write must not
+    mark them as reported, or the Warning they are worth is never recorded."""
+    world = make_world(WINDOW)
+    start(world)
+    world.caches.missing_status_fields = lambda: ("nodeCount",)  # type: ignore[method-assign]
+    set_daemons(world, {"n1": c.STATUS_NOT_READY})
+    await world.reconcile(KEY)
+    assert world.client.calls == [STATUS_PATCH]
+    world.recorder.events.clear()
+
+    await world.clock.advance(0.25)
+    set_daemons(world, {"n1": c.STATUS_NOT_READY, "m1": c.STATUS_NOT_READY})
+    result = await world.reconcile(KEY)
+    assert world.client.calls == []
+
+    await world.clock.advance(result.requeue_after or 0)
+    await world.reconcile(KEY)
+    assert world.client.calls == [STATUS_PATCH]
+    assert ("Warning", "MultipleCliques") in world.recorder.events
