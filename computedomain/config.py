@@ -463,8 +463,9 @@ SETTINGS: Sequence[Setting] = (
             "reconciler.daemon_ready_grace_period", check=seconds_at_least(0)),
     Setting("--status-coalesce-window", "STATUS_COALESCE_WINDOW", "1s", parse_duration,
             "a ComputeDomain's status change after a quiet period is written at once; further "
-            "changes within this window are folded into one write at its end (bounds status "
-            "writes during a bring-up to about one per window per CD; a Ready flip and "
+            "changes within this window are folded into one write at its end, and while they "
+            "keep coming the window doubles after each such write, up to 4x this (a bring-up "
+            "costs a few status writes per CD, not several per daemon; a Ready flip and "
             "deletion are never delayed; 0 writes every change at once)",
             "reconciler.status_coalesce_window", check=seconds_at_least(0, 60)),
 )

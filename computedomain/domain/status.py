@@ -31,14 +31,13 @@ log = logging.getLogger(__name__)
 
 # A requeue at a grace deadline goes this much later, so the clock has surely passed it.
 GRACE_MARGIN_SECONDS = 0.1
+# While a CD's status keeps changing (a bring-up: daemons start over tens of seconds), its
+# coalescing window doubles after each folded write, up to this many times the configured one.
+MAX_WINDOW_FACTOR = 4
 
 
 def _ready(conditions: Sequence[Condition]) -> str | None:
     return next((x.status for x in conditions if x.type == "Ready"), None)
-
-
-def _node_ref(name: str) -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}}
 
 
 class StatusWriter:
@@ -182,7 +181,7 @@ class StatusWriter:
                 return Result()
             raise
         ctx.caches.observe_write(COMPUTE_DOMAINS, written)
-        memory.status_written_at = ctx.clock.now()
+        self._wrote(memory)
         self._emit_transitions(obj, cd, previous_conditions, conditions, nodes)
         if missing_fields:
             # Only now reported: a held or failed write leaves their transitions to the next.
@@ -194,13 +193,26 @@ class StatusWriter:
 
         The first change after a quiet window goes out at once (an isolated change is not
         delayed); changes within the window after a write wait for its end, so a bring-up of
-        many daemons costs about one status write per window instead of several per daemon.
+        many daemons costs a few status writes instead of several per daemon.
         """
-        window, last = self._ctx.settings.status_coalesce_window, memory.status_written_at
-        if window <= 0 or last is None:
+        base, last = self._ctx.settings.status_coalesce_window, memory.status_written_at
+        if base <= 0 or last is None:
             return None
-        wait = last + window - self._ctx.clock.now()
-        return wait if wait > 0 else None
+        wait = last + (memory.status_window or base) - self._ctx.clock.now()
+        if wait <= 0:
+            return None
+        memory.status_held = True
+        return wait
+
+    def _wrote(self, memory: DomainMemory) -> None:
+        """A status write went out: the next window is twice as long if this write folded held
+        changes (they keep coming), up to ``MAX_WINDOW_FACTOR``, else the configured one."""
+        base = self._ctx.settings.status_coalesce_window
+        window = memory.status_window or base
+        grown = min(window * 2, base * MAX_WINDOW_FACTOR)
+        memory.status_window = grown if memory.status_held else base
+        memory.status_held = False
+        memory.status_written_at = self._ctx.clock.now()
 
     def _observe_metrics(
         self,
@@ -252,10 +264,7 @@ class StatusWriter:
         old_nodes = list(cd.status.nodes or []) if cd.status else []
         warned = self._ctx.memory_of(cd.metadata.uid).warned_once
         for event in transition_events(old_nodes, nodes, before, after, warned):
-            related = _node_ref(event.node) if event.node else None
-            self._ctx.recorder.record(
-                obj, event.type, event.reason, event.action, event.note, related=related
-            )
+            self._ctx.recorder.record(obj, event.type, event.reason, event.action, event.note)
             if event.type == WARNING and event.reason in ONCE_PER_DOMAIN:
                 warned.add(event.reason)
 

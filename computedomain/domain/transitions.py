@@ -4,8 +4,11 @@ A Warning is for a person to act on: it comes only when something is wrong or la
 problem, and its note (the condition's message) says what to do.
 
 - nodes that join or leave ``status.nodes``: one ``NodeJoined`` and one ``NodeLeft`` (Normal) per
-  status write, listing the nodes (at most ``NODES_LISTED``, then how many more); a lone node is
-  also the Event's ``related`` object. A bring-up of 64 nodes is a few Events, not 64;
+  status write, naming the nodes (at most ``NODES_LISTED``, then how many more). They are about
+  the CD alone (no ``related`` Node), so they are isomorphic and the recorder folds later
+  batches into the first Event's series: a bring-up of any size costs two Event writes (create,
+  then count 2; later counts are flushed when the series goes quiet). ``status.nodes`` names
+  every node;
 - a condition whose status or reason changed: an event for ``Ready`` always, and for a warning
   condition (``conditions.WARNING_CONDITIONS``) when it turns False. True, or a reason that is
   progress (``conditions.PROGRESS_REASONS``: waiting for the workload, daemons starting within
@@ -42,13 +45,12 @@ NODES_LISTED = 10
 
 @dataclass(frozen=True)
 class EventSpec:
-    """An Event to record about the CD; ``node`` names the Node it is related to, if any."""
+    """An Event to record about the CD."""
 
     type: str
     reason: str
     action: str
     note: str
-    node: str | None = None
 
 
 def _listing(names: Sequence[str]) -> str:
@@ -80,12 +82,10 @@ def node_events(
                 f"clique {cl}: {_listing(ns)}" for cl, ns in sorted(by_clique.items())
             )
             note = f"{len(joined)} nodes joined ({where})"
-        only = joined[0] if len(joined) == 1 else None
-        events.append(EventSpec(NORMAL, "NodeJoined", "Join", note, node=only))
+        events.append(EventSpec(NORMAL, "NodeJoined", "Join", note))
     left = sorted(old.keys() - new.keys())
     if left:
-        only = left[0] if len(left) == 1 else None
-        events.append(EventSpec(NORMAL, "NodeLeft", "Leave", f"{_nodes(left)} left", node=only))
+        events.append(EventSpec(NORMAL, "NodeLeft", "Leave", f"{_nodes(left)} left"))
     return events
 
 

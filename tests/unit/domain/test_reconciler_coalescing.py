@@ -235,3 +235,56 @@ async def test_a_held_change_keeps_its_events_when_the_crd_prunes_conditions() -
     await world.reconcile(KEY)
     assert world.client.calls == [STATUS_PATCH]
     assert ("Warning", "MultipleCliques") in world.recorder.events
+
+
+async def test_the_window_grows_while_changes_keep_coming_and_resets_when_quiet() -> None:
+    """A bring-up spread over many seconds: each folded write doubles the window (up to
+    MAX_WINDOW_FACTOR times the setting); a change after a quiet window is written at once and
+    the window is the configured one again."""
+    world = make_world(WINDOW)
+    start(world)
+    nr, ok = c.STATUS_NOT_READY, c.STATUS_READY
+    states = iter(
+        [
+            {"n1": nr},
+            {"n1": nr, "n2": nr},
+            {"n1": ok, "n2": nr},
+            {"n1": ok, "n2": nr, "n3": nr},
+            {"n1": ok, "n2": ok, "n3": nr},
+            {"n1": nr, "n2": ok, "n3": nr},
+            {"n1": nr, "n2": nr, "n3": nr},
+            {"n1": ok, "n2": nr, "n3": nr},
+        ]
+    )
+
+    async def change(after: float) -> float | None:
+        """The next state, ``after`` seconds on; how long its write is held (None: written)."""
+        await world.clock.advance(after)
+        set_daemons(world, next(states))
+        result = await world.reconcile(KEY)
+        if world.client.calls == [STATUS_PATCH]:
+            return None
+        assert world.client.calls == []
+        return result.requeue_after
+
+    async def fold(wait: float | None) -> None:
+        assert wait is not None
+        await world.clock.advance(wait)
+        await world.reconcile(KEY)
+        assert world.client.calls == [STATUS_PATCH]
+
+    assert await change(0) is None  # t=0: written, window 1 s
+    wait = await change(0.5)
+    assert wait == pytest.approx(0.5)
+    await fold(wait)  # t=1: folded; the window doubles to 2 s
+    wait = await change(0.5)
+    assert wait == pytest.approx(1.5)
+    await fold(wait)  # t=3: window 4 s
+    wait = await change(0.5)
+    assert wait == pytest.approx(3.5)
+    await fold(wait)  # t=7: window stays at 4 x 1 s
+    wait = await change(0.5)
+    assert wait == pytest.approx(3.5)
+    await fold(wait)  # t=11
+    assert await change(10) is None  # quiet for longer than the window: at once, window 1 s
+    assert await change(0.5) == pytest.approx(0.5)
