@@ -4,7 +4,8 @@ Starts etcd, kube-apiserver, KCM, scheduler and kwok with a simulated GB200 flee
 racks = 1,152 nodes by default), runs our controller in this process, and measures:
 
 1. projection latency: a ComputeDomainClique entry (full Update, NotReady→Ready, the way
-   NVIDIA's daemon writes it) until the CD's ``status.nodes`` shows it;
+   NVIDIA's daemon writes it) until the CD's ``status.nodes`` shows it, each change isolated
+   (spaced by the status coalescing window);
 2. burst: N CDs created at once until each has its three children and conditions, and the
    controller's API writes per CD;
 3. end-to-end with the fleet simulator: M CDs x K StatefulSet workers until every CD is Ready,
