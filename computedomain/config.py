@@ -282,14 +282,20 @@ def above(bound: float) -> Check:
     return Check(f"> {_number(bound)}", check)
 
 
-def seconds_at_least(minimum: float) -> Check:
+def seconds_at_least(minimum: float, maximum: float | None = None) -> Check:
     def check(value: Any, row: Setting) -> None:
         if value < minimum:
             raise ConfigError(
                 f"{row.flag} / {row.env}: must be at least {_number(minimum)}s, got {value:g}s"
             )
+        if maximum is not None and value > maximum:
+            raise ConfigError(
+                f"{row.flag} / {row.env}: must be at most {_number(maximum)}s, got {value:g}s"
+            )
 
-    return Check(f"duration >= {_number(minimum)}s", check)
+    if maximum is None:
+        return Check(f"duration >= {_number(minimum)}s", check)
+    return Check(f"duration {_number(minimum)}s to {_number(maximum)}s", check)
 
 
 def required(what: str) -> Check:
@@ -485,6 +491,13 @@ SETTINGS: Sequence[Setting] = (
             "start-up, ~30-60 s per #1152) before DaemonsReady says DaemonsNotReady and a Warning "
             "event is recorded; before that the reason is DaemonsStarting",
             "reconciler.daemon_ready_grace_period", check=seconds_at_least(0)),
+    Setting("--status-coalesce-window", "STATUS_COALESCE_WINDOW", "1s", parse_duration,
+            "a ComputeDomain's status change after a quiet period is written at once; further "
+            "changes within this window are folded into one write at its end, and while they "
+            "keep coming the window doubles after each such write, up to 4x this (a bring-up "
+            "costs a few status writes per CD, not several per daemon; a Ready flip and "
+            "deletion are never delayed; 0 writes every change at once)",
+            "reconciler.status_coalesce_window", check=seconds_at_least(0, 60)),
 )
 # fmt: on
 

@@ -31,6 +31,11 @@ class DomainMemory:
     reported_crd_outdated: bool = False
     # Reasons warned about once per CD (transitions.ONCE_PER_DOMAIN) and already recorded.
     warned_once: set[str] = field(default_factory=set)
+    # When (clock.now()) this process last wrote the CD's status: the coalescing window's start;
+    # the window's length now (None: the configured one), and whether a change waits for it.
+    status_written_at: float | None = None
+    status_window: float | None = None
+    status_held: bool = False
 
 
 @dataclass

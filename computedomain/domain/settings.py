@@ -40,6 +40,9 @@ class ReconcilerSettings:
     # driverManaged: IMEX daemons in a DaemonSet per CD; hostManaged: the host's nvidia-imex,
     # and per CD only the workload RCT (contract §18).
     imex_mode: str = c.IMEX_MODE_DRIVER
+    # Status changes this soon after the CD's last status write wait for the window's end and
+    # go out as one write (0: no waiting).
+    status_coalesce_window: float = 1.0
 
     @property
     def driver_namespace(self) -> str:

@@ -18,7 +18,7 @@ from computedomain.domain import coexistence, projection, topology
 from computedomain.domain import conditions as cond
 from computedomain.domain.caches import BY_CD, BY_GPU_CLIQUE
 from computedomain.domain.conditions import ChildState, DomainView
-from computedomain.domain.context import ReconcileContext
+from computedomain.domain.context import DomainMemory, ReconcileContext
 from computedomain.domain.keys import CDKey
 from computedomain.domain.transitions import ONCE_PER_DOMAIN, WARNING, transition_events
 from computedomain.runtime import objects
@@ -31,10 +31,13 @@ log = logging.getLogger(__name__)
 
 # A requeue at a grace deadline goes this much later, so the clock has surely passed it.
 GRACE_MARGIN_SECONDS = 0.1
+# While a CD's status keeps changing (a bring-up: daemons start over tens of seconds), its
+# coalescing window doubles after each folded write, up to this many times the configured one.
+MAX_WINDOW_FACTOR = 4
 
 
-def _node_ref(name: str) -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}}
+def _ready(conditions: Sequence[Condition]) -> str | None:
+    return next((x.status for x in conditions if x.type == "Ready"), None)
 
 
 class StatusWriter:
@@ -185,12 +188,22 @@ class StatusWriter:
                 memory.reported_crd_outdated = True
                 message = coexistence.crd_outdated_message(missing_fields)
                 ctx.recorder.record(obj, "Warning", "CRDOutdated", "Reconcile", message)
-            memory.conditions = conditions
         if projection.status_equal(dict(obj.get("status") or {}), desired_status):
             if missing_fields and conditions != previous_conditions:
                 # No write carries them, yet their transitions are still news.
                 self._emit_transitions(obj, cd, previous_conditions, conditions, nodes)
+                memory.conditions = conditions
             return result
+
+        # A verdict a workload or a person waits on (Ready either way) and deletion go out now.
+        stored = dict(obj.get("status") or {})
+        flips = stored.get("status") != desired_status["status"]
+        flips = flips or _ready(previous_conditions) != _ready(conditions)
+        hold = None if deleting or flips else self._coalescing(memory)
+        if hold is not None:
+            # Folded into one write at the window's end; that reconcile recomputes from the
+            # caches, so it carries whatever changed meanwhile.
+            return Result(requeue_after=min(hold, result.requeue_after or hold))
 
         patch = {
             "metadata": {"resourceVersion": objects.resource_version(obj)},
@@ -206,8 +219,38 @@ class StatusWriter:
                 return Result()
             raise
         ctx.caches.observe_write(COMPUTE_DOMAINS, written)
+        self._wrote(memory)
         self._emit_transitions(obj, cd, previous_conditions, conditions, nodes)
+        if missing_fields:
+            # Only now reported: a held or failed write leaves their transitions to the next.
+            memory.conditions = conditions
         return result
+
+    def _coalescing(self, memory: DomainMemory) -> float | None:
+        """How long a status change waits to be folded with the next ones, or None: write now.
+
+        The first change after a quiet window goes out at once (an isolated change is not
+        delayed); changes within the window after a write wait for its end, so a bring-up of
+        many daemons costs a few status writes instead of several per daemon.
+        """
+        base, last = self._ctx.settings.status_coalesce_window, memory.status_written_at
+        if base <= 0 or last is None:
+            return None
+        wait = last + (memory.status_window or base) - self._ctx.clock.now()
+        if wait <= 0:
+            return None
+        memory.status_held = True
+        return wait
+
+    def _wrote(self, memory: DomainMemory) -> None:
+        """A status write went out: the next window is twice as long if this write folded held
+        changes (they keep coming), up to ``MAX_WINDOW_FACTOR``, else the configured one."""
+        base = self._ctx.settings.status_coalesce_window
+        window = memory.status_window or base
+        grown = min(window * 2, base * MAX_WINDOW_FACTOR)
+        memory.status_window = grown if memory.status_held else base
+        memory.status_held = False
+        memory.status_written_at = self._ctx.clock.now()
 
     def _observe_metrics(
         self,
@@ -259,10 +302,7 @@ class StatusWriter:
         old_nodes = list(cd.status.nodes or []) if cd.status else []
         warned = self._ctx.memory_of(cd.metadata.uid).warned_once
         for event in transition_events(old_nodes, nodes, before, after, warned):
-            related = _node_ref(event.node) if event.node else None
-            self._ctx.recorder.record(
-                obj, event.type, event.reason, event.action, event.note, related=related
-            )
+            self._ctx.recorder.record(obj, event.type, event.reason, event.action, event.note)
             if event.type == WARNING and event.reason in ONCE_PER_DOMAIN:
                 warned.add(event.reason)
 

@@ -48,8 +48,13 @@ CHILDREN_FOREIGN = cond(
 @pytest.mark.parametrize(
     ("before", "after", "events"),
     [
-        pytest.param([], [WAITING], [EventSpec("Normal", "WaitingForWorkload", "Reconcile",
-                     "no workload pod yet")], id="a new CD waits: Normal"),
+        pytest.param([], [WAITING], [], id="a new CD waits: Created and the condition say it"),
+        pytest.param([], [FOREIGN], [EventSpec("Warning", "ForeignObject", "Reconcile",
+                     "RCT ns/x belongs to ComputeDomain ns/y")],
+                     id="a new CD's first verdict is a problem: Warning"),
+        pytest.param([CHILDREN_OK], [CHILDREN_OK, WAITING], [EventSpec("Normal",
+                     "WaitingForWorkload", "Reconcile", "no workload pod yet")],
+                     id="a later verdict of progress: Normal"),
         pytest.param([WAITING], [WAITING], [], id="unchanged: nothing"),
         pytest.param([WAITING], [cond("Ready", "False", "WaitingForWorkload", "other words")], [],
                      id="only the message changed: nothing"),
@@ -93,13 +98,26 @@ def test_condition_transitions(
 @pytest.mark.parametrize(
     ("before", "after", "events"),
     [
+        pytest.param([], [node("n1", "")], [
+            EventSpec("Normal", "NodeJoined", "Join", "Node n1 joined (clique none)"),
+        ], id="a lone join; no clique says none"),
+        pytest.param([node("n0")], [node("n0"), node("n2"), node("n1")], [
+            EventSpec("Normal", "NodeJoined", "Join", "Nodes n1, n2 joined (clique c.1)"),
+        ], id="joins in one write: one Event, by name"),
         pytest.param([], [node("n2"), node("n1", "")], [
-            EventSpec("Normal", "NodeJoined", "Join", "Node n1 joined (clique none)", node="n1"),
-            EventSpec("Normal", "NodeJoined", "Join", "Node n2 joined (clique c.1)", node="n2"),
-        ], id="joins, by name; no clique says none"),
+            EventSpec("Normal", "NodeJoined", "Join",
+                      "2 nodes joined (clique c.1: n2; clique none: n1)"),
+        ], id="joins across cliques: one Event, by clique"),
+        pytest.param([], [node(f"n{i:02d}") for i in range(12)], [
+            EventSpec("Normal", "NodeJoined", "Join", "Nodes n00, n01, n02, n03, n04, n05, n06, "
+                      "n07, n08, n09 and 2 more joined (clique c.1)"),
+        ], id="many joins: the first ten and how many more"),
         pytest.param([node("n1"), node("n2")], [node("n2")], [
-            EventSpec("Normal", "NodeLeft", "Leave", "Node n1 left", node="n1"),
+            EventSpec("Normal", "NodeLeft", "Leave", "Node n1 left"),
         ], id="a leave"),
+        pytest.param([node("n1"), node("n2"), node("n3")], [node("n2")], [
+            EventSpec("Normal", "NodeLeft", "Leave", "Nodes n1, n3 left"),
+        ], id="leaves in one write: one Event"),
         pytest.param([node("n1")], [node("n1", "c.2")], [], id="a node that stays: nothing"),
     ],
 )  # fmt: skip
@@ -120,5 +138,5 @@ def test_placement_findings_warn_once_per_domain(finding: Condition) -> None:
 
 
 def test_nodes_come_before_conditions() -> None:
-    events = transition_events([], [node("n1")], [], [WAITING])
+    events = transition_events([], [node("n1")], [CHILDREN_OK], [CHILDREN_OK, WAITING])
     assert [e.reason for e in events] == ["NodeJoined", "WaitingForWorkload"]
