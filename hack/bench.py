@@ -788,7 +788,8 @@ async def main():
     stop = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
     async def ready(process):
-        process.caches.nodes.label_selector = "bench.computedomain.dev/no-node-watch"
+        for informer in (process.caches.nodes, process.caches.labelled_nodes):
+            informer.label_selector = "bench.computedomain.dev/no-node-watch"
     configure_logging(log_format="text", verbosity=0)
     await run_controller(parse_settings([], dict(os.environ)), stop, on_ready=ready)
 

@@ -2,6 +2,11 @@
 
 Children live in the driver namespace while CDs live in user namespaces, so owner references
 cannot link them: every child, daemon pod, clique and Node is indexed by the CD UID it names.
+
+Nodes are watched twice, so that heartbeats (a status update of every Node every few seconds)
+cost little: every Node as metadata only, for the clique inventory, the CD label and existence;
+and, as NVIDIA's controller does, whole Nodes only where they carry the CD label, for readiness.
+Both drop heartbeats in the informer (``unchanged``), before the store and the handlers.
 """
 
 from __future__ import annotations
@@ -56,28 +61,44 @@ def node_ready(node: Mapping[str, Any]) -> bool:
     return objects.condition(node, "Ready").get("status") == "True"
 
 
+_NODE_META_KEPT = ("name", "uid", "resourceVersion", "labels", "deletionTimestamp")
+
+
+def trim_node_metadata(node: dict[str, Any]) -> dict[str, Any]:
+    """Keep a Node's identity and labels (managed fields are over half of its metadata)."""
+    meta = objects.meta(node)
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {key: meta[key] for key in _NODE_META_KEPT if key in meta},
+    }
+
+
 def trim_node(node: dict[str, Any]) -> dict[str, Any]:
     """Keep what we read of a Node: identity, labels, and the Ready condition.
 
     With thousands of Nodes, their images, addresses and heartbeats would dominate memory.
     """
-    meta = objects.meta(node)
     conditions = (node.get("status") or {}).get("conditions") or []
     ready = [
         {"type": "Ready", "status": cond.get("status")}
         for cond in conditions
         if cond.get("type") == "Ready"
     ]
-    return {
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {
-            key: meta[key]
-            for key in ("name", "uid", "resourceVersion", "labels", "deletionTimestamp")
-            if key in meta
-        },
-        "status": {"conditions": ready},
-    }
+    return {**trim_node_metadata(node), "status": {"conditions": ready}}
+
+
+def same_node_metadata(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
+    """Nothing we keep of the Node's metadata changed: a heartbeat."""
+    old_meta, new_meta = objects.meta(old), objects.meta(new)
+    return objects.labels(old) == objects.labels(new) and old_meta.get(
+        "deletionTimestamp"
+    ) == new_meta.get("deletionTimestamp")
+
+
+def same_node(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
+    """Nothing we keep of the Node changed (labels, readiness): a heartbeat."""
+    return same_node_metadata(old, new) and node_ready(old) == node_ready(new)
 
 
 def trim_pod(pod: dict[str, Any]) -> dict[str, Any]:
@@ -118,7 +139,10 @@ class Caches:
     claim_templates: Informer
     daemon_pods: list[Informer]
     cliques: list[Informer]
+    # Every Node, metadata only: clique inventory, CD labels, existence.
     nodes: Informer
+    # Nodes carrying the CD label, trimmed to identity, labels and Ready: readiness.
+    labelled_nodes: Informer
     # The daemon ServiceAccount in the driver namespace, by name (#586: Helm owns it).
     service_accounts: Informer
     # The ComputeDomain CRD alone: whether it keeps our status fields (NVIDIA's chart never
@@ -138,6 +162,7 @@ class Caches:
             *self.daemon_pods,
             *self.cliques,
             self.nodes,
+            self.labelled_nodes,
             self.service_accounts,
             self.crds,
             self.clique_crds,
@@ -169,9 +194,18 @@ class Caches:
         return [cl for inf in self.cliques for cl in inf.store.by_index(BY_CD, uid)]
 
     def node_ready(self, name: str) -> bool | None:
-        """Whether the Node is Ready; None when no such Node exists (deleted)."""
-        node = self.nodes.store.get(name)
-        return None if node is None else node_ready(node)
+        """Whether the Node is Ready; None when no such Node exists (deleted).
+
+        Readiness is watched only where the CD label is (as NVIDIA does). An existing Node
+        without it counts as Ready, so its daemon's own report stands: a daemon runs only on
+        labelled Nodes (the DaemonSet's nodeSelector), so such a Node in ``status.nodes`` is in
+        passing (its label just went with the workload, and the daemon follows), and calling
+        it lost would be a guess.
+        """
+        if self.nodes.store.get(name) is None:
+            return None
+        labelled = self.labelled_nodes.store.get(name)
+        return True if labelled is None else node_ready(labelled)
 
     def missing_daemon_service_account(self) -> str | None:
         """``namespace/name`` of the daemon ServiceAccount while it does not exist, else None."""
@@ -224,7 +258,9 @@ class Caches:
         elif res is r.RESOURCE_CLAIM_TEMPLATES:
             self.claim_templates.store.observe_write(obj)
         elif res is r.NODES:
-            self.nodes.store.observe_write(obj)
+            # Only the metadata cache: the labelled one learns from its watch whether the
+            # Node still matches (our only Node write removes the label).
+            self.nodes.store.observe_write(trim_node_metadata(obj))
         elif res in (r.DAEMONSETS, CLIQUES):
             per_namespace = self.daemonsets if res is r.DAEMONSETS else self.cliques
             for informer in per_namespace:
@@ -304,9 +340,19 @@ def build_caches(
         nodes=Informer(
             client,
             r.NODES,
-            transform=trim_node,
+            metadata_only=True,
+            transform=trim_node_metadata,
+            unchanged=same_node_metadata,
             indexers={BY_CD: uids_of_labelled, BY_GPU_CLIQUE: _by_gpu_clique},
             name="nodes",
+        ),
+        labelled_nodes=Informer(
+            client,
+            r.NODES,
+            label_selector=CD_LABEL_EXISTS,
+            transform=trim_node,
+            unchanged=same_node,
+            name="nodes/labelled",
         ),
         service_accounts=Informer(
             client,

@@ -81,11 +81,14 @@ class Cleanup:
     async def remove_node_labels(self, uid: str) -> int:
         """Strip the CD label from Nodes still naming ``uid``, only while it still names ``uid``.
 
-        Uses a live, label-selected LIST (the cache may lag a label the plugin just set) and a
-        JSON patch guarded by a ``test``, so a label that moved to another CD is left alone.
+        Uses a live, label-selected LIST (the cache may lag a label the plugin just set; names
+        are all it needs, so metadata only) and a JSON patch guarded by a ``test``, so a label
+        that moved to another CD is left alone.
         """
         ctx = self._ctx
-        listing = await ctx.client.list(r.NODES, label_selector=f"{c.CD_LABEL}={uid}")
+        listing = await ctx.client.list(
+            r.NODES, label_selector=f"{c.CD_LABEL}={uid}", metadata_only=True
+        )
         removed = 0
         for node in listing.get("items") or []:
             patch = patches.remove_label_if(c.CD_LABEL, uid)

@@ -6,8 +6,9 @@ another namespace than their CD, so every event is mapped through the CD UID it 
 - ComputeDomains (add, update, delete): that CD;
 - DaemonSets, RCTs, daemon pods (any): the CD of the UID label, the old and the new one;
 - ComputeDomainCliques (any): the CDs its label and its name name, old and new;
-- Nodes (add, delete, a label change): the CD of the label, old and new, and every CD with a
-  node in the same NVLink clique (its sharing findings change);
+- Nodes (add, delete, a label change; metadata of every Node): the CD of the label, old and
+  new, and every CD with a node in the same NVLink clique (its sharing findings change);
+- labelled Nodes (add, delete, a readiness change): the CD of the label, old and new;
 - the daemon ServiceAccount (add, delete): every CD (#586);
 - the CD CRD and NVIDIA's controller pods (any): the ``CoexistenceMonitor``.
 
@@ -20,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol
 
-from computedomain.domain.caches import BY_GPU_CLIQUE, Caches, node_ready, uids_of_labelled
+from computedomain.domain.caches import BY_GPU_CLIQUE, Caches, uids_of_labelled
 from computedomain.domain.coexistence import CoexistenceMonitor
 from computedomain.domain.keys import CDKey, OrphanKey
 from computedomain.domain.labels import cd_uid_of, cd_uids_of_clique
@@ -88,13 +89,8 @@ class EventRouter:
         self.enqueue_all()
 
     def on_node_change(self, old: Obj | None, new: Obj | None) -> None:
-        if (
-            old is not None
-            and new is not None
-            and objects.labels(old) == objects.labels(new)
-            and node_ready(old) == node_ready(new)
-        ):
-            return  # heartbeats: nothing a CD reports depends on them
+        if old is not None and new is not None and objects.labels(old) == objects.labels(new):
+            return  # nothing a CD reports depends on other metadata
         uids = set(uids_of_change(uids_of_labelled, old, new))
         cliques = {clique for obj in (old, new) if (clique := clique_of(obj))}
         # A node joining or leaving a clique changes the sharing findings of every CD there.
@@ -126,6 +122,9 @@ def wire(router: EventRouter, coexistence: CoexistenceMonitor) -> None:
             delete=lambda obj: router.on_node_change(obj, None),
         )
     )
+    # Heartbeats never get here (the informer drops them): what is left is readiness, or a
+    # Node gaining or losing the label (the metadata handler above wakes the same CDs).
+    caches.labelled_nodes.add_handler(labelled)
     # Updates of the ServiceAccount change nothing we report.
     caches.service_accounts.add_handler(
         FunctionHandler(

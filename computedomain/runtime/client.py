@@ -52,6 +52,15 @@ DEFAULT_FIELD_MANAGER = "computedomain-controller"
 DEFAULT_REQUEST_TIMEOUT = 30.0
 DEFAULT_WATCH_INACTIVITY_TIMEOUT = 70.0
 _WATCH_CHUNK_LIMIT = 64 * 1024 * 1024
+# Metadata only (PartialObjectMetadata, as client-go's metadata client asks): the server sends
+# each object's metadata and nothing else; a server that cannot falls back to whole objects.
+METADATA_LIST_ACCEPT = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
+METADATA_WATCH_ACCEPT = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
+_JSON = "application/json"
+
+
+def _accept(metadata_only: bool, media: str) -> str:
+    return f"{media},{_JSON}" if metadata_only else _JSON
 
 
 def parse_retry_after(value: str | None) -> float | None:
@@ -229,8 +238,9 @@ class KubeClient:
         *,
         query: list[tuple[str, str]] | None = None,
         body: Any = None,
-        content_type: str = "application/json",
+        content_type: str = _JSON,
         client_timeout: aiohttp.ClientTimeout | None = None,
+        accept: str = _JSON,
     ) -> aiohttp.ClientResponse:
         """Send one request and return the unread response; counts it in the metrics.
 
@@ -244,7 +254,7 @@ class KubeClient:
         for attempt in (1, 2):
             authorization = await self.connection.authorization()
             response = await self._send_once(
-                method, path, query, data, content_type, authorization, client_timeout
+                method, path, query, data, content_type, accept, authorization, client_timeout
             )
             if response.status != 401 or attempt == 2:
                 return response
@@ -260,10 +270,11 @@ class KubeClient:
         query: list[tuple[str, str]] | None,
         data: bytes | None,
         content_type: str,
+        accept: str,
         authorization: str | None,
         client_timeout: aiohttp.ClientTimeout | None,
     ) -> aiohttp.ClientResponse:
-        headers = {"Accept": "application/json", "Content-Type": content_type}
+        headers = {"Accept": accept, "Content-Type": content_type}
         if authorization:
             headers["Authorization"] = authorization
         started = time.monotonic()
@@ -296,7 +307,8 @@ class KubeClient:
         *,
         query: list[tuple[str, str]] | None = None,
         body: Any = None,
-        content_type: str = "application/json",
+        content_type: str = _JSON,
+        accept: str = _JSON,
     ) -> dict[str, Any] | None:
         if self.rate_limiter is not None:
             await self.rate_limiter.acquire()
@@ -306,7 +318,9 @@ class KubeClient:
                 code="<fenced>", method=method, host=self.host
             ).inc()
             raise ApiError(0, "LeaseNotHeld", f"{method} {path}: refused, leadership not proven")
-        response = await self._send(method, path, query=query, body=body, content_type=content_type)
+        response = await self._send(
+            method, path, query=query, body=body, content_type=content_type, accept=accept
+        )
         try:
             raw = await response.read()
         finally:
@@ -346,7 +360,10 @@ class KubeClient:
         resource_version: str | None = None,
         limit: int | None = None,
         continue_token: str | None = None,
+        metadata_only: bool = False,
     ) -> dict[str, Any]:
+        """One LIST (one page when ``limit`` is given: ``metadata.continue`` names the next).
+        ``metadata_only``: items are PartialObjectMetadata (kind, apiVersion, metadata)."""
         query: list[tuple[str, str]] = []
         if label_selector:
             query.append(("labelSelector", label_selector))
@@ -358,7 +375,12 @@ class KubeClient:
             query.append(("limit", str(limit)))
         if continue_token:
             query.append(("continue", continue_token))
-        result = await self._request_object("GET", res.path(namespace), query=query)
+        result = await self._request_object(
+            "GET",
+            res.path(namespace),
+            query=query,
+            accept=_accept(metadata_only, METADATA_LIST_ACCEPT),
+        )
         if result.get("items") is None:
             result["items"] = []
         return result
@@ -433,11 +455,13 @@ class KubeClient:
         allow_bookmarks: bool = True,
         field_selector: str | None = None,
         inactivity_timeout: float = DEFAULT_WATCH_INACTIVITY_TIMEOUT,
+        metadata_only: bool = False,
     ) -> AsyncIterator[tuple[str, dict[str, Any]]]:
         """Stream ``(type, object)`` events until the server ends the watch.
 
         An ERROR event raises ``ApiError`` (410 when the resourceVersion is too old). A
         connection silent for ``inactivity_timeout`` raises ``asyncio.TimeoutError``.
+        ``metadata_only``: each object is a PartialObjectMetadata.
         """
         query: list[tuple[str, str]] = [
             ("watch", "true"),
@@ -455,7 +479,11 @@ class KubeClient:
             total=None, sock_connect=self.request_timeout, sock_read=inactivity_timeout
         )
         response = await self._send(
-            "GET", res.path(namespace), query=query, client_timeout=stream_timeout
+            "GET",
+            res.path(namespace),
+            query=query,
+            client_timeout=stream_timeout,
+            accept=_accept(metadata_only, METADATA_WATCH_ACCEPT),
         )
         try:
             if not 200 <= response.status <= 299:

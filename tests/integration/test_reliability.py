@@ -12,6 +12,7 @@ from computedomain.api import constants as c
 from computedomain.api.resources import COMPUTE_DOMAINS
 from computedomain.runtime import resources as r
 from computedomain.runtime.objects import condition
+from computedomain.sim.context import NODE_NOT_READY_LABEL
 from computedomain.sim.fleet import create_fleet, wait_nodes_ready
 from tests.integration.cluster import TEST_FLEET
 from tests.integration.e2e_harness import EndToEnd, cd_ready, status_nodes, workload
@@ -47,6 +48,40 @@ async def test_a_deleted_node_stops_counting_as_a_ready_daemon(
     finally:
         # Later tests share the fleet: bring the node (and its ResourceSlice) back.
         await e2e.scale("lost", 0)
+        await create_fleet(api_client, TEST_FLEET)
+        await wait_nodes_ready(api_client, [victim], timeout=60)
+
+
+async def test_a_node_turned_not_ready_stops_counting_as_a_ready_daemon(
+    e2e: EndToEnd, api_client: ApiClient
+) -> None:
+    """Readiness is watched only on Nodes carrying the CD label (issue 10.3): a joined node
+    that turns NotReady is named in DaemonsReady and the CD is no longer Ready."""
+    await e2e.start_controller()
+    await e2e.start_simulator()
+    await e2e.create_cd("sick", num_nodes=2)
+    await e2e.run_workload(workload("sick", 2, racks=["r01"]))
+    cd = await e2e.cd_until("sick", lambda o: cd_ready(o) and len(status_nodes(o)) == 2, "Ready")
+    assert cd is not None
+    victim = sorted(status_nodes(cd))[0]
+    node = await e2e.kube.get(r.NODES, victim)
+    assert node["metadata"]["labels"].get(c.CD_LABEL) == cd["metadata"]["uid"]
+    try:
+        # kwok's node-not-ready stage turns Ready False once this label is on.
+        chaos = {"metadata": {"labels": {NODE_NOT_READY_LABEL: "true"}}}
+        await e2e.kube.patch(r.NODES, victim, chaos)
+
+        def told(o: dict[str, Any] | None) -> bool:
+            message = condition(o, "DaemonsReady").get("message", "")
+            return f"{victim}: Node NotReady" in message and not cd_ready(o)
+
+        cd = await e2e.cd_until("sick", told, f"{victim} reported NotReady", within=30)
+        assert cd is not None
+        assert cd["status"]["status"] == c.STATUS_NOT_READY
+    finally:
+        # kwok does not undo the chaos stage: replace the node for the tests sharing the fleet.
+        await e2e.scale("sick", 0)
+        await e2e.kube.delete(r.NODES, victim)
         await create_fleet(api_client, TEST_FLEET)
         await wait_nodes_ready(api_client, [victim], timeout=60)
 

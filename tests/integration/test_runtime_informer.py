@@ -17,7 +17,7 @@ from computedomain.runtime.client import KubeClient
 from computedomain.runtime.clock import SystemClock, format_microtime
 from computedomain.runtime.informer import FunctionHandler, Informer
 from computedomain.runtime.objects import object_key
-from computedomain.runtime.resources import EVENTS, Resource
+from computedomain.runtime.resources import EVENTS, NODES, Resource
 from tests.kit.waiting import eventually
 
 pytestmark = pytest.mark.integration
@@ -190,3 +190,82 @@ async def test_bookmarks_advance_the_resource_version(kube: KubeClient, namespac
             advanced, within=20, what="a bookmark past the unrelated write", interval=1
         )
         assert len(informer.store) == 0
+
+
+async def test_a_paged_metadata_only_informer_holds_every_node(
+    kube: KubeClient, fleet_nodes: list[str]
+) -> None:
+    """Nodes as PartialObjectMetadata, listed 10 at a time: the cache equals a live LIST, and
+    a label change arrives through the metadata watch."""
+    informer = Informer(kube, NODES, metadata_only=True, page_size=10)
+    seen = Seen()
+    informer.add_handler(seen.handler())
+    victim = fleet_nodes[0]
+    try:
+        async with running(informer):
+            live = {n["metadata"]["name"] for n in (await kube.list(NODES))["items"]}
+            assert len(live) > 10
+            assert set(informer.store.keys()) == live
+            assert informer.list_requests == -(-len(live) // 10)
+            stored = informer.store.get(victim)
+            assert stored is not None
+            assert (stored["kind"], stored["apiVersion"]) == ("Node", "v1")
+            assert "status" not in stored
+            assert "spec" not in stored
+            assert stored["metadata"]["labels"]["kubernetes.io/hostname"] == victim
+            await kube.patch(NODES, victim, {"metadata": {"labels": {"runtime-test": "paged"}}})
+
+            async def relabelled() -> bool:
+                node = informer.store.get(victim) or {}
+                return node.get("metadata", {}).get("labels", {}).get("runtime-test") == "paged"
+
+            await eventually(relabelled, within=20, what="the label via the metadata watch")
+    finally:
+        await kube.patch(NODES, victim, {"metadata": {"labels": {"runtime-test": None}}})
+
+
+class CompactingClient:
+    """The real client, compacting etcd right after the first page of the first LIST, so
+    that page's continue token expires (410) before it is used."""
+
+    def __init__(self, kube: KubeClient, compact: Any) -> None:
+        self._kube, self._compact = kube, compact
+        self.compacted = False
+
+    async def list(self, res: Resource, **kwargs: Any) -> dict[str, Any]:
+        page = await self._kube.list(res, **kwargs)
+        if not self.compacted and page["metadata"].get("continue"):
+            self.compacted = True
+            await self._compact()
+        return page
+
+    def watch(self, res: Resource, **kwargs: Any) -> AsyncIterator[tuple[str, dict[str, Any]]]:
+        return self._kube.watch(res, **kwargs)
+
+
+async def test_an_expired_continue_token_lists_again_from_the_start(
+    kube: KubeClient, namespace: str, control_plane: ControlPlane
+) -> None:
+    # Events are served from etcd (no watch cache): compaction expires the continue token.
+    names = [f"e{i}" for i in range(5)]
+    for name in names:
+        await kube.create(EVENTS, event(name, namespace, labelled()), namespace)
+
+    async def compact() -> None:
+        # A write first: compaction keeps the revision it compacts to (the list's own).
+        await kube.create(CONFIG_MAPS, config_map("bump"), namespace)
+        await compact_etcd(control_plane, kube)
+
+    client = CompactingClient(kube, compact)
+    informer = Informer(
+        client,  # type: ignore[arg-type]
+        EVENTS,
+        namespace=namespace,
+        label_selector=SELECTED,
+        page_size=2,
+    )
+    async with running(informer):
+        assert client.compacted
+        # 3 pages, the second refused as expired, then all 3 again.
+        assert informer.list_requests == 5
+        assert sorted(informer.store.keys()) == [f"{namespace}/{n}" for n in names]

@@ -83,7 +83,11 @@ class FakeClient:
         return copy.deepcopy(self._stored(res, name, namespace))
 
     async def list(
-        self, res: Resource, namespace: str | None = None, label_selector: str | None = None
+        self,
+        res: Resource,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        metadata_only: bool = False,
     ) -> Obj:
         self._record("list", res, namespace, label_selector or "")
         key, _, value = (label_selector or "").partition("=")
@@ -190,9 +194,14 @@ class World:
             "rcts": [self.caches.claim_templates],
             "pods": self.caches.daemon_pods,
             "nodes": [self.caches.nodes],
+            "labelled_nodes": [self.caches.labelled_nodes],
             "service_accounts": [self.caches.service_accounts],
             "cliques": self.caches.cliques,
         }
+        if "nodes" in stores:  # the labelled-Node cache sees what its label selector selects
+            stores["labelled_nodes"] = [
+                n for n in stores["nodes"] if c.CD_LABEL in objects.labels(n)
+            ]
         for name, items in stores.items():
             informers[name][0].feed_list(items)
 

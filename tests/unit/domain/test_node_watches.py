@@ -1,0 +1,160 @@
+"""Nodes are watched as metadata (every Node) and whole (only those carrying the CD label):
+readiness, lost nodes, and which Node events wake a ComputeDomain (issue 10.3)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prometheus_client import CollectorRegistry
+
+from computedomain.api import constants as c
+from computedomain.domain import projection
+from computedomain.domain.caches import Caches, build_caches
+from computedomain.domain.coexistence import CoexistenceMonitor
+from computedomain.domain.watches import EventRouter, wire
+from computedomain.observability.metrics import DomainMetrics
+from computedomain.runtime import resources as r
+from tests.unit.domain.test_conditions import node as status_node
+
+UID = "5d1ad1b8-3c3a-4a8e-9d47-0b2cde000001"
+Obj = dict[str, Any]
+
+
+def k8s_node(name: str, rv: int, *, ready: bool = True, beat: str = "t0", **labels: str) -> Obj:
+    """A whole Node as the apiserver sends it (the metadata watch sends its metadata)."""
+    return {
+        "metadata": {"name": name, "resourceVersion": str(rv), "labels": labels},
+        "spec": {"providerID": f"aws:///{name}"},
+        "status": {
+            "conditions": [
+                {"type": "Ready", "status": "True" if ready else "False", "lastHeartbeatTime": beat}
+            ],
+            "images": [{"names": ["x"], "sizeBytes": 1}],
+        },
+    }
+
+
+def metadata(node: Obj) -> Obj:
+    return {
+        "kind": "PartialObjectMetadata",
+        "apiVersion": "meta.k8s.io/v1",
+        "metadata": node["metadata"],
+    }
+
+
+def fill(caches: Caches, *nodes: Obj) -> None:
+    """What the two Node LISTs return: metadata of every Node, whole labelled Nodes."""
+    for informer in caches.all:
+        informer.feed_list([])
+    caches.nodes.feed_list([metadata(n) for n in nodes])
+    caches.labelled_nodes.feed_list([n for n in nodes if c.CD_LABEL in n["metadata"]["labels"]])
+
+
+def make_caches() -> Caches:
+    return build_caches(None, driver_namespace="driver")  # type: ignore[arg-type]
+
+
+def test_readiness_comes_from_labelled_nodes_and_existence_from_all() -> None:
+    caches = make_caches()
+    fill(
+        caches,
+        k8s_node("ready", 1, **{c.CD_LABEL: UID}),
+        k8s_node("down", 1, ready=False, **{c.CD_LABEL: UID}),
+        # Readiness of an unlabelled Node is not watched: it counts as Ready.
+        k8s_node("unlabelled", 1, ready=False),
+    )
+    assert caches.node_ready("ready") is True
+    assert caches.node_ready("down") is False
+    assert caches.node_ready("unlabelled") is True
+    assert caches.node_ready("gone") is None
+    joined = [status_node(n) for n in ("ready", "down", "unlabelled", "gone")]
+    assert projection.lost_nodes(joined, caches.node_ready) == {
+        "down": "Node NotReady",
+        "gone": "Node deleted",
+    }
+
+
+def test_the_node_caches_keep_no_spec_and_no_images() -> None:
+    caches = make_caches()
+    fill(caches, k8s_node("n", 1, **{c.CD_LABEL: UID}))
+    assert caches.nodes.store.get("n") == {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": "n", "resourceVersion": "1", "labels": {c.CD_LABEL: UID}},
+    }
+    labelled = caches.labelled_nodes.store.get("n")
+    assert labelled is not None
+    assert labelled["status"] == {"conditions": [{"type": "Ready", "status": "True"}]}
+    assert "spec" not in labelled
+    # Our own write (the label removed at deletion) lands trimmed in the metadata cache.
+    caches.observe_write(r.NODES, k8s_node("n", 2))
+    assert caches.nodes.store.get("n") == {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": "n", "resourceVersion": "2", "labels": {}},
+    }
+
+
+class Queue:
+    def __init__(self) -> None:
+        self.keys: list[str] = []
+
+    def add(self, key: str, priority: int = 0) -> None:
+        self.keys.append(key)
+
+    def add_after(self, key: str, delay: float, priority: int = 0) -> None:
+        self.keys.append(key)
+
+
+class Recorder:
+    def record(self, *_: Any, **__: Any) -> bool:
+        return True
+
+
+def wired() -> tuple[Caches, Queue]:
+    caches, queue = make_caches(), Queue()
+    router = EventRouter(caches, queue, orphan_grace=5.0)
+    monitor = CoexistenceMonitor(
+        Recorder(),  # type: ignore[arg-type]
+        DomainMetrics(CollectorRegistry()),
+        requeue_all=router.enqueue_all,
+    )
+    wire(router, monitor)
+    fill(
+        caches,
+        k8s_node("a", 1, **{c.CD_LABEL: UID, c.GPU_CLIQUE_NODE_LABEL: "cl.1"}),
+        k8s_node("b", 1, **{c.GPU_CLIQUE_NODE_LABEL: "cl.1"}),
+    )
+    cd = {"metadata": {"name": "cd", "namespace": "ns", "uid": UID, "resourceVersion": "1"}}
+    caches.compute_domains.feed("ADDED", cd)
+    queue.keys.clear()
+    return caches, queue
+
+
+def test_heartbeats_wake_nothing() -> None:
+    caches, queue = wired()
+    a = k8s_node("a", 2, beat="t1", **{c.CD_LABEL: UID, c.GPU_CLIQUE_NODE_LABEL: "cl.1"})
+    b = k8s_node("b", 2, beat="t1", **{c.GPU_CLIQUE_NODE_LABEL: "cl.1"})
+    caches.nodes.feed("MODIFIED", metadata(a))
+    caches.nodes.feed("MODIFIED", metadata(b))
+    caches.labelled_nodes.feed("MODIFIED", a)
+    assert queue.keys == []
+    assert caches.labelled_nodes.resource_version == "2"
+
+
+def test_readiness_and_label_changes_wake_the_domain() -> None:
+    caches, queue = wired()
+    down = k8s_node("a", 2, ready=False, **{c.CD_LABEL: UID, c.GPU_CLIQUE_NODE_LABEL: "cl.1"})
+    caches.labelled_nodes.feed("MODIFIED", down)
+    assert queue.keys == ["ns/cd"]
+    assert caches.node_ready("a") is False
+    queue.keys.clear()
+    # b, in the same clique, gains the label: seen on the metadata watch.
+    joined = k8s_node("b", 3, **{c.CD_LABEL: UID, c.GPU_CLIQUE_NODE_LABEL: "cl.1"})
+    caches.nodes.feed("MODIFIED", metadata(joined))
+    assert set(queue.keys) == {"ns/cd"}
+    queue.keys.clear()
+    gone = k8s_node("a", 4, **{c.CD_LABEL: UID, c.GPU_CLIQUE_NODE_LABEL: "cl.1"})
+    caches.nodes.feed("DELETED", metadata(gone))
+    assert queue.keys == ["ns/cd"]
+    assert caches.node_ready("a") is None
