@@ -70,6 +70,7 @@ class ControllerProcess:
             self.client,
             driver_namespace=s.driver_namespace,
             additional_namespaces=s.reconciler.additional_namespaces,
+            node_inventory_interval=s.node_inventory_resync_interval,
         )
         self.queue = WorkQueue(CONTROLLER_NAME, metrics=self.runtime_metrics, clock=self.clock)
         self.recorder = EventRecorder(

@@ -3,14 +3,18 @@
 Children live in the driver namespace while CDs live in user namespaces, so owner references
 cannot link them: every child, daemon pod, clique and Node is indexed by the CD UID it names.
 
-Nodes are watched twice, so that heartbeats (a status update of every Node every few seconds)
-cost little: every Node as metadata only, for the clique inventory, the CD label and existence;
-and, as NVIDIA's controller does, whole Nodes only where they carry the CD label, for readiness.
-Both drop heartbeats in the informer (``unchanged``), before the store and the handlers.
+Heartbeats (a status update of every Node every few seconds) would cost a watch event each,
+so only Nodes carrying the CD label are watched, whole, as NVIDIA's controller does: readiness,
+labels and cliques of the Nodes ComputeDomains use, event-driven; heartbeats are dropped in the
+informer (``unchanged``). Every Node's metadata (the clique inventory) is polled instead, by a
+paged LIST every ``NODE_INVENTORY_RESYNC_INTERVAL``, and what the labelled watch learns is
+carried into it at once (``LabelledNodeFeed``), so the Nodes of CDs are never a period late.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -28,15 +32,18 @@ from computedomain.domain.labels import cd_uid_of, cd_uids_of_clique
 from computedomain.domain.topology import clique_of
 from computedomain.runtime import objects
 from computedomain.runtime import resources as r
-from computedomain.runtime.client import KubeClient
+from computedomain.runtime.client import ApiError, KubeClient
 from computedomain.runtime.informer import Informer, strip_managed_fields
 from computedomain.runtime.resources import Resource
 from computedomain.runtime.store import Store
+
+log = logging.getLogger(__name__)
 
 BY_UID = "uid"
 BY_CD = "cd"
 BY_GPU_CLIQUE = "gpuClique"
 CD_LABEL_EXISTS = c.CD_LABEL
+DEFAULT_NODE_INVENTORY_INTERVAL = 60.0
 
 
 def _listed(value: str | None) -> list[str]:
@@ -130,6 +137,46 @@ def trim_daemonset(ds: dict[str, Any]) -> dict[str, Any]:
     return ds
 
 
+class LabelledNodeFeed:
+    """Carries what the labelled-Node watch learns into the polled Node inventory.
+
+    The watch reports DELETED both when a labelled Node is deleted and when it loses the CD
+    label; a GET tells them apart, so a deleted Node leaves the inventory at once (its daemon
+    stops counting: "Node deleted") and a Node that only lost the label keeps existing there.
+    """
+
+    def __init__(self, client: KubeClient, inventory: Informer) -> None:
+        self._client = client
+        self._inventory = inventory
+        self._pending: set[asyncio.Task[None]] = set()
+
+    def on_add(self, obj: dict[str, Any]) -> None:
+        self._inventory.feed("MODIFIED", obj)
+
+    def on_update(self, old: dict[str, Any], new: dict[str, Any]) -> None:
+        self._inventory.feed("MODIFIED", new)
+
+    def on_delete(self, obj: dict[str, Any]) -> None:
+        task = asyncio.get_running_loop().create_task(self.confirm_deleted(obj))
+        self._pending.add(task)
+        task.add_done_callback(self._pending.discard)
+
+    async def confirm_deleted(self, obj: dict[str, Any]) -> None:
+        name = objects.name(obj) or ""
+        try:
+            live = await self._client.get(r.NODES, name)
+        except ApiError as error:
+            if error.is_not_found:
+                self._inventory.feed("DELETED", obj)
+            else:  # the next inventory LIST settles it
+                log.warning("Node lookup failed", extra={"node": name, "err": str(error)})
+            return
+        except Exception as error:  # transport failure; the next inventory LIST settles it
+            log.warning("Node lookup failed", extra={"node": name, "err": repr(error)})
+            return
+        self._inventory.feed("MODIFIED", live)
+
+
 @dataclass
 class Caches:
     """Read-only views the reconciler works from; writes go to the API, never here."""
@@ -139,7 +186,8 @@ class Caches:
     claim_templates: Informer
     daemon_pods: list[Informer]
     cliques: list[Informer]
-    # Every Node, metadata only: clique inventory, CD labels, existence.
+    # Every Node, metadata only, polled (a LIST per period), plus whatever the labelled watch
+    # learns at once: clique inventory, CD labels, existence.
     nodes: Informer
     # Nodes carrying the CD label, trimmed to identity, labels and Ready: readiness.
     labelled_nodes: Informer
@@ -280,13 +328,17 @@ def _crd_informer(client: KubeClient, name: str) -> Informer:
 
 
 def build_caches(
-    client: KubeClient, *, driver_namespace: str, additional_namespaces: Iterable[str] = ()
+    client: KubeClient,
+    *,
+    driver_namespace: str,
+    additional_namespaces: Iterable[str] = (),
+    node_inventory_interval: float = DEFAULT_NODE_INVENTORY_INTERVAL,
 ) -> Caches:
     """DaemonSets, daemon pods and cliques are watched in the driver namespace and the
     additional ones; the daemon ServiceAccount and NVIDIA's controller pods in the driver
     namespace alone."""
     namespaces = list(dict.fromkeys([driver_namespace, *additional_namespaces]))
-    return Caches(
+    caches = Caches(
         compute_domains=Informer(
             client,
             COMPUTE_DOMAINS,
@@ -345,6 +397,7 @@ def build_caches(
             unchanged=same_node_metadata,
             indexers={BY_CD: uids_of_labelled, BY_GPU_CLIQUE: _by_gpu_clique},
             name="nodes",
+            poll_interval=node_inventory_interval,
         ),
         labelled_nodes=Informer(
             client,
@@ -373,3 +426,6 @@ def build_caches(
             name=f"pods/{driver_namespace}/nvidia-controller",
         ),
     )
+    # First handler of the labelled watch: the inventory is current before any CD is woken.
+    caches.labelled_nodes.add_handler(LabelledNodeFeed(client, caches.nodes))
+    return caches

@@ -1,5 +1,6 @@
-"""Nodes are watched as metadata (every Node) and whole (only those carrying the CD label):
-readiness, lost nodes, and which Node events wake a ComputeDomain (issue 10.3)."""
+"""Nodes carrying the CD label are watched whole; every Node's metadata is polled, and the
+labelled watch feeds it at once: readiness, lost nodes, a deleted Node told from one that only
+lost the label (a GET), and which Node events wake a ComputeDomain (issue 10.3)."""
 
 from __future__ import annotations
 
@@ -9,11 +10,13 @@ from prometheus_client import CollectorRegistry
 
 from computedomain.api import constants as c
 from computedomain.domain import projection
-from computedomain.domain.caches import Caches, build_caches
+from computedomain.domain.caches import BY_CD, Caches, build_caches
 from computedomain.domain.coexistence import CoexistenceMonitor
 from computedomain.domain.watches import EventRouter, wire
 from computedomain.observability.metrics import DomainMetrics
 from computedomain.runtime import resources as r
+from computedomain.runtime.clock import settle
+from computedomain.runtime.errors import ApiError
 from tests.unit.domain.test_conditions import node as status_node
 
 UID = "5d1ad1b8-3c3a-4a8e-9d47-0b2cde000001"
@@ -50,8 +53,22 @@ def fill(caches: Caches, *nodes: Obj) -> None:
     caches.labelled_nodes.feed_list([n for n in nodes if c.CD_LABEL in n["metadata"]["labels"]])
 
 
-def make_caches() -> Caches:
-    return build_caches(None, driver_namespace="driver")  # type: ignore[arg-type]
+class NodeGetter:
+    """Answers the GET of a Node that left the labelled watch: the Node, or 404."""
+
+    def __init__(self) -> None:
+        self.live: dict[str, Obj] = {}
+        self.gets: list[str] = []
+
+    async def get(self, res: r.Resource, name: str, namespace: str | None = None) -> Obj:
+        self.gets.append(name)
+        if name not in self.live:
+            raise ApiError(404, "NotFound", f'nodes "{name}" not found')
+        return self.live[name]
+
+
+def make_caches(client: NodeGetter | None = None) -> Caches:
+    return build_caches(client, driver_namespace="driver")  # type: ignore[arg-type]
 
 
 def test_readiness_comes_from_labelled_nodes_and_existence_from_all() -> None:
@@ -111,8 +128,8 @@ class Recorder:
         return True
 
 
-def wired() -> tuple[Caches, Queue]:
-    caches, queue = make_caches(), Queue()
+def wired(client: NodeGetter | None = None) -> tuple[Caches, Queue]:
+    caches, queue = make_caches(client), Queue()
     router = EventRouter(caches, queue, orphan_grace=5.0)
     monitor = CoexistenceMonitor(
         Recorder(),  # type: ignore[arg-type]
@@ -146,15 +163,41 @@ def test_readiness_and_label_changes_wake_the_domain() -> None:
     caches, queue = wired()
     down = k8s_node("a", 2, ready=False, **{c.CD_LABEL: UID, c.GPU_CLIQUE_NODE_LABEL: "cl.1"})
     caches.labelled_nodes.feed("MODIFIED", down)
-    assert queue.keys == ["ns/cd"]
+    assert set(queue.keys) == {"ns/cd"}
     assert caches.node_ready("a") is False
     queue.keys.clear()
-    # b, in the same clique, gains the label: seen on the metadata watch.
+    # b, in the same clique, gains the label: seen on the labelled watch, and carried into the
+    # polled inventory at once (the CD's members, cliques and sharing read it).
     joined = k8s_node("b", 3, **{c.CD_LABEL: UID, c.GPU_CLIQUE_NODE_LABEL: "cl.1"})
-    caches.nodes.feed("MODIFIED", metadata(joined))
+    caches.labelled_nodes.feed("ADDED", joined)
     assert set(queue.keys) == {"ns/cd"}
-    queue.keys.clear()
+    assert [n["metadata"]["name"] for n in caches.nodes.store.by_index(BY_CD, UID)] == ["a", "b"]
+
+
+async def test_a_labelled_node_that_leaves_the_watch_is_looked_up() -> None:
+    client = NodeGetter()
+    caches, queue = wired(client)
+    # "a" is deleted: the watch's DELETED, then the GET's 404, and the Node is gone at once.
     gone = k8s_node("a", 4, **{c.CD_LABEL: UID, c.GPU_CLIQUE_NODE_LABEL: "cl.1"})
-    caches.nodes.feed("DELETED", metadata(gone))
-    assert queue.keys == ["ns/cd"]
+    caches.labelled_nodes.feed("DELETED", gone)
+    await settle()
+    assert client.gets == ["a"]
     assert caches.node_ready("a") is None
+    assert caches.nodes.store.get("a") is None
+    assert "ns/cd" in queue.keys
+    # A list of the inventory taken before the deletion does not bring it back.
+    caches.nodes.feed_list([metadata(gone)], "3")
+    assert caches.node_ready("a") is None
+
+
+async def test_a_node_that_only_lost_the_label_still_exists() -> None:
+    client = NodeGetter()
+    caches, queue = wired(client)
+    unlabelled = k8s_node("a", 5, ready=False, **{c.GPU_CLIQUE_NODE_LABEL: "cl.1"})
+    client.live["a"] = unlabelled
+    caches.labelled_nodes.feed("DELETED", k8s_node("a", 5, **{c.CD_LABEL: UID}))
+    await settle()
+    # Existing and unlabelled: Ready by node_ready's rule, and no longer the CD's member.
+    assert caches.node_ready("a") is True
+    assert caches.nodes.store.by_index(BY_CD, UID) == []
+    assert set(queue.keys) == {"ns/cd"}

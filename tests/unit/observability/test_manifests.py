@@ -22,7 +22,7 @@ EXPECTED_CLUSTER_RULES = {
     ("resource.k8s.io", "resourceclaimtemplates"): {
         "get", "list", "watch", "create", "delete", "patch",
     },
-    ("", "nodes"): {"list", "watch", "patch"},
+    ("", "nodes"): {"get", "list", "watch", "patch"},
     ("events.k8s.io", "events"): {"create", "patch"},
     # Only the ComputeDomain CRD (resourceNames): does it keep our status fields?
     ("apiextensions.k8s.io", "customresourcedefinitions"): {"list", "watch"},

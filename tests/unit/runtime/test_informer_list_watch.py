@@ -169,3 +169,75 @@ async def test_unchanged_updates_never_reach_store_or_handlers() -> None:
     assert stored is not None
     assert stored["metadata"]["resourceVersion"] == "61"  # the last version that mattered
     assert informer.resource_version == "62"  # the watch resumes from the newest
+
+
+class Events:
+    """Every handler call, in order."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str]] = []
+
+    def handler(self) -> FunctionHandler:
+        return FunctionHandler(
+            add=lambda o: self.calls.append(("add", object_key(o))),
+            update=lambda _, n: self.calls.append(("update", object_key(n))),
+            delete=lambda o: self.calls.append(("delete", object_key(o))),
+        )
+
+
+async def test_a_polling_informer_relists_every_period_and_delivers_only_differences() -> None:
+    client = ListWatchClient([node("a", 1, clique="x"), node("b", 2), node("c", 3)])
+    clock = FakeClock()
+    informer = Informer(
+        client,  # type: ignore[arg-type]
+        NODES,
+        clock=clock,
+        page_size=2,
+        poll_interval=60,
+        metadata_only=True,
+        unchanged=lambda old, new: labels(old) == labels(new),
+    )
+    events = Events()
+    informer.add_handler(events.handler())
+    task = asyncio.create_task(informer.run())
+    try:
+        await clock.advance(0)
+        assert informer.has_synced
+        assert events.calls == [("add", "a"), ("add", "b"), ("add", "c")]
+        assert [c["continue_token"] for c in client.lists] == [None, "2"]  # paged
+        assert all(c["metadata_only"] for c in client.lists)
+        events.calls.clear()
+        # A heartbeat (RV moved, labels did not), a relabel, a deletion and a new Node.
+        client.objects = [node("a", 11, clique="x"), node("b", 12, clique="y"), node("d", 13)]
+        await clock.advance(59)
+        assert events.calls == []  # not before the period
+        await clock.advance(1)
+        assert events.calls == [("update", "b"), ("add", "d"), ("delete", "c")]
+        assert client.watches == []  # never a watch
+        events.calls.clear()
+        await clock.advance(60)  # nothing changed: nothing delivered
+        assert events.calls == []
+        assert len(client.lists) == 6
+    finally:
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+
+def test_a_polled_list_keeps_what_was_fed_after_it_and_does_not_undo_a_fed_deletion() -> None:
+    client = ListWatchClient([])
+    informer = Informer(client, NODES, clock=FakeClock(), poll_interval=60)  # type: ignore[arg-type]
+    events = Events()
+    informer.add_handler(events.handler())
+    informer.feed_list([node("gone", 5), node("kept", 5)], "10")
+    # Between two lists: a Node gained at RV 20, and "gone" deleted at RV 21.
+    informer.feed("ADDED", node("new", 20))
+    informer.feed("DELETED", node("gone", 21))
+    events.calls.clear()
+    # A list taken before both (RV 15) still holds "gone" and lacks "new".
+    informer.feed_list([node("gone", 5), node("kept", 5)], "15")
+    assert sorted(informer.store.keys()) == ["kept", "new"]
+    assert events.calls == []
+    # A later list is the truth again.
+    informer.feed_list([node("kept", 5)], "30")
+    assert events.calls == [("delete", "new")]
