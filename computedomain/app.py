@@ -204,10 +204,14 @@ class ControllerProcess:
         self.router.enqueue_all(priority=LOW_PRIORITY)
 
     async def _inventory_forever(self) -> None:
-        """Clique inventory gauges from node labels; cheap, so recomputed on a short period."""
+        """Clique inventory gauges from node labels, on a short period; recomputed only when
+        the Node store changed (a poll that found nothing new, or idle, costs nothing)."""
+        store, seen = self.caches.nodes.store, -1
         while True:
-            inventory = CliqueInventory.from_nodes(self.caches.nodes.store.list())
-            self.domain_metrics.set_clique_inventory(*inventory.usage())
+            if store.generation != seen:
+                seen = store.generation
+                inventory = CliqueInventory.from_nodes(store.list())
+                self.domain_metrics.set_clique_inventory(*inventory.usage())
             await self.clock.sleep(INVENTORY_INTERVAL)
 
 

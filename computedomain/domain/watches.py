@@ -6,8 +6,9 @@ another namespace than their CD, so every event is mapped through the CD UID it 
 - ComputeDomains (add, update, delete): that CD;
 - DaemonSets, RCTs, daemon pods (any): the CD of the UID label, the old and the new one;
 - ComputeDomainCliques (any): the CDs its label and its name name, old and new;
-- Nodes (add, delete, a label change; metadata of every Node): the CD of the label, old and
-  new, and every CD with a node in the same NVLink clique (its sharing findings change);
+- Nodes (add, delete, a label change; the polled inventory of every Node, which the labelled
+  watch feeds at once): the CD of the label, old and new, and every CD with a node in the same
+  NVLink clique (its sharing findings change);
 - labelled Nodes (add, delete, a readiness change): the CD of the label, old and new;
 - the daemon ServiceAccount (add, delete): every CD (#586);
 - the CD CRD and NVIDIA's controller pods (any): the ``CoexistenceMonitor``.

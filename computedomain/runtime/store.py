@@ -49,6 +49,8 @@ class Store:
         self._deleted: dict[str, Obj] = {}
         self._indexers: dict[str, Indexer] = dict(indexers or {})
         self._indices: dict[str, dict[str, set[str]]] = {name: {} for name in self._indexers}
+        # Bumped by every change: a reader can skip recomputing over an unchanged store.
+        self.generation = 0
 
     def get(self, key: str) -> Obj | None:
         return self._items.get(key)
@@ -92,6 +94,7 @@ class Store:
         old = self._items.get(key)
         if old is not None:
             self._unindex(key, old)
+        self.generation += 1
         self._items[key] = obj
         self._index(key, obj)
         return old
@@ -104,6 +107,7 @@ class Store:
                 self._deleted.clear()
             self._deleted[key] = last if last is not None else old  # type: ignore[assignment]
         if old is not None:
+            self.generation += 1
             self._unindex(key, old)
         return old
 

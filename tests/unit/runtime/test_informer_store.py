@@ -175,3 +175,18 @@ def test_late_handler_receives_existing_objects_as_adds() -> None:
     late = Recorder()
     informer.add_handler(late.handler())
     assert late.events == [("add", "ns/a", "1")]
+
+
+def test_the_store_generation_moves_with_every_change_and_only_then() -> None:
+    store = Store()
+    obj = {"metadata": {"name": "n", "resourceVersion": "1"}}
+    store.upsert(obj)
+    first = store.generation
+    store.get("n")
+    store.list()
+    store.remove("absent")
+    assert store.generation == first  # reads and a no-op removal change nothing
+    store.upsert({"metadata": {"name": "n", "resourceVersion": "2"}})
+    assert store.generation == first + 1
+    store.remove("n")
+    assert store.generation == first + 2
