@@ -36,6 +36,11 @@ class ConfigError(ValueError):
 # ---- parsers: (text, flag) -> value; they raise ConfigError ------------------------------------
 
 
+def _where(flag: str) -> str:
+    """The prefix that names the setting a bad value came from (nothing outside the table)."""
+    return f"{flag}: " if flag else ""
+
+
 def parse_duration(text: str, flag: str = "") -> float:
     """Seconds from a Go-style duration ("15s", "1m30s", "250ms") or a plain number of seconds."""
     text = text.strip()
@@ -50,7 +55,7 @@ def parse_duration(text: str, flag: str = "") -> float:
         total += float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
         pos = match.end()
     if pos != len(text) or not text:
-        raise ConfigError(f"invalid duration {text!r} (use e.g. 15s, 1m30s, 250ms)")
+        raise ConfigError(f"{_where(flag)}invalid duration {text!r} (use e.g. 15s, 1m30s, 250ms)")
     return total
 
 
@@ -60,12 +65,14 @@ def parse_feature_gates(text: str, flag: str = "") -> dict[str, bool]:
     for item in filter(None, (part.strip() for part in text.split(","))):
         name, sep, value = item.partition("=")
         if not sep or value.lower() not in ("true", "false"):
-            raise ConfigError(f"invalid feature gate {item!r} (want Name=true or Name=false)")
+            raise ConfigError(
+                f"{_where(flag)}invalid feature gate {item!r} (want Name=true or Name=false)"
+            )
         if name in c.NVIDIA_OTHER_FEATURE_GATES:
             continue
         if name not in c.DEFAULT_FEATURE_GATES:
             known = ", ".join(sorted(c.DEFAULT_FEATURE_GATES))
-            raise ConfigError(f"unknown feature gate {name!r} (known: {known})")
+            raise ConfigError(f"{_where(flag)}unknown feature gate {name!r} (known: {known})")
         gates[name] = value.lower() == "true"
     if gates[c.GATE_CLIQUES] and not gates[c.GATE_DNS_NAMES]:
         raise ConfigError(
@@ -89,7 +96,10 @@ def _bind(text: str, flag: str) -> str | None:
     """A validated "[host]:port" string, or None when empty (endpoint disabled)."""
     if not text:
         return None
-    parse_bind_address(text)
+    try:
+        parse_bind_address(text)
+    except ConfigError as err:
+        raise ConfigError(f"{_where(flag)}{err}") from None
     return text if ":" in text else f":{text}"
 
 
@@ -103,7 +113,7 @@ def _bool(text: str, flag: str) -> bool:
         return True
     if lowered in ("0", "false", "no", "off", ""):
         return False
-    raise ConfigError(f"invalid boolean {text!r}")
+    raise ConfigError(f"{_where(flag)}invalid boolean {text!r}")
 
 
 def _int(text: str, flag: str) -> int:

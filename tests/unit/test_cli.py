@@ -151,8 +151,8 @@ def test_unknown_flag_exits_2(
 @pytest.mark.parametrize(
     ("env", "value", "message"),
     [
-        ("LEADER_ELECTION_ENABLED", "maybe", "invalid boolean 'maybe'"),
-        ("FEATURE_GATES", "Nope=true", "unknown feature gate 'Nope'"),
+        ("LEADER_ELECTION_ENABLED", "maybe", "--leader-election-enabled: invalid boolean 'maybe'"),
+        ("FEATURE_GATES", "Nope=true", "--feature-gates: unknown feature gate 'Nope'"),
         ("FEATURE_GATES", "IMEXDaemonsWithDNSNames=false", "requires IMEXDaemonsWithDNSNames"),
         ("LOG_FORMAT", "xml", "want json or text"),
         ("WORKERS", "0", "--workers / WORKERS: must be 1 to 256"),
@@ -163,9 +163,13 @@ def test_unknown_flag_exits_2(
             "--max-nodes-per-imex-domain / MAX_NODES_PER_IMEX_DOMAIN: must be 1 to 2048",
         ),
         ("LEADER_ELECTION_LEASE_DURATION", "5s", "lease duration > renew deadline"),
-        ("LEADER_ELECTION_RETRY_PERIOD", "soon", "invalid duration 'soon'"),
-        ("HTTP_ENDPOINT", "localhost:http", "invalid bind address"),
-        ("ORPHAN_GRACE_PERIOD", "5 seconds", "invalid duration"),
+        (
+            "LEADER_ELECTION_RETRY_PERIOD",
+            "soon",
+            "--leader-election-retry-period: invalid duration 'soon'",
+        ),
+        ("HTTP_ENDPOINT", "localhost:http", "--http-endpoint: invalid bind address"),
+        ("ORPHAN_GRACE_PERIOD", "5 seconds", "--orphan-grace-period: invalid duration"),
         ("KUBE_API_QPS", "0", "--kube-api-qps / KUBE_API_QPS: must be > 0"),
         pytest.param(
             "KUBE_API_QPS",
