@@ -489,11 +489,12 @@ SETTINGS: Sequence[Setting] = (
     Setting("--orphan-sweep-interval", "ORPHAN_SWEEP_INTERVAL", "10m", parse_duration,
             "period of the full sweep for children and node labels whose ComputeDomain is gone",
             "orphan_sweep_interval", check=seconds_at_least(10)),
-    Setting("--node-inventory-resync-interval", "NODE_INVENTORY_RESYNC_INTERVAL", "60s",
+    Setting("--node-inventory-resync-interval", "NODE_INVENTORY_RESYNC_INTERVAL", "5m",
             parse_duration,
             "period of the paged metadata LIST of every Node that feeds the clique inventory "
             "(nodes and free nodes per clique); Nodes carrying the ComputeDomain label are "
-            "watched and never wait for it",
+            "watched and never wait for it, so only Nodes without it (new ones, their clique "
+            "label set once at boot) reach the gauges up to one period late",
             "node_inventory_resync_interval", check=seconds_at_least(5, 3600)),
     Setting("--orphan-grace-period", "ORPHAN_GRACE_PERIOD", "5s", parse_duration,
             "how long an unknown ComputeDomain UID must stay unknown before its objects are "
@@ -541,7 +542,7 @@ class Settings:
     workers: int
     reconcile_timeout: float
     orphan_sweep_interval: float
-    node_inventory_resync_interval: float = 60.0
+    node_inventory_resync_interval: float = 300.0
     imex_isolation: str = c.IMEX_ISOLATION_DOMAIN
 
     @property

@@ -43,7 +43,7 @@ BY_UID = "uid"
 BY_CD = "cd"
 BY_GPU_CLIQUE = "gpuClique"
 CD_LABEL_EXISTS = c.CD_LABEL
-DEFAULT_NODE_INVENTORY_INTERVAL = 60.0
+DEFAULT_NODE_INVENTORY_INTERVAL = 300.0
 
 
 def _listed(value: str | None) -> list[str]:
