@@ -211,19 +211,29 @@ class World:
         return result
 
 
-@pytest.fixture
-def world() -> World:
-    client, recorder, clock = FakeClient(), FakeRecorder(), FakeClock()
+def make_world(
+    settings: ReconcilerSettings = SETTINGS,
+    recorder: Any = None,
+    registry: CollectorRegistry | None = None,
+) -> World:
+    """A reconciler over empty caches, one fake client, a recorder and a FakeClock."""
+    client, clock = FakeClient(), FakeClock()
+    recorder = recorder if recorder is not None else FakeRecorder()
     caches = build_caches(client, driver_namespace=DRIVER_NS)  # type: ignore[arg-type]
     reconciler = ComputeDomainReconciler(
         client,  # type: ignore[arg-type]
         caches,
-        SETTINGS,
-        recorder,  # type: ignore[arg-type]
-        DomainMetrics(CollectorRegistry()),
+        settings,
+        recorder,
+        DomainMetrics(registry if registry is not None else CollectorRegistry()),
         clock,
     )
     return World(client, caches, recorder, clock, reconciler)
+
+
+@pytest.fixture
+def world() -> World:
+    return make_world()
 
 
 def compute_domain(**meta: Any) -> Obj:

@@ -8,27 +8,24 @@ import dataclasses
 from typing import Any
 
 import pytest
-from prometheus_client import CollectorRegistry
 
 from computedomain.api import constants as c
 from computedomain.api.resources import CLIQUES, COMPUTE_DOMAINS
-from computedomain.domain.caches import build_caches
-from computedomain.domain.reconciler import ComputeDomainReconciler
-from computedomain.observability.metrics import DomainMetrics
 from computedomain.runtime import resources as r
-from computedomain.runtime.clock import FakeClock, format_time
+from computedomain.runtime.clock import format_time
 from tests.unit.domain.test_reconciler import (
     DAEMON,
     DRIVER_NS,
     NS,
     SETTINGS,
     UID,
-    FakeClient,
-    FakeRecorder,
     World,
     compute_domain,
     labelled,
     service_account,
+)
+from tests.unit.domain.test_reconciler import (
+    make_world as reconciler_world,
 )
 
 KEY = f"{NS}/cd"
@@ -41,18 +38,7 @@ CLIQUE_OF = {"n1": CLIQUE_ID, "n2": CLIQUE_ID, "n3": CLIQUE_ID, "m1": "rack1.0"}
 
 
 def make_world(window: float) -> World:
-    client, recorder, clock = FakeClient(), FakeRecorder(), FakeClock()
-    caches = build_caches(client, driver_namespace=DRIVER_NS)  # type: ignore[arg-type]
-    settings = dataclasses.replace(SETTINGS, status_coalesce_window=window)
-    reconciler = ComputeDomainReconciler(
-        client,  # type: ignore[arg-type]
-        caches,
-        settings,
-        recorder,  # type: ignore[arg-type]
-        DomainMetrics(CollectorRegistry()),
-        clock,
-    )
-    return World(client, caches, recorder, clock, reconciler)
+    return reconciler_world(dataclasses.replace(SETTINGS, status_coalesce_window=window))
 
 
 def node(name: str) -> dict[str, Any]:

@@ -4,30 +4,26 @@ deadline by itself), and a template-name clash is one Warning whose advice can b
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-from prometheus_client import CollectorRegistry
 
 from computedomain.api import constants as c
 from computedomain.api.resources import COMPUTE_DOMAINS
-from computedomain.domain.caches import build_caches
-from computedomain.domain.reconciler import ComputeDomainReconciler
-from computedomain.domain.settings import ReconcilerSettings
-from computedomain.observability.metrics import DomainMetrics
 from computedomain.runtime import objects
 from computedomain.runtime import resources as r
-from computedomain.runtime.clock import FakeClock, format_time
+from computedomain.runtime.clock import format_time
 from tests.unit.domain.test_reconciler import (
     DAEMON,
     DRIVER_NS,
     NS,
     SETTINGS,
-    FakeClient,
     World,
     compute_domain,
     labelled,
+    make_world,
     service_account,
 )
 
@@ -54,23 +50,8 @@ class NoteRecorder:
 
 @pytest.fixture
 def world() -> World:
-    client, recorder, clock = FakeClient(), NoteRecorder(), FakeClock()
-    caches = build_caches(client, driver_namespace=DRIVER_NS)  # type: ignore[arg-type]
-    settings = ReconcilerSettings(
-        daemon=SETTINGS.daemon,
-        orphan_grace_period=SETTINGS.orphan_grace_period,
-        daemon_pod_wait_timeout=SETTINGS.daemon_pod_wait_timeout,
-        daemon_ready_grace_period=GRACE,
-    )
-    reconciler = ComputeDomainReconciler(
-        client,  # type: ignore[arg-type]
-        caches,
-        settings,
-        recorder,  # type: ignore[arg-type]
-        DomainMetrics(CollectorRegistry()),
-        clock,
-    )
-    return World(client, caches, recorder, clock, reconciler)  # type: ignore[arg-type]
+    settings = dataclasses.replace(SETTINGS, daemon_ready_grace_period=GRACE)
+    return make_world(settings, recorder=NoteRecorder())
 
 
 def recorder(world: World) -> NoteRecorder:

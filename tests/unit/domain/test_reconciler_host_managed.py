@@ -8,15 +8,11 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from prometheus_client import CollectorRegistry
 
 from computedomain.api import constants as c
 from computedomain.api.resources import COMPUTE_DOMAINS
-from computedomain.domain.caches import build_caches
-from computedomain.domain.reconciler import ComputeDomainReconciler
-from computedomain.observability.metrics import DomainMetrics
 from computedomain.runtime import resources as r
-from computedomain.runtime.clock import FakeClock, format_time
+from computedomain.runtime.clock import format_time
 from computedomain.runtime.controller import Result
 from tests.unit.domain.test_reconciler import (
     DAEMON,
@@ -24,12 +20,11 @@ from tests.unit.domain.test_reconciler import (
     NS,
     SETTINGS,
     UID,
-    FakeClient,
-    FakeRecorder,
     Obj,
     World,
     compute_domain,
     labelled,
+    make_world,
 )
 
 HOST_SETTINGS = dataclasses.replace(SETTINGS, imex_mode=c.IMEX_MODE_HOST)
@@ -38,17 +33,7 @@ KEY = f"{NS}/cd"
 
 @pytest.fixture
 def world() -> World:
-    client, recorder, clock = FakeClient(), FakeRecorder(), FakeClock()
-    caches = build_caches(client, driver_namespace=DRIVER_NS)  # type: ignore[arg-type]
-    reconciler = ComputeDomainReconciler(
-        client,  # type: ignore[arg-type]
-        caches,
-        HOST_SETTINGS,
-        recorder,  # type: ignore[arg-type]
-        DomainMetrics(CollectorRegistry()),
-        clock,
-    )
-    return World(client, caches, recorder, clock, reconciler)
+    return make_world(HOST_SETTINGS)
 
 
 def all_mode_cd(**meta: object) -> Obj:

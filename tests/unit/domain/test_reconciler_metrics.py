@@ -9,21 +9,16 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from computedomain.api import constants as c
 from computedomain.api.resources import COMPUTE_DOMAINS
-from computedomain.domain.caches import build_caches
-from computedomain.domain.reconciler import ComputeDomainReconciler
-from computedomain.observability.metrics import DomainMetrics
 from computedomain.runtime import resources as r
-from computedomain.runtime.clock import FakeClock, format_time, parse_time
+from computedomain.runtime.clock import format_time, parse_time
 from tests.unit.domain.test_reconciler import (
     DAEMON,
     DRIVER_NS,
     NS,
-    SETTINGS,
-    FakeClient,
-    FakeRecorder,
     World,
     compute_domain,
     labelled,
+    make_world,
     service_account,
 )
 
@@ -44,22 +39,11 @@ class MeteredWorld(World):
 
 @pytest.fixture
 def world() -> MeteredWorld:
-    client, recorder, clock, registry = (
-        FakeClient(),
-        FakeRecorder(),
-        FakeClock(),
-        CollectorRegistry(),
+    registry = CollectorRegistry()
+    world = make_world(registry=registry)
+    metered = MeteredWorld(
+        world.client, world.caches, world.recorder, world.clock, world.reconciler
     )
-    caches = build_caches(client, driver_namespace=DRIVER_NS)  # type: ignore[arg-type]
-    reconciler = ComputeDomainReconciler(
-        client,  # type: ignore[arg-type]
-        caches,
-        SETTINGS,
-        recorder,  # type: ignore[arg-type]
-        DomainMetrics(registry),
-        clock,
-    )
-    metered = MeteredWorld(client, caches, recorder, clock, reconciler)
     metered.registry = registry
     return metered
 
