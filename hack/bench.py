@@ -1115,7 +1115,7 @@ async def run(args: argparse.Namespace, cp: ControlPlane, started: float) -> dic
         return {
             "started": datetime.fromtimestamp(started, UTC).isoformat(timespec="seconds"),
             "duration_s": round(time.time() - started, 1),
-            "command": "hack/bench.sh " + " ".join(sys.argv[1:]),
+            "command": "hack/bench.sh " + " ".join(_portable_args(sys.argv[1:])),
             "machine": machine(),
             "parameters": {
                 k: getattr(args, k)
@@ -1131,6 +1131,19 @@ async def run(args: argparse.Namespace, cp: ControlPlane, started: float) -> dic
             await controller.shutdown()
         await client.close()
         await sim_client.close()
+
+
+def _portable_args(argv: list[str]) -> list[str]:
+    """The command line as recorded in the results: an --output path names only its file, so
+    no machine's directories end up in the repository."""
+    out: list[str] = []
+    for arg in argv:
+        if out and out[-1] == "--output":
+            arg = f"bench-results/{Path(arg).name}"
+        elif arg.startswith("--output="):
+            arg = f"--output=bench-results/{Path(arg.split('=', 1)[1]).name}"
+        out.append(arg)
+    return out
 
 
 def machine() -> dict[str, Any]:
