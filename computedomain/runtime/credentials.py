@@ -114,6 +114,25 @@ def resolver_args(kubeconfig: str | None) -> list[str]:
     return ["--kubeconfig", path]
 
 
+def interpreter(executable: str | None = None, prefix: str | None = None) -> str:
+    """The Python that runs the resolver: this process's own interpreter.
+
+    ``sys.executable`` is derived from argv[0], so a launcher that names the process after its
+    console script (the demo does, so ``devcluster down`` finds it by name) makes it the
+    script; then the interpreter of this environment (``sys.prefix``) is used instead.
+    """
+    executable = executable if executable is not None else sys.executable
+    prefix = prefix if prefix is not None else sys.prefix
+    if Path(executable).name.startswith("python"):
+        return executable
+    version = f"python{sys.version_info.major}.{sys.version_info.minor}"
+    for name in (version, "python3", "python"):
+        candidate = Path(prefix) / "bin" / name
+        if candidate.is_file():
+            return str(candidate)
+    return executable
+
+
 class ResolverRun:
     """One resolver child, started at once so its imports overlap the caller's own."""
 
@@ -126,7 +145,7 @@ class ResolverRun:
             self._error = err
             return
         self._process = subprocess.Popen(
-            [sys.executable, "-m", RESOLVER_MODULE, *args],
+            [interpreter(), "-m", RESOLVER_MODULE, *args],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,

@@ -16,6 +16,7 @@ from computedomain.runtime.credentials import (
     TOKEN_FILE_PERIOD,
     Authenticator,
     Credentials,
+    interpreter,
 )
 from computedomain.runtime.errors import StartupError
 
@@ -171,3 +172,17 @@ def test_the_controller_process_does_not_import_kubernetes_asyncio() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
     )
     assert done.stdout.strip() == "[]", done.stdout
+
+
+def test_the_resolver_runs_on_this_environments_python_even_when_argv0_is_a_script(
+    tmp_path: Path,
+) -> None:
+    """A launcher that names the process after its console script makes ``sys.executable``
+    that script; running it with ``-m`` would start the controller, not the resolver."""
+    (tmp_path / "bin").mkdir()
+    python = tmp_path / "bin" / "python3"
+    python.write_text("")
+    script = str(tmp_path / "bin" / "computedomain-controller")
+
+    assert interpreter(script, str(tmp_path)) == str(python)
+    assert interpreter("/usr/bin/python3.11", str(tmp_path)) == "/usr/bin/python3.11"
