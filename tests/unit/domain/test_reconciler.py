@@ -260,6 +260,24 @@ def labelled(name: str, namespace: str, uid: str = UID, **extra_labels: str) -> 
     }
 
 
+def with_children(world: World, daemonset: Obj | None = None) -> dict[str, list[Obj]]:
+    """The CD (finalizer on) and its three children, as the apiserver holds them: the stores
+    to ``World.fill`` the caches with."""
+    cd = world.client.add(COMPUTE_DOMAINS, compute_domain(finalizers=[c.FINALIZER]))
+    rcts = [
+        world.client.add(
+            r.RESOURCE_CLAIM_TEMPLATES,
+            labelled("channel", NS, **{c.TARGET_LABEL: c.TARGET_WORKLOAD}),
+        ),
+        world.client.add(
+            r.RESOURCE_CLAIM_TEMPLATES,
+            labelled(DAEMON, DRIVER_NS, **{c.TARGET_LABEL: c.TARGET_DAEMON}),
+        ),
+    ]
+    daemonsets = [world.client.add(r.DAEMONSETS, daemonset or labelled(DAEMON, DRIVER_NS))]
+    return {"cds": [cd], "rcts": rcts, "daemonsets": daemonsets}
+
+
 NEW_CD_CALLS = [
     ("patch", "computedomains", f"{NS}/cd"),  # the finalizer, before any child
     ("create", "resourceclaimtemplates", f"{DRIVER_NS}/{DAEMON}"),

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from computedomain.api import constants as c
-from computedomain.api.resources import CLIQUES, COMPUTE_DOMAINS
+from computedomain.api.resources import CLIQUES
 from computedomain.runtime import resources as r
 from computedomain.runtime.clock import format_time
 from tests.unit.domain.test_reconciler import (
@@ -20,9 +20,9 @@ from tests.unit.domain.test_reconciler import (
     SETTINGS,
     UID,
     World,
-    compute_domain,
     labelled,
     service_account,
+    with_children,
 )
 from tests.unit.domain.test_reconciler import (
     make_world as reconciler_world,
@@ -103,28 +103,15 @@ def set_daemons(world: World, entries: dict[str, str]) -> None:
 
 def start(world: World) -> None:
     """A CD with its children and the three Nodes; nothing of it written yet."""
-    cd = world.client.add(COMPUTE_DOMAINS, compute_domain(finalizers=[c.FINALIZER]))
-    cd["spec"]["numNodes"] = len(NODES)
-    rcts = [
-        world.client.add(
-            r.RESOURCE_CLAIM_TEMPLATES,
-            labelled("channel", NS, **{c.TARGET_LABEL: c.TARGET_WORKLOAD}),
-        ),
-        world.client.add(
-            r.RESOURCE_CLAIM_TEMPLATES,
-            labelled(DAEMON, DRIVER_NS, **{c.TARGET_LABEL: c.TARGET_DAEMON}),
-        ),
-    ]
     daemonset = labelled(DAEMON, DRIVER_NS)
     # Its daemons speak the cliques protocol: the controller projects status.nodes.
     env = [{"name": c.FEATURE_GATES_ENV, "value": f"{c.GATE_CLIQUES}=true"}]
     container = {"name": c.DAEMON_CONTAINER, "env": env}
     daemonset["spec"] = {"template": {"spec": {"containers": [container]}}}
-    daemonsets = [world.client.add(r.DAEMONSETS, daemonset)]
+    stores = with_children(world, daemonset)
+    stores["cds"][0]["spec"]["numNodes"] = len(NODES)
     world.fill(
-        cds=[cd],
-        rcts=rcts,
-        daemonsets=daemonsets,
+        **stores,
         nodes=[node(n) for n in CLIQUE_OF],
         service_accounts=[service_account()],
     )

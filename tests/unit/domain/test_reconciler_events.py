@@ -25,6 +25,7 @@ from tests.unit.domain.test_reconciler import (
     labelled,
     make_world,
     service_account,
+    with_children,
 )
 
 GRACE = 120.0
@@ -74,23 +75,6 @@ def starting_daemon_pod(since: str) -> dict[str, Any]:
         "containerStatuses": [{"name": c.DAEMON_CONTAINER, "started": False, "ready": False}],
     }
     return pod
-
-
-def with_children(world: World) -> dict[str, list[dict[str, Any]]]:
-    """The CD (finalizer on) and its three children, as the apiserver and the caches hold them."""
-    cd = world.client.add(COMPUTE_DOMAINS, compute_domain(finalizers=[c.FINALIZER]))
-    rcts = [
-        world.client.add(
-            r.RESOURCE_CLAIM_TEMPLATES,
-            labelled("channel", NS, **{c.TARGET_LABEL: c.TARGET_WORKLOAD}),
-        ),
-        world.client.add(
-            r.RESOURCE_CLAIM_TEMPLATES,
-            labelled(DAEMON, DRIVER_NS, **{c.TARGET_LABEL: c.TARGET_DAEMON}),
-        ),
-    ]
-    daemonsets = [world.client.add(r.DAEMONSETS, labelled(DAEMON, DRIVER_NS))]
-    return {"cds": [cd], "rcts": rcts, "daemonsets": daemonsets}
 
 
 async def test_a_starting_daemon_is_no_warning_until_its_grace_period_ends(world: World) -> None:
