@@ -97,7 +97,10 @@ def kcm_args(kubeconfig: Path, pki: Pki, port: int) -> list[str]:
         # csrsigning only logs errors without signing files; nothing here needs it.
         "--controllers=*,-csrsigning",
         "--node-monitor-period=5s",
-        "--node-monitor-grace-period=40s",
+        # kwok runs without node leases here and heartbeats Node status every 20-45 s (its
+        # stage's delay plus jitter). At the default 40 s grace KCM turned a few Nodes Unknown
+        # for milliseconds every 20 s, and pods on them lost Ready; a test saw it once.
+        "--node-monitor-grace-period=90s",
         # The default 20 QPS per controller client makes lifting the not-ready taint from a
         # 1,000-node fleet take a minute; big real clusters raise these limits too.
         f"--kube-api-qps={CONTROLLER_QPS}",
