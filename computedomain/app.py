@@ -88,6 +88,7 @@ class ControllerProcess:
             self.recorder,
             self.domain_metrics,
             self.clock,
+            backlog=self.queue.len,
         )
         self.controller = Controller(
             CONTROLLER_NAME,

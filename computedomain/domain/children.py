@@ -73,8 +73,9 @@ class ChildMaker:
 
     async def ensure(
         self, cd: ComputeDomain, obj: dict[str, Any]
-    ) -> tuple[dict[str, ChildState], float | None]:
-        """Each child's state, and when to look again (set while a foreign object blocks one)."""
+    ) -> tuple[dict[str, ChildState], float | None, bool]:
+        """Each child's state, when to look again (set while a foreign object blocks one), and
+        whether this call created any child."""
         caches, s = self._ctx.caches, self._ctx.settings
         uid = cd.metadata.uid
         states: dict[str, ChildState] = {}
@@ -83,7 +84,7 @@ class ChildMaker:
         if cd.spec is None:
             # The CRD admits a ComputeDomain without spec (as upstream); with no channel
             # template it cannot work, so no DaemonSet or claim template is made for it.
-            return {"spec": ChildState(ChildStatus.INVALID, SPEC_MISSING)}, None
+            return {"spec": ChildState(ChildStatus.INVALID, SPEC_MISSING)}, None, False
 
         if not s.host_managed:
             await self._ensure_daemon_children(cd, obj, states, created)
@@ -113,7 +114,7 @@ class ChildMaker:
                 related=created[0][1] if len(created) == 1 else None,
             )
         blocked = any(state.status is ChildStatus.FOREIGN for state in states.values())
-        return states, FOREIGN_RECHECK_SECONDS if blocked else None
+        return states, FOREIGN_RECHECK_SECONDS if blocked else None, bool(created)
 
     async def _ensure_daemon_children(
         self,

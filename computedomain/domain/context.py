@@ -3,6 +3,7 @@ event recorder, metrics, the clock, and what this process remembers per CD."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -46,6 +47,8 @@ class ReconcileContext:
     recorder: EventRecorder
     metrics: DomainMetricsSink
     clock: Clock
+    # How many other reconciles wait to start (the work queue's ready keys); none by default.
+    backlog: Callable[[], int] = lambda: 0
     memory: dict[str, DomainMemory] = field(default_factory=dict)
 
     def memory_of(self, uid: str) -> DomainMemory:

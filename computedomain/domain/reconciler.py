@@ -14,6 +14,8 @@ The work is split where its seams are:
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
 from typing import Any
 
 from computedomain.api import constants as c
@@ -34,6 +36,9 @@ from computedomain.runtime.clock import Clock, SystemClock
 from computedomain.runtime.controller import Result
 from computedomain.runtime.events import EventRecorder
 
+# A requeue goes behind the keys already waiting (a delay of 0 would mean "no requeue").
+CHILDREN_FIRST_REQUEUE = 0.001
+
 
 class ComputeDomainReconciler:
     def __init__(
@@ -44,10 +49,14 @@ class ComputeDomainReconciler:
         recorder: EventRecorder,
         metrics: DomainMetricsSink,
         clock: Clock | None = None,
+        backlog: Callable[[], int] | None = None,
     ) -> None:
+        """``backlog``: how many reconciles wait to start (the work queue's ready keys)."""
         self._ctx = ReconcileContext(
             client, caches, settings, recorder, metrics, clock or SystemClock()
         )
+        if backlog is not None:
+            self._ctx.backlog = backlog
         self._children = ChildMaker(self._ctx)
         self._status = StatusWriter(self._ctx)
         self.cleanup = Cleanup(self._ctx)
@@ -82,7 +91,11 @@ class ComputeDomainReconciler:
             ctx.caches.observe_write(COMPUTE_DOMAINS, obj)
             cd = ComputeDomain.model_validate(obj)
 
-        children, requeue = await self._children.ensure(cd, obj)
+        children, requeue, created = await self._children.ensure(cd, obj)
+        if created and ctx.backlog() > 0:
+            # Children first in a burst: this CD's first status waits behind the reconciles
+            # queued now, so no CD's children wait for another's status (same writes, reordered).
+            return Result(requeue_after=min(CHILDREN_FIRST_REQUEUE, requeue or math.inf))
         result = await self._status.update(cd, obj, children)
         if requeue is not None:
             result = Result(requeue_after=min(requeue, result.requeue_after or requeue))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -15,7 +16,7 @@ from prometheus_client import CollectorRegistry
 from computedomain.api import constants as c
 from computedomain.api.resources import CLIQUES, COMPUTE_DOMAINS
 from computedomain.domain.caches import Caches, build_caches
-from computedomain.domain.reconciler import ComputeDomainReconciler
+from computedomain.domain.reconciler import CHILDREN_FIRST_REQUEUE, ComputeDomainReconciler
 from computedomain.domain.settings import DaemonSettings, ReconcilerSettings
 from computedomain.observability.metrics import DomainMetrics
 from computedomain.runtime import objects
@@ -215,8 +216,10 @@ def make_world(
     settings: ReconcilerSettings = SETTINGS,
     recorder: Any = None,
     registry: CollectorRegistry | None = None,
+    backlog: Callable[[], int] | None = None,
 ) -> World:
-    """A reconciler over empty caches, one fake client, a recorder and a FakeClock."""
+    """A reconciler over empty caches, one fake client, a recorder and a FakeClock;
+    ``backlog`` stands for the work queue's waiting keys (none by default)."""
     client, clock = FakeClient(), FakeClock()
     recorder = recorder if recorder is not None else FakeRecorder()
     caches = build_caches(client, driver_namespace=DRIVER_NS)  # type: ignore[arg-type]
@@ -227,6 +230,7 @@ def make_world(
         recorder,
         DomainMetrics(registry if registry is not None else CollectorRegistry()),
         clock,
+        backlog=backlog,
     )
     return World(client, caches, recorder, clock, reconciler)
 
@@ -304,6 +308,25 @@ async def test_new_cd_gets_finalizer_children_and_status(world: World) -> None:
     stored = world.client.objects[("computedomains", NS, "cd")]
     assert stored["metadata"]["finalizers"] == [c.FINALIZER]
     assert stored["status"]["status"] == c.STATUS_READY  # numNodes 0 (#767)
+
+
+async def test_in_a_burst_children_come_before_the_first_status() -> None:
+    """With other reconciles waiting, a new CD's first status goes behind them: a burst of new
+    CDs gets every CD's children before any status write, with the same writes in total."""
+    world = make_world(backlog=lambda: 3)
+    cd = world.client.add(COMPUTE_DOMAINS, compute_domain())
+    world.fill(cds=[cd], service_accounts=[service_account()])
+
+    assert await world.reconcile(f"{NS}/cd") == Result(requeue_after=CHILDREN_FIRST_REQUEUE)
+    assert world.client.calls == NEW_CD_CALLS[:-1]
+    assert world.recorder.events == [("Normal", "Created")]
+
+    # Its turn again (the children are in the caches): the status, and nothing else.
+    world.client.calls.clear()
+    assert await world.reconcile(f"{NS}/cd") == Result()
+    assert world.client.calls == NEW_CD_CALLS[-1:]
+    stored = world.client.objects[("computedomains", NS, "cd")]
+    assert stored["status"]["status"] == c.STATUS_READY
 
 
 async def test_steady_state_makes_no_calls(world: World) -> None:
