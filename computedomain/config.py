@@ -464,10 +464,11 @@ SETTINGS: Sequence[Setting] = (
     Setting("--leader-election-retry-period", "LEADER_ELECTION_RETRY_PERIOD", "2s",
             parse_duration, "interval between lease acquire/renew attempts", "retry_period",
             check=seconds_at_least(0.1)),
-    Setting("--kube-api-qps", "KUBE_API_QPS", "50", _float,
+    Setting("--kube-api-qps", "KUBE_API_QPS", "100", _float,
             "client-side rate limit for API requests per second (upstream default 5 throttles "
-            "large domains)", "kube_api_qps", check=above(0)),
-    Setting("--kube-api-burst", "KUBE_API_BURST", "100", _int,
+            "large domains; the apiserver's priority and fairness queues the rest, and 429 "
+            "Retry-After is honoured)", "kube_api_qps", check=above(0)),
+    Setting("--kube-api-burst", "KUBE_API_BURST", "200", _int,
             "client-side burst above --kube-api-qps", "kube_api_burst", check=at_least(1)),
     Setting("--http-endpoint", "HTTP_ENDPOINT", ":8080", _bind,
             "[host]:port serving Prometheus metrics; empty disables it", "metrics_address"),

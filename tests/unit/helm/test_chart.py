@@ -313,7 +313,7 @@ def test_default_env_configures_the_controller_as_documented(default: list[Obj])
         "computedomain-controller",
         RELEASE_NS,
     )
-    assert (settings.kube_api_qps, settings.kube_api_burst) == (50, 100)
+    assert (settings.kube_api_qps, settings.kube_api_burst) == (100, 200)
     assert (settings.metrics_address, settings.probe_address) == (":8080", ":8081")
     assert (settings.log_verbosity, settings.daemon.log_verbosity) == (0, 4)
     assert settings.daemon.image_pull_secrets == ()
