@@ -14,7 +14,6 @@ The work is split where its seams are:
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import Any
 
@@ -95,7 +94,7 @@ class ComputeDomainReconciler:
         if created and ctx.backlog() > 0:
             # Children first in a burst: this CD's first status waits behind the reconciles
             # queued now, so no CD's children wait for another's status (same writes, reordered).
-            return Result(requeue_after=min(CHILDREN_FIRST_REQUEUE, requeue or math.inf))
+            return Result(requeue_after=CHILDREN_FIRST_REQUEUE)
         result = await self._status.update(cd, obj, children)
         if requeue is not None:
             result = Result(requeue_after=min(requeue, result.requeue_after or requeue))
