@@ -53,7 +53,8 @@ class OrphanSweeper:
         remaining = ctx.settings.orphan_grace_period - (now - first)
         if remaining > 0:
             return Result(requeue_after=remaining)
-        live = await ctx.client.list(COMPUTE_DOMAINS)
+        # The UIDs are all this needs: metadata only, not every CD's spec and status.
+        live = await ctx.client.list(COMPUTE_DOMAINS, metadata_only=True)
         if any(objects.uid(item) == uid for item in live.get("items") or []):
             self._seen.pop(uid, None)
             return Result()
