@@ -150,9 +150,10 @@ def set_condition(
     return result
 
 
-def _listing(items: Sequence[str]) -> str:
-    shown = ", ".join(items[:_MAX_LISTED])
-    rest = len(items) - _MAX_LISTED
+def listing(items: Sequence[str], limit: int = _MAX_LISTED) -> str:
+    """The first ``limit`` items, comma-separated, then how many more (messages stay short)."""
+    shown = ", ".join(items[:limit])
+    rest = len(items) - limit
     return f"{shown} and {rest} more" if rest > 0 else shown
 
 
@@ -297,7 +298,7 @@ def _daemons_verdict(
         clock = _false_since(previous, c.CONDITION_DAEMONS_READY, now)
         late = [p for p in problems if _late_in(p, grace, now, clock) <= 0]
         ready = max(0, total - len(problems))
-        message = f"{ready} of {_plural(total, 'daemon')} ready; " + _listing(
+        message = f"{ready} of {_plural(total, 'daemon')} ready; " + listing(
             [p.text for p in problems]
         )
         if not late:
@@ -322,7 +323,7 @@ def _ready_verdict(view: DomainView, children: _Verdict, daemons: _Verdict) -> _
         remaining = sorted(p.name for p in view.pods)
         detail = (
             f"; waiting for {_plural(len(remaining), 'daemon pod')} to terminate: "
-            f"{_listing(remaining)}"
+            f"{listing(remaining)}"
             if remaining
             else ""
         )
@@ -372,7 +373,7 @@ def _single_clique_verdict(view: DomainView) -> _Verdict:
         return _Verdict(TRUE, "SingleClique", f"All nodes are in clique {cliques[0]}")
     room, seen = view.clique_size, _nodes_seen(view)
     size = max(view.num_nodes, seen)
-    spans = f"Nodes span {len(cliques)} NVLink cliques ({_listing(cliques)})"
+    spans = f"Nodes span {len(cliques)} NVLink cliques ({listing(cliques)})"
     pin = (
         f"recreate the workload with a required pod affinity on topologyKey "
         f"{c.GPU_CLIQUE_NODE_LABEL} among its pods"
@@ -405,7 +406,7 @@ def _single_clique_verdict(view: DomainView) -> _Verdict:
 def _exclusive_clique_verdict(view: DomainView) -> _Verdict:
     shared = {k: sorted(v) for k, v in view.shared_cliques.items() if v}
     if shared:
-        parts = [f"clique {k} with {_listing(v)}" for k, v in sorted(shared.items())]
+        parts = [f"clique {k} with {listing(v)}" for k, v in sorted(shared.items())]
         return _Verdict(
             FALSE,
             CLIQUE_SHARED,
@@ -433,7 +434,7 @@ def _host_children_verdict(view: DomainView) -> _Verdict:
         return _Verdict(
             FALSE,
             DRIVER_MANAGED_LEFTOVERS,
-            f"IMEX is host-managed, yet {_listing(list(view.leftovers))} made in driverManaged "
+            f"IMEX is host-managed, yet {listing(view.leftovers)} made in driverManaged "
             "mode still exist; they are left alone, not deleted (their IMEX daemons may serve "
             "a running job and can conflict with the host's nvidia-imex): delete and recreate "
             "this ComputeDomain once its workload is done, or run the controller with "

@@ -32,6 +32,7 @@ from computedomain.domain.conditions import (
     MULTIPLE_CLIQUES,
     PROGRESS_REASONS,
     WARNING_CONDITIONS,
+    listing,
 )
 
 NORMAL = "Normal"
@@ -53,14 +54,8 @@ class EventSpec:
     note: str
 
 
-def _listing(names: Sequence[str]) -> str:
-    shown = ", ".join(names[:NODES_LISTED])
-    more = len(names) - NODES_LISTED
-    return f"{shown} and {more} more" if more > 0 else shown
-
-
 def _nodes(names: Sequence[str]) -> str:
-    return f"Node {names[0]}" if len(names) == 1 else f"Nodes {_listing(names)}"
+    return f"Node {names[0]}" if len(names) == 1 else f"Nodes {listing(names, NODES_LISTED)}"
 
 
 def node_events(
@@ -79,7 +74,7 @@ def node_events(
             note = f"{_nodes(names)} joined (clique {clique})"
         else:
             where = "; ".join(
-                f"clique {cl}: {_listing(ns)}" for cl, ns in sorted(by_clique.items())
+                f"clique {cl}: {listing(ns, NODES_LISTED)}" for cl, ns in sorted(by_clique.items())
             )
             note = f"{len(joined)} nodes joined ({where})"
         events.append(EventSpec(NORMAL, "NodeJoined", "Join", note))
