@@ -188,7 +188,8 @@ class StatusWriter:
                 memory.reported_crd_outdated = True
                 message = coexistence.crd_outdated_message(missing_fields)
                 ctx.recorder.record(obj, "Warning", "CRDOutdated", "Reconcile", message)
-        if projection.status_equal(dict(obj.get("status") or {}), desired_status):
+        stored = dict(obj.get("status") or {})
+        if projection.status_equal(stored, desired_status):
             if missing_fields and conditions != previous_conditions:
                 # No write carries them, yet their transitions are still news.
                 self._emit_transitions(obj, cd, previous_conditions, conditions, nodes)
@@ -196,7 +197,6 @@ class StatusWriter:
             return result
 
         # A verdict a workload or a person waits on (Ready either way) and deletion go out now.
-        stored = dict(obj.get("status") or {})
         flips = stored.get("status") != desired_status["status"]
         flips = flips or _ready(previous_conditions) != _ready(conditions)
         hold = None if deleting or flips else self._coalescing(memory)
