@@ -97,10 +97,11 @@ def trim_node(node: dict[str, Any]) -> dict[str, Any]:
 
 def same_node_metadata(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
     """Nothing we keep of the Node's metadata changed: a heartbeat."""
-    old_meta, new_meta = objects.meta(old), objects.meta(new)
-    return objects.labels(old) == objects.labels(new) and old_meta.get(
-        "deletionTimestamp"
-    ) == new_meta.get("deletionTimestamp")
+
+    def kept(node: Mapping[str, Any]) -> tuple[Any, ...]:
+        return objects.labels(node), objects.meta(node).get("deletionTimestamp")
+
+    return kept(old) == kept(new)
 
 
 def same_node(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
@@ -165,14 +166,11 @@ class LabelledNodeFeed:
         name = objects.name(obj) or ""
         try:
             live = await self._client.get(r.NODES, name)
-        except ApiError as error:
-            if error.is_not_found:
+        except Exception as error:
+            if isinstance(error, ApiError) and error.is_not_found:
                 self._inventory.feed("DELETED", obj)
-            else:  # the next inventory LIST settles it
-                log.warning("Node lookup failed", extra={"node": name, "err": str(error)})
-            return
-        except Exception as error:  # transport failure; the next inventory LIST settles it
-            log.warning("Node lookup failed", extra={"node": name, "err": repr(error)})
+            else:  # API or transport failure: the next inventory LIST settles it
+                log.warning("Node lookup failed", extra={"node": name, "err": repr(error)})
             return
         self._inventory.feed("MODIFIED", live)
 
