@@ -202,6 +202,17 @@ class EndToEnd:
         )
         return result
 
+    async def pods_gone(self, within: float = 90.0) -> None:
+        """No pod is left in the test namespace (its workloads deleted and drained)."""
+        await watch_objects(
+            self.kube,
+            r.PODS,
+            lambda pods: not pods,
+            namespace=self.namespace,
+            within=within,
+            what="workload pods gone",
+        )
+
     async def nodes_labelled(
         self, uid: str, predicate: Callable[[set[str]], bool], what: str
     ) -> set[str]:
@@ -263,14 +274,7 @@ class EndToEnd:
             workloads = await self.kube.list(STATEFULSETS, self.namespace)
             for sts in workloads["items"]:
                 await _delete(self.kube, STATEFULSETS, sts["metadata"]["name"], self.namespace)
-            await watch_objects(
-                self.kube,
-                r.PODS,
-                lambda pods: not pods,
-                namespace=self.namespace,
-                within=90,
-                what="workload pods gone",
-            )
+            await self.pods_gone()
             cds = await self.kube.list(COMPUTE_DOMAINS, self.namespace)
             for cd in cds["items"]:
                 self.uids.add(cd["metadata"]["uid"])

@@ -82,14 +82,7 @@ async def test_host_managed_domain_runs_its_workload_without_daemons(e2e: EndToE
 
         # Deletion: the workload first, then the CD; it leaves nothing behind.
         await e2e.kube.delete(STATEFULSETS, "workers", e2e.namespace)
-        await watch_objects(
-            e2e.kube,
-            r.PODS,
-            lambda pods: not pods,
-            namespace=e2e.namespace,
-            within=90,
-            what="workload pods gone",
-        )
+        await e2e.pods_gone()
         await e2e.kube.delete(COMPUTE_DOMAINS, "host", e2e.namespace)
         await e2e.cd_until("host", lambda o: o is None, "finalized and gone")
         await watch_objects(
