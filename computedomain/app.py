@@ -198,7 +198,7 @@ class ControllerProcess:
 
     async def _release_start_up_heap(self) -> None:
         """Decoding the first LISTs leaves more free heap than the caches keep (leader or not)."""
-        await asyncio.gather(*(inf.wait_synced() for inf in self.caches.all))
+        await self.caches.wait_synced()
         release_free_heap()
 
     async def _report_missing_crds(self) -> None:
@@ -207,7 +207,7 @@ class ControllerProcess:
         self.coexistence.crds_present(self.caches.missing_crds())
 
     async def _wait_synced(self) -> None:
-        await asyncio.gather(*(inf.wait_synced() for inf in self.caches.all))
+        await self.caches.wait_synced()
         # Everything listed so far gets one reconcile; the queue deduplicates.
         self.router.enqueue_all(priority=LOW_PRIORITY)
 

@@ -219,6 +219,10 @@ class Caches:
     def synced(self) -> bool:
         return all(informer.has_synced for informer in self.all)
 
+    async def wait_synced(self) -> None:
+        """Until every informer has listed once."""
+        await asyncio.gather(*(informer.wait_synced() for informer in self.all))
+
     @property
     def cds(self) -> Store:
         return self.compute_domains.store
