@@ -7,9 +7,11 @@ v1.36): one response with every object, which a 10,000-node fleet should not nee
 since 1.34 serve the pages from the watch cache too. A continue token that expired mid-list
 (410) starts the list over; a second expiry in the same list falls back to one unpaged list, as
 client-go's pager does, so a slow list cannot chase compaction forever. A 410 on the watch
-relists and delivers vanished objects as deletes carrying their last known state. Failures back
-off 0.8 s -> 30 s with jitter; the backoff resets after 2 min of health. Handler exceptions are
-logged and never stop the informer.
+relists and delivers vanished objects as deletes carrying their last known state. A watch that
+ends cleanly resumes from its RV at once. Failures back off 0.8 s -> 30 s with jitter (at least
+a 429's ``Retry-After``); the backoff resets after 2 min of health, and after any watch that
+delivered events, so a stream cut now and then costs one short delay, never a growing one.
+Handler exceptions are logged and never stop the informer.
 
 ``metadata_only`` lists and watches PartialObjectMetadata (no spec or status: a Node's is
 ~3 KB instead of ~15 KB). ``unchanged(old, new)`` drops an update before the store and the
@@ -107,6 +109,11 @@ class Backoff:
         self._current = initial
         self._last_failure: float | None = None
 
+    def reset(self) -> None:
+        """Progress was made: the next failure starts from the initial delay again."""
+        self._current = self.initial
+        self._last_failure = None
+
     def next_delay(self) -> float:
         now = self._clock.now()
         if self._last_failure is not None and now - self._last_failure > self.reset_after:
@@ -164,6 +171,8 @@ class Informer:
         # Polling: deletions fed in since the last list, which an older list must not undo.
         self._fed_deletions: dict[str, Obj] = {}
         self._resource_version: str | None = None
+        # The last watch delivered at least one event (bookmarks count) before it ended.
+        self._watch_progressed = False
         self.relists = 0
         # LIST requests sent, pages included (tests read it).
         self.list_requests = 0
@@ -200,6 +209,9 @@ class Informer:
                 if self._resource_version is None:
                     await self._list()
                 await self._watch()
+                # A watch that ended cleanly (its timeout, an idle or a proxy's close) resumes
+                # from the last RV at once: waiting would leave the cache that far behind.
+                continue
             except asyncio.CancelledError:
                 raise
             except _RelistNeededError:
@@ -208,13 +220,20 @@ class Informer:
                 continue
             except ApiError as error:
                 self._log_failure(error)
+                retry_after = error.retry_after
             except (aiohttp.ClientError, TimeoutError, OSError) as error:
                 self._log_failure(error)
+                retry_after = None
             except Exception as error:
                 log.exception(
                     "Informer failed unexpectedly", extra={"informer": self.name, "err": str(error)}
                 )
-            await self.clock.sleep(self._backoff.next_delay())
+                retry_after = None
+            if self._watch_progressed:
+                # The stream was established and delivered before it broke (a reset, a cut
+                # connection): a new failure, not one more of a series.
+                self._backoff.reset()
+            await self.clock.sleep(max(self._backoff.next_delay(), retry_after or 0.0))
 
     # -- list / watch -----------------------------------------------------------------------
 
@@ -320,6 +339,7 @@ class Informer:
         timeout_seconds = self._rng.randint(low, high)
         started = self.clock.now()
         events = 0
+        self._watch_progressed = False
         try:
             async for event_type, obj in self.client.watch(
                 self.resource,
@@ -334,6 +354,7 @@ class Informer:
             ):
                 events += 1
                 self.feed(event_type, obj)
+                self._watch_progressed = True
         except ApiError as error:
             if error.is_gone or "too large resource version" in error.message.lower():
                 log.info(
@@ -353,6 +374,8 @@ class Informer:
         if events == 0 and self.clock.now() - started < 1.0:
             # The server closed an empty watch at once: do not spin.
             await self.clock.sleep(self._backoff.next_delay())
+        else:
+            self._backoff.reset()
 
     def feed(self, event_type: str, obj: Obj) -> None:
         """One watch event (ADDED, MODIFIED, DELETED or BOOKMARK), as the watch delivers it."""
