@@ -13,7 +13,12 @@ from typing import Any
 
 from computedomain.api import constants as c
 from computedomain.api.resources import CLIQUES, COMPUTE_DOMAINS
-from computedomain.api.v1beta1 import ComputeDomain, ComputeDomainNode, Condition
+from computedomain.api.v1beta1 import (
+    ComputeDomain,
+    ComputeDomainClique,
+    ComputeDomainNode,
+    Condition,
+)
 from computedomain.domain import coexistence, projection, topology
 from computedomain.domain import conditions as cond
 from computedomain.domain.caches import BY_CD, BY_GPU_CLIQUE
@@ -25,6 +30,7 @@ from computedomain.runtime import objects
 from computedomain.runtime.client import ApiError
 from computedomain.runtime.clock import parse_time
 from computedomain.runtime.controller import Result
+from computedomain.runtime.resources import PODS
 
 log = logging.getLogger(__name__)
 
@@ -334,6 +340,8 @@ class StatusWriter:
                 else:
                     wait = remaining if wait is None else min(wait, remaining)
             if due:
+                due = await self._still_stale(uid, clique, due, memory)
+            if due:
                 body = dict(raw)
                 body["daemons"] = [
                     d for d in raw.get("daemons") or [] if d.get("nodeName") not in due
@@ -355,3 +363,27 @@ class StatusWriter:
         for key in set(memory.stale_entry_since) - seen:
             del memory.stale_entry_since[key]
         return wait, pruned
+
+    async def _still_stale(
+        self, uid: str, clique: ComputeDomainClique, due: list[str], memory: DomainMemory
+    ) -> list[str]:
+        """The entries of ``due`` that no daemon pod backs in the apiserver either.
+
+        Removing an entry is destructive (a live daemon does not write it again), and the pod
+        cache may lag the clique cache by any amount after a cut watch: so the pods are
+        listed live first, and an entry a pod backs there starts its grace period over.
+        """
+        listed = await self._ctx.client.list(
+            PODS,
+            namespace=clique.metadata.namespace,
+            label_selector=f"{c.CD_LABEL}={uid}",
+        )
+        live = [projection.daemon_pod_from_dict(pod) for pod in listed["items"]]
+        stale = set(projection.stale_clique_entries(clique, live))
+        for node_name in set(due) - stale:
+            memory.stale_entry_since.pop((clique.metadata.name, node_name), None)
+            log.info(
+                "Kept a clique entry the pod cache does not back yet: its daemon pod exists",
+                extra={"clique": clique.metadata.name, "node": node_name},
+            )
+        return [node_name for node_name in due if node_name in stale]

@@ -473,8 +473,58 @@ async def test_a_pruned_clique_entry_leaves_status_in_the_same_reconcile(world: 
     await world.reconcile(f"{NS}/cd")
 
     assert world.client.calls == [
+        ("list", "pods", f"{DRIVER_NS}/{c.CD_LABEL}={UID}"),  # the live check
         ("replace", "computedomaincliques", f"{DRIVER_NS}/{c.clique_name(UID, clique_id)}"),
         ("patch", "computedomains/status", f"{NS}/cd"),
     ]
     assert world.client.objects[("computedomains", NS, "cd")]["status"].get("nodes") is None
     assert ("Normal", "NodeLeft") in world.recorder.events
+
+
+async def test_pruning_spares_an_entry_whose_daemon_pod_the_cache_has_not_seen(
+    world: World,
+) -> None:
+    """After a cut watch the pod cache can lag the clique cache by any amount: an entry whose
+    daemon pod exists in the apiserver is kept (a live daemon never writes it again), and its
+    grace period starts over."""
+    cd = world.client.add(COMPUTE_DOMAINS, {**compute_domain(), "status": {"status": "Ready"}})
+    clique_id = "rack0.0"
+    entry = {
+        "nodeName": "node-a",
+        "ipAddress": "10.0.0.7",
+        "cliqueID": clique_id,
+        "index": 0,
+        "status": c.STATUS_READY,
+    }
+    clique = world.client.add(
+        CLIQUES,
+        {
+            "metadata": {
+                "name": c.clique_name(UID, clique_id),
+                "namespace": DRIVER_NS,
+                "labels": {c.CD_LABEL: UID, c.CLIQUE_ID_LABEL: clique_id},
+            },
+            "daemons": [entry],
+        },
+    )
+    pod = labelled("daemon-node-a", DRIVER_NS, **{c.CLIQUE_ID_LABEL: clique_id})
+    pod["spec"] = {"nodeName": "node-a"}
+    pod["status"] = {"phase": "Running", "podIP": "10.0.0.7"}
+    world.client.add(r.PODS, pod)  # in the apiserver, not (yet) in the pod cache
+    world.fill(cds=[cd], service_accounts=[service_account()], cliques=[clique])
+    await world.reconcile(f"{NS}/cd")
+
+    await world.clock.advance(SETTINGS.orphan_grace_period)
+    result = await world.reconcile(f"{NS}/cd")
+
+    assert world.client.calls == [("list", "pods", f"{DRIVER_NS}/{c.CD_LABEL}={UID}")]
+    stored = world.client.objects[("computedomaincliques", DRIVER_NS, clique["metadata"]["name"])]
+    assert stored["daemons"] == [entry]
+    assert [
+        n["name"] for n in world.client.objects[("computedomains", NS, "cd")]["status"]["nodes"]
+    ] == ["node-a"]
+    # Its grace period starts over: no prune (nor live check) before it has passed again.
+    assert result.requeue_after is None or result.requeue_after > 0
+    await world.clock.advance(SETTINGS.orphan_grace_period / 2)
+    await world.reconcile(f"{NS}/cd")
+    assert world.client.calls == []
