@@ -11,6 +11,7 @@ types explicitly (#68), and stream watch lines ourselves.
 from __future__ import annotations
 
 import copy
+import itertools
 import json
 import logging
 import ssl
@@ -51,6 +52,10 @@ PATCH_CONTENT_TYPES: Mapping[str, str] = {
 DEFAULT_FIELD_MANAGER = "computedomain-controller"
 DEFAULT_REQUEST_TIMEOUT = 30.0
 DEFAULT_WATCH_INACTIVITY_TIMEOUT = 70.0
+# Requests refused with a Retry-After are sent again this many times (client-go's default),
+# when the server asks for at most this many seconds.
+DEFAULT_MAX_RETRIES = 10
+DEFAULT_MAX_RETRY_WAIT = 10.0
 _WATCH_CHUNK_LIMIT = 64 * 1024 * 1024
 # Metadata only (PartialObjectMetadata, as client-go's metadata client asks): the server sends
 # each object's metadata and nothing else; a server that cannot falls back to whole objects.
@@ -170,8 +175,12 @@ class KubeClient:
         rate_limiter: TokenBucket | None = None,
         request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
         clock: Clock | None = None,
+        max_retries: int = DEFAULT_MAX_RETRIES,
+        max_retry_wait: float = DEFAULT_MAX_RETRY_WAIT,
     ) -> None:
         self.connection = connection
+        self.max_retries = max_retries
+        self.max_retry_wait = max_retry_wait
         self.field_manager = field_manager
         self.metrics = metrics or RuntimeMetrics(CollectorRegistry())
         self.rate_limiter = rate_limiter
@@ -241,8 +250,10 @@ class KubeClient:
         content_type: str = _JSON,
         client_timeout: aiohttp.ClientTimeout | None = None,
         accept: str = _JSON,
-    ) -> aiohttp.ClientResponse:
-        """Send one request and return the unread response; counts it in the metrics.
+    ) -> tuple[aiohttp.ClientResponse, float]:
+        """Send one request; return the unread response and when it was sent. The caller
+        counts it (``_observe``) once its body is read or has failed: a response cut mid-body
+        is a failure, whatever its status line said.
 
         A 401 that brings new credentials is sent once more: the apiserver did not act on it.
         """
@@ -253,15 +264,29 @@ class KubeClient:
         data = None if body is None else json.dumps(body, separators=(",", ":")).encode()
         for attempt in (1, 2):
             authorization = await self.connection.authorization()
-            response = await self._send_once(
-                method, path, query, data, content_type, accept, authorization, client_timeout
-            )
+            started = time.monotonic()
+            try:
+                response = await self._send_once(
+                    method, path, query, data, content_type, accept, authorization, client_timeout
+                )
+            except BaseException:
+                self._observe(method, "<error>", started)
+                raise
             if response.status != 401 or attempt == 2:
-                return response
+                return response, started
             if not await self.connection.rejected(authorization):
-                return response
+                return response, started
+            self._observe(method, "401", started)
             response.release()
         raise AssertionError("unreachable")
+
+    def _observe(self, method: str, code: str, started: float) -> None:
+        self.metrics.rest_client_requests_total.labels(
+            code=code, method=method, host=self.host
+        ).inc()
+        self.metrics.rest_client_request_duration_seconds.labels(
+            verb=method, host=self.host
+        ).observe(time.monotonic() - started)
 
     async def _send_once(
         self,
@@ -277,28 +302,16 @@ class KubeClient:
         headers = {"Accept": accept, "Content-Type": content_type}
         if authorization:
             headers["Authorization"] = authorization
-        started = time.monotonic()
-        code = "<error>"
-        try:
-            response = await self.connection.session.request(
-                method,
-                self.connection.base_url + path,
-                params=list(query or []),
-                headers=headers,
-                data=data,
-                timeout=client_timeout or aiohttp.ClientTimeout(total=self.request_timeout),
-                proxy=self.connection.proxy,
-                server_hostname=self.connection.server_hostname,
-            )
-            code = str(response.status)
-            return response
-        finally:
-            self.metrics.rest_client_requests_total.labels(
-                code=code, method=method, host=self.host
-            ).inc()
-            self.metrics.rest_client_request_duration_seconds.labels(
-                verb=method, host=self.host
-            ).observe(time.monotonic() - started)
+        return await self.connection.session.request(
+            method,
+            self.connection.base_url + path,
+            params=list(query or []),
+            headers=headers,
+            data=data,
+            timeout=client_timeout or aiohttp.ClientTimeout(total=self.request_timeout),
+            proxy=self.connection.proxy,
+            server_hostname=self.connection.server_hostname,
+        )
 
     async def _request(
         self,
@@ -310,29 +323,61 @@ class KubeClient:
         content_type: str = _JSON,
         accept: str = _JSON,
     ) -> dict[str, Any] | None:
-        if self.rate_limiter is not None:
-            await self.rate_limiter.acquire()
-        fence = self._fence()
-        if method != "GET" and fence is not None and not fence():
-            self.metrics.rest_client_requests_total.labels(
-                code="<fenced>", method=method, host=self.host
-            ).inc()
-            raise ApiError(0, "LeaseNotHeld", f"{method} {path}: refused, leadership not proven")
-        response = await self._send(
-            method, path, query=query, body=body, content_type=content_type, accept=accept
-        )
-        try:
-            raw = await response.read()
-        finally:
-            response.release()
-        decoded = _decode(raw)
-        if not 200 <= response.status <= 299:
-            raise ApiError.from_status(
+        for attempt in itertools.count(1):
+            if self.rate_limiter is not None:
+                await self.rate_limiter.acquire()
+            fence = self._fence()
+            if method != "GET" and fence is not None and not fence():
+                self.metrics.rest_client_requests_total.labels(
+                    code="<fenced>", method=method, host=self.host
+                ).inc()
+                raise ApiError(
+                    0, "LeaseNotHeld", f"{method} {path}: refused, leadership not proven"
+                )
+            response, started = await self._send(
+                method, path, query=query, body=body, content_type=content_type, accept=accept
+            )
+            try:
+                raw = await response.read()
+            except BaseException:
+                self._observe(method, "<error>", started)
+                raise
+            finally:
+                response.release()
+            self._observe(method, str(response.status), started)
+            decoded = _decode(raw)
+            if 200 <= response.status <= 299:
+                return decoded
+            error = ApiError.from_status(
                 response.status,
                 decoded,
                 retry_after=parse_retry_after(response.headers.get("Retry-After")),
             )
-        return decoded
+            wait = self._retry_wait(method, error, attempt)
+            if wait is None:
+                raise error
+            log.debug(
+                "Retrying after the server's Retry-After",
+                extra={"method": method, "path": path, "code": error.status, "seconds": wait},
+            )
+            await self.clock.sleep(wait)
+        raise AssertionError("unreachable")
+
+    def _retry_wait(self, method: str, error: ApiError, attempt: int) -> float | None:
+        """How long to wait before sending a refused request again, or None: raise.
+
+        As client-go: a 429 (never acted on; API Priority and Fairness) and, for reads, a 5xx
+        that names a ``Retry-After`` are sent again after it, up to ``max_retries`` times. A
+        wait longer than ``max_retry_wait`` is not spent here holding a worker: the error goes
+        up with its ``retry_after``, and the work queue or informer waits at least that long.
+        """
+        if error.retry_after is None or attempt > self.max_retries:
+            return None
+        if not (error.is_too_many_requests or (error.status >= 500 and method == "GET")):
+            return None
+        if error.retry_after > self.max_retry_wait:
+            return None
+        return error.retry_after
 
     async def _request_object(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
         result = await self._request(method, path, **kwargs)
@@ -478,13 +523,15 @@ class KubeClient:
         stream_timeout = aiohttp.ClientTimeout(
             total=None, sock_connect=self.request_timeout, sock_read=inactivity_timeout
         )
-        response = await self._send(
+        response, started = await self._send(
             "GET",
             res.path(namespace),
             query=query,
             client_timeout=stream_timeout,
             accept=_accept(metadata_only, METADATA_WATCH_ACCEPT),
         )
+        # A stream is counted when it starts: how it ends is the informer's business.
+        self._observe("GET", str(response.status), started)
         try:
             if not 200 <= response.status <= 299:
                 raw = await response.read()

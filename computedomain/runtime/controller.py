@@ -2,7 +2,8 @@
 
 Result semantics follow controller-runtime's ``reconcileHandler``: success forgets the key,
 ``requeue_after`` forgets and re-adds after the delay, ``requeue`` and errors re-add with rate
-limiting, a ``TerminalError`` is counted and not retried. Unexpected exceptions (bugs) are
+limiting (an API error's ``Retry-After`` is the least delay), a ``TerminalError`` is counted
+and not retried. Unexpected exceptions (bugs) are
 counted as panics and timeouts as timeouts; both are then handled as errors.
 """
 
@@ -144,7 +145,8 @@ class Controller:
             return
         except self.expected_errors as error:
             log.error("Reconciler error", extra=self._fields(key, error))
-            self._requeue_after_error(key)
+            retry_after = error.retry_after if isinstance(error, ApiError) else None
+            self._requeue_after_error(key, retry_after)
             return
         except Exception as error:
             metrics.reconcile_panics_total.labels(controller=name).inc()
@@ -163,10 +165,12 @@ class Controller:
             self.queue.forget(key)
             metrics.reconcile_total.labels(controller=name, result="success").inc()
 
-    def _requeue_after_error(self, key: str) -> None:
+    def _requeue_after_error(self, key: str, retry_after: float | None = None) -> None:
+        """Back off; never sooner than a server's ``Retry-After`` (a 429 the client did not
+        wait out itself)."""
         self.metrics.reconcile_errors_total.labels(controller=self.name).inc()
         self.metrics.reconcile_total.labels(controller=self.name, result="error").inc()
-        self.queue.add_rate_limited(key)
+        self.queue.add_rate_limited(key, at_least=retry_after or 0.0)
 
     def _fields(
         self, key: str, error: BaseException | str, terminal: bool = False

@@ -137,8 +137,9 @@ class WorkQueue:
         heapq.heappush(self._delayed_heap, (ready_at, sequence, key))
         self._notify()
 
-    def add_rate_limited(self, key: str) -> None:
-        self.add_after(key, self.rate_limiter.when(key))
+    def add_rate_limited(self, key: str, at_least: float = 0.0) -> None:
+        """Re-add after the key's backoff, or ``at_least`` seconds if that is longer."""
+        self.add_after(key, max(self.rate_limiter.when(key), at_least))
 
     def forget(self, key: str) -> None:
         self.rate_limiter.forget(key)

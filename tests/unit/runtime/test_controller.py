@@ -102,6 +102,21 @@ async def test_expected_error_requeues_with_backoff_without_a_panic() -> None:
     assert harness.queue.num_requeues("ns/a") == 1
 
 
+async def test_an_api_error_with_retry_after_is_not_retried_sooner() -> None:
+    """A 429 the client did not wait out itself (its Retry-After was too long to hold a
+    worker) comes back no sooner than the server asked, whatever the backoff says."""
+
+    async def reconcile(key: str) -> Result:
+        raise ApiError(429, "TooManyRequests", "slow down", retry_after=30.0)
+
+    harness = Harness(reconcile)
+    await harness.process("ns/a")
+    assert harness.total("error") == 1
+    assert harness.queue.delayed == 1
+    assert harness.queue.delayed_within(29.9) == 0
+    assert harness.queue.delayed_within(30.0) == 1
+
+
 async def test_terminal_error_is_counted_and_not_retried() -> None:
     async def reconcile(key: str) -> Result:
         raise TerminalError("bad spec")
