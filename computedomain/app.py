@@ -81,6 +81,7 @@ class ControllerProcess:
             REPORTING_CONTROLLER,
             f"{REPORTING_CONTROLLER.split('/')[-1]}-{s.pod_name}"[:128],
             clock=self.clock,
+            metrics=self.runtime_metrics,
         )
         self.reconciler = ComputeDomainReconciler(
             self.client,

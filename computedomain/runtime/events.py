@@ -314,20 +314,26 @@ class EventRecorder:
     async def _attempt(self, call: Any, reraise_not_found: bool = False) -> dict[str, Any] | None:
         delay = 0.2
         for attempt in range(1, self.write_attempts + 1):
+            retry_after = 0.0
             try:
                 result: dict[str, Any] = await call()
                 return result
             except ApiError as error:
                 if error.is_not_found and reraise_not_found:
                     raise
+                if error.is_already_exists and attempt > 1:
+                    # Our own earlier attempt was written before its answer was lost (a 5xx
+                    # after the fact, a reset): the names are unique, so this is that Event.
+                    return {}
                 if error.is_invalid or error.is_forbidden or error.is_already_exists:
                     log.warning("Event rejected", extra={"err": str(error)})
                     break
                 last_error: BaseException = error
+                retry_after = error.retry_after or 0.0
             except _TRANSIENT as error:
                 last_error = error
             if attempt < self.write_attempts:
-                await self.clock.sleep(delay)
+                await self.clock.sleep(max(delay, retry_after))
                 delay *= 2
             else:
                 log.warning("Event write failed", extra={"err": str(last_error)})

@@ -157,6 +157,9 @@ class RuntimeMetrics:
             ["reason"],
             registry=registry,
         )
+        # At zero from the start, so "nothing dropped" is a sample and a rate, not a gap.
+        for reason in ("queue_full", "spam", "write_failed"):
+            self.events_dropped_total.labels(reason=reason)
 
     def init_controller(self, controller: str, workers: int) -> None:
         """Create the per-controller series at zero, as controller-runtime does on start."""

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
+from computedomain.runtime.client import ApiError
 from computedomain.runtime.clock import FakeClock, settle
 from computedomain.runtime.events import EventRecorder, object_reference
 from computedomain.runtime.metrics import RuntimeMetrics
@@ -185,3 +186,57 @@ async def test_names_are_unique_even_on_a_frozen_clock(count: int) -> None:
         await setup.recorder.wait_idle()
     names = {call[2] for call in setup.writer.calls}
     assert len(names) == count
+
+
+class LostAnswerWriter(Writer):
+    """The first create is written by the apiserver but its answer is lost (a 500 after the
+    fact); the retry then meets AlreadyExists."""
+
+    async def create(
+        self, res: Resource, body: dict[str, Any], namespace: str | None = None
+    ) -> dict[str, Any]:
+        self.calls.append(("create", namespace or "", body["metadata"]["name"], body))
+        if len(self.calls) == 1:
+            raise ApiError(500, "InternalError", "the answer was lost")
+        raise ApiError(409, "AlreadyExists", "events already exists")
+
+
+async def test_an_event_whose_first_answer_was_lost_is_written_not_dropped() -> None:
+    setup = Setup()
+    setup.recorder.client = LostAnswerWriter()
+    async with running(setup):
+        setup.recorder.record(CD, "Warning", "Reason", "Action", "note")
+        await settle()
+        await setup.clock.advance(1)
+        await setup.recorder.wait_idle()
+    assert len(setup.recorder.client.calls) == 2  # type: ignore[attr-defined]
+    assert not setup.dropped("write_failed")
+    # Written: a second occurrence patches the series instead of creating another Event.
+    setup.recorder.record(CD, "Warning", "Reason", "Action", "note")
+    async with running(setup):
+        await settle()
+        await setup.recorder.wait_idle()
+    assert setup.recorder.client.calls[-1][0] == "patch"  # type: ignore[attr-defined]
+
+
+async def test_an_event_write_throttled_waits_at_least_retry_after() -> None:
+    class Throttled(Writer):
+        async def create(
+            self, res: Resource, body: dict[str, Any], namespace: str | None = None
+        ) -> dict[str, Any]:
+            self.calls.append(("create", namespace or "", body["metadata"]["name"], body))
+            if len(self.calls) == 1:
+                raise ApiError(429, "TooManyRequests", "slow", retry_after=5.0)
+            return body
+
+    setup = Setup()
+    writer = Throttled()
+    setup.recorder.client = writer
+    async with running(setup):
+        setup.recorder.record(CD, "Warning", "Reason", "Action", "note")
+        await settle()
+        await setup.clock.advance(4.9)
+        assert len(writer.calls) == 1  # the recorder's own 0.2 s would have retried by now
+        await setup.clock.advance(0.2)
+        await setup.recorder.wait_idle()
+    assert len(writer.calls) == 2
