@@ -49,20 +49,29 @@ class Cleanup:
             if objects.label(rct, c.TARGET_LABEL) != c.TARGET_WORKLOAD
         ]
         targets += [(r.DAEMONSETS, ds) for ds in ctx.caches.daemonsets_of(uid)]
+        gone = ctx.memory_of(uid).children_gone
         remaining = 0
         for res, child in targets:
             remaining += 1
+            if objects.uid(child) in gone:
+                continue  # known gone; its watch event has not reached the cache yet
             name, namespace = objects.name(child), objects.namespace(child)
             issued_delete = not objects.meta(child).get("deletionTimestamp")
             try:
                 if issued_delete:
-                    await ctx.client.delete(res, name, namespace)
+                    deleted = await ctx.client.delete(res, name, namespace)
+                    if deleted is not None and objects.meta(deleted).get("deletionTimestamp"):
+                        # Kept by a finalizer: the cache learns it is going, so a retried
+                        # pass does not delete it again.
+                        ctx.caches.observe_write(res, deleted)
+                        child = deleted
                 patch = patches.remove_finalizer(child, c.FINALIZER)
                 if patch is not None:
                     written = await ctx.client.patch(res, name, patch, namespace, patch_type="json")
                     ctx.caches.observe_write(res, written)
             except ApiError as err:
                 if err.is_not_found:
+                    gone.add(objects.uid(child) or "")
                     continue
                 if err.is_invalid:  # finalizer list changed under us; next pass re-reads
                     continue
@@ -86,9 +95,15 @@ class Cleanup:
         that moved to another CD is left alone.
         """
         ctx = self._ctx
+        memory = ctx.memory_of(uid)
+        if memory.node_labels_cleared and not ctx.caches.nodes.store.by_index(BY_CD, uid):
+            # A live LIST already found none, and the labelled-Node watch has seen no new one
+            # since: a retried pass does not list again.
+            return 0
         listing = await ctx.client.list(
             r.NODES, label_selector=f"{c.CD_LABEL}={uid}", metadata_only=True
         )
+        memory.node_labels_cleared = not listing.get("items")
         removed = 0
         for node in listing.get("items") or []:
             patch = patches.remove_label_if(c.CD_LABEL, uid)

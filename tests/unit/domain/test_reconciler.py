@@ -411,6 +411,39 @@ async def test_deletion_with_daemon_pods_removes_children_and_labels_then_waits(
     assert world.recorder.events.count(("Normal", "Deleted")) == 3
 
 
+async def test_a_retried_deletion_skips_what_is_already_gone(world: World) -> None:
+    """The caches still show children the apiserver has deleted (their watch events are late)
+    and the CD waits for a daemon pod: the next passes neither DELETE them again (each 404
+    the first time) nor list Nodes again once a live LIST found none labelled."""
+    deleted_at = format_time(world.clock.wall())
+    cd = world.client.add(
+        COMPUTE_DOMAINS, compute_domain(finalizers=[c.FINALIZER], deletionTimestamp=deleted_at)
+    )
+    late = {  # in the caches only
+        "rcts": [
+            labelled("channel", NS, uid=UID, **{c.TARGET_LABEL: c.TARGET_WORKLOAD}),
+            labelled(DAEMON, DRIVER_NS, **{c.TARGET_LABEL: c.TARGET_DAEMON}),
+        ],
+        "daemonsets": [labelled(DAEMON, DRIVER_NS)],
+    }
+    for index, child in enumerate(late["rcts"] + late["daemonsets"]):
+        child["metadata"]["uid"] = f"child-{index}"
+    world.fill(
+        cds=[cd],
+        pods=[labelled(f"{DAEMON}-abcde", DRIVER_NS)],
+        service_accounts=[service_account()],
+        **late,
+    )
+    await world.reconcile(f"{NS}/cd")
+    assert [call[0] for call in world.client.calls].count("delete") == 3  # each answered 404
+    assert ("list", "nodes", f"{c.CD_LABEL}={UID}") in world.client.calls
+
+    for _ in range(3):
+        await world.clock.advance(2.0)
+        await world.reconcile(f"{NS}/cd")
+        assert not [call for call in world.client.calls if call[0] in ("delete", "list")]
+
+
 async def test_an_orphan_is_removed_after_the_grace_period_and_a_live_check(
     world: World,
 ) -> None:
