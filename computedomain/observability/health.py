@@ -45,13 +45,19 @@ def ping() -> bool:
 
 
 def informers_synced(informers: Iterable[HasSynced]) -> Check:
-    """Ready once every informer has listed; names the ones still waiting."""
+    """Ready once every informer has listed; names the ones still waiting, each with why its
+    last list failed if it did (a 403 in a namespace that does not exist, a missing CRD)."""
     pending_informers = list(informers)
 
+    def describe(informer: HasSynced) -> str:
+        name = str(getattr(informer, "name", repr(informer)))
+        error = getattr(informer, "last_error", None)
+        return f"{name} ({error})" if error else name
+
     def check() -> bool:
-        waiting = [getattr(i, "name", repr(i)) for i in pending_informers if not i.has_synced]
+        waiting = [describe(i) for i in pending_informers if not i.has_synced]
         if waiting:
-            raise CheckFailedError(f"informers not synced: {', '.join(map(str, waiting))}")
+            raise CheckFailedError(f"informers not synced: {'; '.join(waiting)}")
         return True
 
     return check

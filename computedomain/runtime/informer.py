@@ -173,6 +173,7 @@ class Informer:
         self._resource_version: str | None = None
         # The last watch delivered at least one event (bookmarks count) before it ended.
         self._watch_progressed = False
+        self._last_error: str | None = None
         self.relists = 0
         # LIST requests sent, pages included (tests read it).
         self.list_requests = 0
@@ -237,7 +238,17 @@ class Informer:
 
     # -- list / watch -----------------------------------------------------------------------
 
+    @property
+    def last_error(self) -> str | None:
+        """Why the last list or watch failed, until a list succeeds (for /readyz)."""
+        return self._last_error
+
     def _log_failure(self, error: BaseException) -> None:
+        self._last_error = str(error) or type(error).__name__
+        if isinstance(error, ApiError) and error.is_forbidden and self.namespace:
+            self._last_error += (
+                f" (does namespace {self.namespace} exist, with this controller's Role in it?)"
+            )
         if isinstance(error, ApiError) and error.is_not_found:
             # A 404 on a collection: the server does not serve this resource at all.
             log.warning(
@@ -332,6 +343,7 @@ class Informer:
             if tombstone is not None:
                 self._notify_delete(tombstone)
         self._resource_version = list_resource_version
+        self._last_error = None
         self._synced.set()
 
     async def _watch(self) -> None:

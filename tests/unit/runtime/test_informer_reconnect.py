@@ -13,10 +13,11 @@ from typing import Any
 import aiohttp
 import pytest
 
+from computedomain.observability.health import CheckFailedError, informers_synced
 from computedomain.runtime.client import ApiError
 from computedomain.runtime.clock import FakeClock, settle
 from computedomain.runtime.informer import Informer
-from computedomain.runtime.resources import NODES
+from computedomain.runtime.resources import NODES, PODS
 
 Obj = dict[str, Any]
 
@@ -103,5 +104,32 @@ async def test_a_throttled_watch_waits_for_retry_after() -> None:
         assert len(client.watches) == 1
         await clock.advance(0.2)
         assert len(client.watches) > 1
+    finally:
+        await stop(task)
+
+
+class ForbiddenLists:
+    async def list(self, res: Any, **kwargs: Any) -> Obj:
+        raise ApiError(403, "Forbidden", 'pods is forbidden: cannot list in "does-not-exist"')
+
+
+async def test_readyz_says_why_an_informer_has_not_synced() -> None:
+    """NAMESPACE=does-not-exist: the informers there never list (403 until someone makes the
+    namespace and the Role); /readyz/informers names each with the apiserver's reason."""
+    informer = Informer(
+        ForbiddenLists(),  # type: ignore[arg-type]
+        PODS,
+        namespace="does-not-exist",
+        clock=FakeClock(),
+        name="pods/does-not-exist",
+    )
+    task = asyncio.create_task(informer.run())
+    await settle()
+    try:
+        with pytest.raises(CheckFailedError) as failed:
+            informers_synced([informer])()
+        reason = str(failed.value)
+        assert reason.startswith("informers not synced: pods/does-not-exist (403 Forbidden")
+        assert "does namespace does-not-exist exist" in reason
     finally:
         await stop(task)
