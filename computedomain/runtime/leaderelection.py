@@ -102,6 +102,8 @@ class LeaderElector:
         self.metrics = metrics or RuntimeMetrics(CollectorRegistry())
         self.release_on_cancel = release_on_cancel
         self.request_timeout = request_timeout or max(1.0, renew_deadline / 2)
+        # A failed attempt's Retry-After (a 429 longer than the client waits out itself).
+        self._retry_after = 0.0
         self._rng = rng or random.Random()  # noqa: S311 - jitter, not cryptography
         self._lease: dict[str, Any] | None = None
         self._observed_spec: dict[str, Any] | None = None
@@ -165,7 +167,9 @@ class LeaderElector:
         while True:
             if await self._attempt():
                 return
-            await self.clock.sleep(self._jittered(self.retry_period))
+            # A candidate waits out a 429's Retry-After. A leader renewing does not: its own
+            # deadline bounds the wait (the client waits out short ones within the attempt).
+            await self.clock.sleep(max(self._jittered(self.retry_period), self._retry_after))
 
     async def _renew_until_done(self, work: asyncio.Future[None]) -> None:
         while True:
@@ -213,10 +217,13 @@ class LeaderElector:
         timeout = self.request_timeout if budget is None else min(self.request_timeout, budget)
         if timeout <= 0:
             return False
+        self._retry_after = 0.0
         try:
             async with asyncio.timeout(timeout):
                 return await self._try_acquire_or_renew()
         except _TRANSIENT as error:
+            if isinstance(error, ApiError) and error.retry_after:
+                self._retry_after = error.retry_after
             log.info(
                 "Lease attempt failed",
                 extra={"lease": self._lease_ref(), "err": str(error) or type(error).__name__},

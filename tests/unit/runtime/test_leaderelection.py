@@ -299,3 +299,27 @@ async def test_a_pod_whose_name_extends_ours_is_not_a_previous_container() -> No
     assert store.holder == holder
     task.cancel()
     await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_a_candidate_throttled_waits_for_retry_after() -> None:
+    """A 429 whose Retry-After (30 s) is longer than the client holds a request is not retried
+    every 2 s by a candidate: it tries again no sooner than the server asked."""
+    clock, store = FakeClock(), LeaseStore()
+    attempts: list[float] = []
+
+    async def throttled_get(res: Resource, name: str, namespace: str | None = None) -> Any:
+        attempts.append(clock.now())
+        raise ApiError(429, "TooManyRequests", "slow down", retry_after=30.0)
+
+    store.get = throttled_get  # type: ignore[method-assign]
+    a = elector(store, clock, "a")
+    task = asyncio.create_task(a.run(forever))
+    await settle()
+    await clock.advance(29.0)
+    assert len(attempts) == 1
+    await clock.advance(2.0)
+    assert len(attempts) == 2
+    assert attempts[1] - attempts[0] >= 30.0
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
