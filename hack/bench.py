@@ -41,6 +41,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from soak import Soak
+
 from computedomain.api import constants as c
 from computedomain.api.resources import CLIQUES, COMPUTE_DOMAINS
 from computedomain.app import REPORTING_CONTROLLER, ControllerProcess
@@ -966,6 +968,37 @@ def fmt_ms(seconds: float | None) -> str:
 
 def report(results: dict[str, Any]) -> str:
     rows: list[tuple[str, str, str, str]] = []
+    soak = results.get("soak")
+    if soak:
+        converged = soak["convergence_s"]
+        rss = soak["rss_mb"] or [0.0]
+        rows += [
+            (
+                f"Soak: {soak['seconds']:.0f} s, CDs created / controller kills",
+                f"{soak['cds_created']} / {soak['controller_kills']}",
+                "",
+                "",
+            ),
+            (
+                "Soak: caches = LIST and status true, after the last fault",
+                "NEVER (300 s)" if converged is None else f"{converged:.1f} s",
+                "converges",
+                "",
+            ),
+            ("Soak: orphans after every CD is deleted", str(len(soak["orphans"])), "0", ""),
+            (
+                "Soak: retries sooner than Retry-After",
+                f"{soak['retries_before_retry_after']} of {soak['throttled']} throttled",
+                "0",
+                "",
+            ),
+            (
+                "Soak: RSS first / max / last (controller + simulator + proxy)",
+                f"{rss[0]:.0f} / {max(rss):.0f} / {rss[-1]:.0f} MiB",
+                "no growth",
+                "",
+            ),
+        ]
     proj = results.get("projection", {})
     lat = proj.get("latency_s", {})
     if lat:
@@ -1148,6 +1181,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="a controller environment variable for every controller the run starts, e.g. "
         "--set KUBE_API_QPS=100 (repeatable; default: the controller's defaults)",
     )
+    parser.add_argument(
+        "--soak",
+        type=float,
+        metavar="SECONDS",
+        help="run only the soak scenario (hack/soak.py) for this long: churn through the "
+        "fault proxy, controller kills, then convergence, orphans and RSS",
+    )
+    parser.add_argument("--soak-cds", type=int, default=300, help="CDs created in the soak")
+    parser.add_argument("--soak-kills", type=int, default=10, help="controller kills in the soak")
     parser.add_argument("-v", "--verbosity", type=int, default=-1, help="controller log level")
     return parser
 
@@ -1194,6 +1236,8 @@ async def run(args: argparse.Namespace, cp: ControlPlane, started: float) -> dic
             "metadata": {"name": c.DAEMON_SERVICE_ACCOUNT},
         }
         await client.create(r.SERVICE_ACCOUNTS, sa, DRIVER_NAMESPACE)
+        if args.soak is not None:
+            return await run_soak(args, cp, client, sim_client, spec, started, setup)
         bench = Bench(args, client, cp.kubeconfig, build_nodes(spec))
         await bench.memory_and_start()
         controller = bench.controller
@@ -1223,6 +1267,43 @@ async def run(args: argparse.Namespace, cp: ControlPlane, started: float) -> dic
             await controller.shutdown()
         await client.close()
         await sim_client.close()
+
+
+async def run_soak(
+    args: argparse.Namespace,
+    cp: ControlPlane,
+    client: KubeClient,
+    sim_client: KubeClient,
+    spec: FleetSpec,
+    started: float,
+    setup: dict[str, float],
+) -> dict[str, Any]:
+    if cp.workdir is None:
+        raise SystemExit("--soak needs the dev cluster (the proxy serves its certificate)")
+    soak = Soak(
+        client=client,
+        sim_client=sim_client,
+        kubeconfig=cp.kubeconfig,
+        pki_dir=cp.workdir / "pki",
+        driver_namespace=DRIVER_NAMESPACE,
+        nodes=build_nodes(spec),
+        overrides=args.overrides,
+        seconds=args.soak,
+        cds=args.soak_cds,
+        kills=args.soak_kills,
+        seed=args.seed,
+        say=lambda text: print(f"[{datetime.now(UTC):%H:%M:%S}] {text}", flush=True),
+    )
+    return {
+        "started": datetime.fromtimestamp(started, UTC).isoformat(timespec="seconds"),
+        "duration_s": round(time.time() - started, 1),
+        "command": "hack/bench.sh " + " ".join(_portable_args(sys.argv[1:])),
+        "machine": machine(),
+        "parameters": {"racks": args.racks, "nodes": spec.total_nodes},
+        "controller_settings": controller_settings(args.overrides),
+        "setup": setup,
+        "soak": await soak.run(),
+    }
 
 
 def controller_settings(overrides: Mapping[str, str]) -> dict[str, Any]:

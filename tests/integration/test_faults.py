@@ -20,10 +20,10 @@ import pytest
 
 from computedomain.api.resources import COMPUTE_DOMAINS
 from computedomain.devcluster.controlplane import ControlPlane
+from computedomain.devcluster.convergence import caches_differences, status_liars
+from computedomain.devcluster.faultproxy import FaultProxy, Faults, fault_proxy
 from computedomain.runtime.client import KubeClient
 from tests.integration.e2e_harness import STATEFULSETS, EndToEnd, cd_ready, end_to_end, workload
-from tests.kit.audit import caches_differences, status_liars
-from tests.kit.faultproxy import FaultProxy, Faults, fault_proxy
 from tests.kit.waiting import eventually
 
 pytestmark = pytest.mark.integration

@@ -1,0 +1,279 @@
+"""The soak scenario of ``hack/bench.sh --soak SECONDS`` (issue 18).
+
+Our controller talks to the apiserver through the fault-injecting proxy
+(``computedomain.devcluster.faultproxy``), the fleet simulator talks to it directly. For the
+given time ComputeDomains with 1-4 node workloads are created and deleted; the proxy's faults
+(latency, 429 + Retry-After, 500/503 before and after the apiserver acted, mid-body resets,
+watch cuts) are on for the middle part of it, and the controller is killed (its task
+cancelled, no lease release, no drain) and started again at even intervals. Then:
+
+- convergence: seconds from the last fault (faults off, last restart) until every informer's
+  cache equals a fresh LIST and every CD's status says what its cliques and daemon pods say;
+- orphans: after every CD is deleted, children, cliques and node labels still naming a CD;
+- RSS of this process (controller, simulator and proxy together) sampled over the run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from computedomain.api import constants as c
+from computedomain.api.resources import CLIQUES, COMPUTE_DOMAINS
+from computedomain.devcluster.convergence import caches_differences, status_liars
+from computedomain.devcluster.faultproxy import Faults, fault_proxy
+from computedomain.devcluster.harness import RunningController, compute_domain, start_controller
+from computedomain.devcluster.watching import watch_objects
+from computedomain.runtime import objects
+from computedomain.runtime import resources as r
+from computedomain.runtime.client import ApiError, KubeClient
+from computedomain.runtime.resources import Resource
+from computedomain.sim.context import SimSettings
+from computedomain.sim.faults import FaultSettings
+from computedomain.sim.fleet import RACK_LABEL
+from computedomain.sim.simulator import Simulator
+
+Obj = dict[str, Any]
+STATEFULSETS = Resource("apps", "v1", "statefulsets", "StatefulSet", namespaced=True)
+WORKLOAD_IMAGE = "registry.k8s.io/pause:3.10"
+NAMESPACE = "bench-soak"
+# Faults are on from this share of the run to that one; the rest runs clean.
+FAULT_WINDOW = (0.15, 0.75)
+
+
+def job(name: str, hostnames: Sequence[str]) -> Obj:
+    """A StatefulSet of one worker per named node, each with the CD's channel claim."""
+    app = {"app": name}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "StatefulSet",
+        "metadata": {"name": name},
+        "spec": {
+            "serviceName": name,
+            "replicas": len(hostnames),
+            "podManagementPolicy": "Parallel",
+            "selector": {"matchLabels": app},
+            "template": {
+                "metadata": {"labels": app},
+                "spec": {
+                    "affinity": {
+                        "nodeAffinity": {
+                            "requiredDuringSchedulingIgnoredDuringExecution": {
+                                "nodeSelectorTerms": [
+                                    {
+                                        "matchExpressions": [
+                                            {
+                                                "key": "kubernetes.io/hostname",
+                                                "operator": "In",
+                                                "values": list(hostnames),
+                                            }
+                                        ]
+                                    }
+                                ]
+                            }
+                        },
+                        "podAntiAffinity": {
+                            "requiredDuringSchedulingIgnoredDuringExecution": [
+                                {
+                                    "labelSelector": {"matchLabels": app},
+                                    "topologyKey": "kubernetes.io/hostname",
+                                }
+                            ]
+                        },
+                    },
+                    "terminationGracePeriodSeconds": 0,
+                    "resourceClaims": [
+                        {"name": "channel", "resourceClaimTemplateName": f"{name}-channel"}
+                    ],
+                    "containers": [
+                        {
+                            "name": "worker",
+                            "image": WORKLOAD_IMAGE,
+                            "resources": {"claims": [{"name": "channel"}]},
+                        }
+                    ],
+                },
+            },
+        },
+    }
+
+
+def rss_mb() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024.0
+    return 0.0
+
+
+@dataclass
+class Soak:
+    client: KubeClient
+    sim_client: KubeClient
+    kubeconfig: Path
+    pki_dir: Path
+    driver_namespace: str
+    nodes: Sequence[Obj]
+    overrides: Mapping[str, str]
+    seconds: float
+    cds: int
+    kills: int
+    seed: int
+    say: Callable[[str], None]
+    rng: random.Random = field(init=False)
+    free: dict[str, list[str]] = field(default_factory=dict)  # rack -> free node names
+    held: dict[str, tuple[str, list[str]]] = field(default_factory=dict)  # CD -> rack, nodes
+    rss: list[tuple[float, float]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.rng = random.Random(self.seed)  # noqa: S311 - a reproducible churn
+        for node in self.nodes:
+            rack = objects.labels(node).get(RACK_LABEL)
+            if rack and rack != "none":
+                self.free.setdefault(rack, []).append(objects.name(node))
+
+    async def run(self) -> dict[str, Any]:
+        await _create_namespace(self.client, NAMESPACE)
+        settings = SimSettings(
+            driver_namespace=self.driver_namespace, faults=FaultSettings(), seed=self.seed
+        )
+        simulator = Simulator(self.sim_client, settings)
+        sim_task = asyncio.create_task(simulator.run())
+        await asyncio.wait_for(simulator.wait_ready(), timeout=120)
+        env = {"ORPHAN_GRACE_PERIOD": "5s", **self.overrides}
+        async with fault_proxy(self.kubeconfig, self.pki_dir, seed=self.seed) as proxy:
+            proxied = proxy.kubeconfig(self.kubeconfig.parent / "soak-proxied.kubeconfig")
+            controller = await self._start(proxied, env)
+            begin = time.monotonic()
+            created = deleted = restarts = 0
+            kill_every = self.seconds / (self.kills + 1) if self.kills else None
+            next_kill = begin + kill_every if kill_every else None
+            pace = self.seconds / max(1, self.cds)
+            sampler = asyncio.create_task(self._sample_rss(begin))
+            try:
+                while (elapsed := time.monotonic() - begin) < self.seconds:
+                    share = elapsed / self.seconds
+                    faulty = FAULT_WINDOW[0] <= share < FAULT_WINDOW[1]
+                    proxy.faults = Faults.hostile() if faulty else Faults.none()
+                    if next_kill is not None and time.monotonic() >= next_kill:
+                        controller.task.cancel()
+                        await asyncio.gather(controller.task, return_exceptions=True)
+                        controller = await self._start(proxied, env)
+                        restarts += 1
+                        next_kill += kill_every or 0
+                    if created < self.cds and await self._create(f"soak-{created:04d}"):
+                        created += 1
+                    if self.held and (len(self.held) > 40 or self.rng.random() < 0.4):
+                        await self._delete(self.rng.choice(sorted(self.held)))
+                        deleted += 1
+                    await asyncio.sleep(pace)  # the churn's pace: time passing by design
+                proxy.faults = Faults.none()
+                quiet_since = time.monotonic()
+                converged = await self._converge(controller, quiet_since)
+                faults = sorted({x.fault for x in proxy.exchanges if x.fault})
+                gaps = proxy.retry_gaps("throttle")
+                early = sum(1 for gap in gaps if gap < 0.95)
+                for name in sorted(self.held):
+                    await self._delete(name)
+                orphans = await self._orphans_after_deletion()
+            finally:
+                sampler.cancel()
+                controller.task.cancel()
+                await asyncio.gather(controller.task, sampler, return_exceptions=True)
+                sim_task.cancel()
+                await asyncio.gather(sim_task, return_exceptions=True)
+        result = {
+            "seconds": self.seconds,
+            "cds_created": created,
+            "cds_deleted_during_churn": deleted,
+            "controller_kills": restarts,
+            "fault_window": list(FAULT_WINDOW),
+            "faults_seen": faults,
+            "requests_through_proxy": len(proxy.exchanges),
+            "throttled": sum(1 for x in proxy.exchanges if x.fault == "throttle"),
+            "retries_before_retry_after": early,
+            "convergence_s": converged,
+            "orphans": orphans,
+            "rss_mb": [round(mb, 1) for _, mb in self.rss],
+            "rss_sample_every_s": 10,
+        }
+        self.say(
+            f"soak: {created} CDs over {self.seconds:.0f}s, {restarts} kills, converged "
+            f"{converged if converged is not None else 'NEVER'} s after the last fault, "
+            f"{len(orphans)} orphans, RSS {self.rss[0][1]:.0f} → {self.rss[-1][1]:.0f} MiB"
+        )
+        return result
+
+    async def _start(self, kubeconfig: Path, env: Mapping[str, str]) -> RunningController:
+        return await start_controller(
+            kubeconfig, self.driver_namespace, env, wait_synced=None, log_verbosity=None
+        )
+
+    async def _sample_rss(self, begin: float) -> None:
+        while True:
+            self.rss.append((time.monotonic() - begin, rss_mb()))
+            await asyncio.sleep(10)
+
+    async def _create(self, name: str) -> bool:
+        size = self.rng.choice((1, 2, 3, 4))
+        racks = [rack for rack, free in self.free.items() if len(free) >= size]
+        if not racks:
+            return False
+        rack = self.rng.choice(sorted(racks))
+        taken = [self.free[rack].pop() for _ in range(size)]
+        self.held[name] = (rack, taken)
+        body = compute_domain(name, f"{name}-channel", 0)
+        await self.client.create(COMPUTE_DOMAINS, body, NAMESPACE)
+        await self.client.create(STATEFULSETS, job(name, taken), NAMESPACE)
+        return True
+
+    async def _delete(self, name: str) -> None:
+        rack, taken = self.held.pop(name)
+        for res in (STATEFULSETS, COMPUTE_DOMAINS):
+            with contextlib.suppress(ApiError):
+                await self.client.delete(res, name, NAMESPACE, propagation_policy="Background")
+        self.free[rack].extend(taken)
+
+    async def _converge(self, controller: RunningController, since: float) -> float | None:
+        await controller.wait_synced(120)
+        deadline = since + 300
+        while time.monotonic() < deadline:
+            problems = await caches_differences(controller.process.caches.all, self.client)
+            problems += await status_liars(self.client, NAMESPACE, self.driver_namespace)
+            if not problems:
+                return round(time.monotonic() - since, 1)
+            await asyncio.sleep(0.5)  # polling caches and LISTs: no watch tells this
+        self.say(f"soak: NOT converged after 300 s: {'; '.join(problems[:5])}")
+        return None
+
+    async def _orphans_after_deletion(self) -> list[str]:
+        """What still names a CD once every CD is gone: children and node labels at once,
+        cliques after the garbage collector had 2 minutes (their owners are daemon pods)."""
+        await watch_objects(
+            self.client,
+            COMPUTE_DOMAINS,
+            lambda items: not items,
+            namespace=NAMESPACE,
+            within=300,
+            what="every soak CD finalized",
+        )
+        deadline = time.monotonic() + 120
+        while True:
+            found: list[str] = []
+            for res in (r.DAEMONSETS, r.RESOURCE_CLAIM_TEMPLATES, CLIQUES, r.NODES):
+                listed = await self.client.list(res, label_selector=c.CD_LABEL)
+                found += [f"{res.kind} {objects.object_key(item)}" for item in listed["items"]]
+            if not found or time.monotonic() > deadline:
+                return found
+            await asyncio.sleep(2)  # garbage collection has no watch to wait on
+
+
+async def _create_namespace(client: KubeClient, name: str) -> None:
+    body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
+    with contextlib.suppress(ApiError):
+        await client.create(r.NAMESPACES, body)
