@@ -9,14 +9,14 @@
 # The source is NVIDIA_DRA_DRIVER_SRC:
 #   - a tarball of the tree (with vendor/): its SHA-256 must be the pinned one below, or the
 #     script fails;
-#   - a directory holding the tree: trusted if it is a git checkout whose HEAD is the pinned
+#   - a directory holding the tree: trusted if it is a clean git checkout whose HEAD is the pinned
 #     commit; otherwise only its VERSION file is checked (v0.4.1) and a warning says that the
 #     tree itself is not verified. Its cache key is a hash of the tree's files, so a changed tree
 #     builds again.
 # Unset: a finished build of the pinned tarball in the cache is used; else the tag is cloned from
-# GitHub (bounded by a timeout; fails fast without network); else the script prints one line
-# saying the build is unavailable and exits 3. With --cached it never builds or clones (exit 3
-# when the cache has no build for the source).
+# GitHub (within NVIDIA_DRA_DRIVER_CLONE_TIMEOUT seconds, 20 by default: fails fast without
+# network); else the script prints one line saying the build is unavailable and exits 3. With
+# --cached it never builds or clones (exit 3 when the cache has no build for the source).
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-mod=vendor
