@@ -44,17 +44,22 @@ fi
 if [ -z "${NVIDIA_UPSTREAM_BIN:-}" ]; then
   start=$(date +%s)
   upstream_status=0
-  upstream_dir=$(bash hack/upstream/build.sh | tail -n 1) || upstream_status=$?
+  upstream_log=$(mktemp)
+  upstream_dir=$(bash hack/upstream/build.sh 2>"$upstream_log" | tail -n 1) || upstream_status=$?
   if [ "$upstream_status" -eq 0 ] && [ -x "$upstream_dir/compute-domain-controller" ]; then
+    cat "$upstream_log" >&2
     echo "test.sh: NVIDIA's binaries in $upstream_dir ($(( $(date +%s) - start ))s)" >&2
     export NVIDIA_UPSTREAM_BIN="$upstream_dir"
   elif [ "${CI:-}" = "true" ] || [ -n "${NVIDIA_DRA_DRIVER_SRC:-}" ]; then
+    cat "$upstream_log" >&2
     echo "test.sh: FAILED: NVIDIA's binaries unavailable (hack/upstream/build.sh)" >&2
+    rm -f "$upstream_log"
     exit 1
   else
-    echo "test.sh: NVIDIA's binaries unavailable (NVIDIA_DRA_DRIVER_SRC unset, no network):" \
-      "tests/integration/test_upstream_controller.py will not run" >&2
+    echo "test.sh: tests/integration/test_upstream_controller.py will not run:" \
+      "$(tail -n 1 "$upstream_log")" >&2
   fi
+  rm -f "$upstream_log"
 fi
 if [ "${CI:-}" = "true" ] || [ -n "${NVIDIA_DRA_DRIVER_SRC:-}" ]; then
   export COMPUTEDOMAIN_REQUIRE_UPSTREAM=1
