@@ -93,8 +93,8 @@ def upstream() -> UpstreamBuild:
         return find_upstream(build=required)
     except UpstreamUnavailableError as error:
         if required:
-            pytest.fail(f"NVIDIA's binaries required but unavailable: {error}")
-        pytest.skip(f"NVIDIA's binaries unavailable: {error}")
+            pytest.fail(f"required (CI, NVIDIA_DRA_DRIVER_SRC or hack/test.sh): {error}")
+        pytest.skip(str(error))
 
 
 def _replace_uid(value: Any, uid: str) -> Any:
@@ -212,12 +212,12 @@ async def gone(kube: KubeClient, uid: str, namespace: str, driver_namespace: str
 
 
 async def test_children_equal_nvidia_controllers(
+    upstream: UpstreamBuild,  # first: without NVIDIA's build, skip before a control plane starts
     kube: KubeClient,
     kubeconfig_path: Path,
     namespace: str,
     driver_namespace: str,
     controllers: Controllers,
-    upstream: UpstreamBuild,
     tmp_path: Path,
 ) -> None:
     container = chart_controller_container(
