@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import copy
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +42,7 @@ from computedomain.devcluster.upstream import (
 from computedomain.devcluster.watching import Objects, watch_object, watch_objects
 from computedomain.runtime import resources as r
 from computedomain.runtime.client import KubeClient
-from tests.kit.controllers import create_cd, wait_children
+from tests.kit.controllers import wait_children
 
 CD_NAME = "imex-channel-injection"
 RCT_NAME = "imex-channel-0"
@@ -49,7 +50,7 @@ UID_PLACEHOLDER = "<cd-uid>"
 CONTRACT = REPO_ROOT / "docs" / "contract.md"
 SECTION = "## 21. Differences from NVIDIA's controller, found by the differential tests"
 # As NVIDIA's ComputeDomain install instructions: the chart without the GPU kubelet plugin.
-CHART_VALUES = {"resources.gpus.enabled": False}
+CHART_VALUES: dict[str, Any] = {"resources.gpus.enabled": False}
 # Settings that shape the children; ours gets whichever of them the chart gives NVIDIA's.
 SHARED_SETTINGS = (
     "IMAGE_NAME",
@@ -64,23 +65,89 @@ SHARED_SETTINGS = (
 # the status subresource go with the status (kube-controller-manager writes a DaemonSet's).
 VOLATILE_METADATA = ("uid", "resourceVersion", "creationTimestamp", "generation")
 DS_CONTAINER = "spec.template.spec.containers[compute-domain-daemon]"
+CHANNEL_PARAMETERS = "spec.spec.devices.config[0].opaque.parameters"
+IMAGE = "registry.k8s.io/dra-driver-nvidia/dra-driver-nvidia-gpu:v0.4.1"
 
-# Path -> (NVIDIA's value, ours). docs/contract.md §21 gives the reasons; keep both in step.
-KNOWN_DIFFERENCES: dict[str, tuple[Any, Any]] = {
-    f"DaemonSet {DS_CONTAINER}.env[FEATURE_GATES].value": (
-        "AllAlpha=false,AllBeta=false,ComputeDomainCliques=true,ContextualLogging=true,"
-        "CrashOnNVLinkFabricErrors=true,DeviceMetadata=false,DynamicMIG=false,"
-        "IMEXDaemonsWithDNSNames=true,LoggingAlphaOptions=false,LoggingBetaOptions=true,"
-        "MPSSupport=false,NVMLDeviceHealthCheck=false,PassthroughSupport=false,"
-        "TimeSlicingSettings=false,",
-        "ComputeDomainCliques=true,IMEXDaemonsWithDNSNames=true,",
+
+@dataclass(frozen=True)
+class Case:
+    """Chart values (besides CHART_VALUES) for both controllers, the CD's spec, and values
+    NVIDIA's objects must show (so the case's inputs are known to have reached them)."""
+
+    chart_values: dict[str, Any]
+    spec: dict[str, Any]
+    expect: dict[str, Any]
+
+
+CASES = {
+    # NVIDIA's example CD under the chart's defaults.
+    "chart-defaults": Case(
+        {},
+        {"numNodes": 1, "channel": {"resourceClaimTemplate": {"name": RCT_NAME}}},
+        {
+            f"DaemonSet {DS_CONTAINER}.env[LOG_VERBOSITY].value": "4",
+            f"DaemonSet {DS_CONTAINER}.image": IMAGE,
+            f"workload ResourceClaimTemplate {CHANNEL_PARAMETERS}.allocationMode": "Single",
+            "ComputeDomain status.status": c.STATUS_NOT_READY,
+        },
     ),
-    **{
-        f"{kind} metadata.managedFields[0]": (
-            "compute-domain-controller Update",
-            "computedomain-controller Update",
-        )
-        for kind in ("DaemonSet", "daemon ResourceClaimTemplate", "workload ResourceClaimTemplate")
+    # Everything else that reaches a child: legacy status protocol, pull secrets, another
+    # verbosity; an elastic CD (numNodes 0) whose workload claim asks for all channels.
+    "legacy-secrets-all-channels": Case(
+        {
+            "featureGates": {"ComputeDomainCliques": False},
+            "imagePullSecrets": [{"name": "regcred"}, {"name": "mirror"}],
+            "logVerbosity": "6",
+        },
+        {
+            "numNodes": 0,
+            "channel": {"resourceClaimTemplate": {"name": RCT_NAME}, "allocationMode": "All"},
+        },
+        {
+            f"DaemonSet {DS_CONTAINER}.env[LOG_VERBOSITY].value": "6",
+            "DaemonSet spec.template.spec.imagePullSecrets[regcred].name": "regcred",
+            "DaemonSet spec.template.spec.imagePullSecrets[mirror].name": "mirror",
+            f"workload ResourceClaimTemplate {CHANNEL_PARAMETERS}.allocationMode": "All",
+            "ComputeDomain status.status": c.STATUS_READY,
+        },
+    ),
+}
+
+
+def _gates(cliques: bool) -> str:
+    """NVIDIA's daemon FEATURE_GATES: every gate its binary knows, in name order."""
+    return (
+        f"AllAlpha=false,AllBeta=false,ComputeDomainCliques={str(cliques).lower()},"
+        "ContextualLogging=true,CrashOnNVLinkFabricErrors=true,DeviceMetadata=false,"
+        "DynamicMIG=false,IMEXDaemonsWithDNSNames=true,LoggingAlphaOptions=false,"
+        "LoggingBetaOptions=true,MPSSupport=false,NVMLDeviceHealthCheck=false,"
+        "PassthroughSupport=false,TimeSlicingSettings=false,"
+    )
+
+
+FIELD_MANAGERS = {
+    f"{kind} metadata.managedFields[0]": (
+        "compute-domain-controller Update",
+        "computedomain-controller Update",
+    )
+    for kind in ("DaemonSet", "daemon ResourceClaimTemplate", "workload ResourceClaimTemplate")
+}
+# Per case, path -> (NVIDIA's value, ours). docs/contract.md §21 gives the reasons and lists the
+# same paths; keep both in step.
+KNOWN_DIFFERENCES: dict[str, dict[str, tuple[Any, Any]]] = {
+    "chart-defaults": {
+        f"DaemonSet {DS_CONTAINER}.env[FEATURE_GATES].value": (
+            _gates(cliques=True),
+            "ComputeDomainCliques=true,IMEXDaemonsWithDNSNames=true,",
+        ),
+        **FIELD_MANAGERS,
+    },
+    "legacy-secrets-all-channels": {
+        f"DaemonSet {DS_CONTAINER}.env[FEATURE_GATES].value": (
+            _gates(cliques=False),
+            "ComputeDomainCliques=false,IMEXDaemonsWithDNSNames=true,",
+        ),
+        **FIELD_MANAGERS,
     },
 }
 MISSING = "<absent>"
@@ -150,11 +217,12 @@ def differences(theirs: dict[str, Any], ours: dict[str, Any]) -> dict[str, tuple
 
 
 async def written_for(
-    kube: KubeClient, namespace: str, driver_namespace: str
+    kube: KubeClient, namespace: str, driver_namespace: str, spec: dict[str, Any]
 ) -> tuple[str, dict[str, Any]]:
     """Create the CD; once the controller has set its finalizer and `status.status` and made
     its three children, return its UID and what was written, normalised, by kind."""
-    cd = await create_cd(kube, namespace, CD_NAME, RCT_NAME, num_nodes=1)
+    body = {"apiVersion": c.API_VERSION, "kind": c.CD_KIND, "metadata": {"name": CD_NAME}}
+    cd = await kube.create(COMPUTE_DOMAINS, {**body, "spec": copy.deepcopy(spec)}, namespace)
     uid = cd["metadata"]["uid"]
     cd = await watch_object(
         kube,
@@ -211,7 +279,9 @@ async def gone(kube: KubeClient, uid: str, namespace: str, driver_namespace: str
         )
 
 
+@pytest.mark.parametrize("case", sorted(CASES))
 async def test_children_equal_nvidia_controllers(
+    case: str,
     upstream: UpstreamBuild,  # first: without NVIDIA's build, skip before a control plane starts
     kube: KubeClient,
     kubeconfig_path: Path,
@@ -220,9 +290,8 @@ async def test_children_equal_nvidia_controllers(
     controllers: Controllers,
     tmp_path: Path,
 ) -> None:
-    container = chart_controller_container(
-        find_helm(), upstream, driver_namespace, values=CHART_VALUES
-    )
+    values = {**CHART_VALUES, **CASES[case].chart_values}
+    container = chart_controller_container(find_helm(), upstream, driver_namespace, values=values)
     env = container_environment(container, "dra-driver-nvidia-gpu-controller-0", driver_namespace)
     # The chart listens on :8080 for metrics; here only on loopback, on a port of its own.
     if env.get("HTTP_ENDPOINT"):
@@ -231,7 +300,9 @@ async def test_children_equal_nvidia_controllers(
     nvidia = start_controller(upstream, kubeconfig_path, container, env, log)
     try:
         try:
-            their_uid, theirs = await written_for(kube, namespace, driver_namespace)
+            their_uid, theirs = await written_for(
+                kube, namespace, driver_namespace, CASES[case].spec
+            )
             await kube.delete(COMPUTE_DOMAINS, CD_NAME, namespace)
             await gone(kube, their_uid, namespace, driver_namespace)
         except TimeoutError as error:
@@ -241,15 +312,19 @@ async def test_children_equal_nvidia_controllers(
         nvidia.stop()
 
     await controllers.start(**{k: env[k] for k in SHARED_SETTINGS if k in env})
-    _, ours = await written_for(kube, namespace, driver_namespace)
+    _, ours = await written_for(kube, namespace, driver_namespace, CASES[case].spec)
+
+    seen = {f"{kind} {path}": v for kind in theirs for path, v in flatten(theirs[kind]).items()}
+    assert {p: seen.get(p, MISSING) for p in CASES[case].expect} == CASES[case].expect
 
     found: dict[str, tuple[Any, Any]] = {}
     for kind in theirs:
         for path, pair in differences(theirs[kind], ours[kind]).items():
             found[f"{kind} {path}"] = pair
     print("differences from NVIDIA's controller:", *found.items(), sep="\n  ")
-    unexpected = {p: v for p, v in found.items() if KNOWN_DIFFERENCES.get(p) != v}
-    vanished = sorted(KNOWN_DIFFERENCES.keys() - found.keys())
+    known = KNOWN_DIFFERENCES[case]
+    unexpected = {p: v for p, v in found.items() if known.get(p) != v}
+    vanished = sorted(known.keys() - found.keys())
     report = "\n".join(
         f"  {path}: NVIDIA {theirs_!r} / ours {ours_!r}"
         for path, (theirs_, ours_) in unexpected.items()
@@ -266,4 +341,5 @@ def documented_paths() -> set[str]:
 
 
 def test_known_differences_are_documented() -> None:
-    assert documented_paths() == set(KNOWN_DIFFERENCES)
+    assert KNOWN_DIFFERENCES.keys() == CASES.keys()
+    assert documented_paths() == {path for known in KNOWN_DIFFERENCES.values() for path in known}
