@@ -100,8 +100,13 @@ def _cache_root(env: Mapping[str, str]) -> Path:
 
 
 def find_upstream(*, build: bool = False, env: Mapping[str, str] | None = None) -> UpstreamBuild:
-    """NVIDIA's build: ``NVIDIA_UPSTREAM_BIN`` wins, then the cache (built when ``build``)."""
+    """NVIDIA's build: ``NVIDIA_UPSTREAM_BIN`` wins, then the cache (built when ``build``).
+    Unavailable too where hack/upstream/run.sh cannot run it (not root: no mount namespace)."""
     env = os.environ if env is None else env
+    if os.geteuid() != 0:
+        raise UpstreamUnavailableError(
+            "hack/upstream/run.sh needs root (a private mount namespace)"
+        )
     if env.get("NVIDIA_UPSTREAM_BIN"):
         return UpstreamBuild(Path(env["NVIDIA_UPSTREAM_BIN"])).check()
     args = ["bash", str(UPSTREAM_BUILD_SCRIPT)] + ([] if build else ["--cached"])
