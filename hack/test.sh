@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # THE test command (README, CI): from a fresh clone, installs uv if missing, syncs the locked
 # environment, builds or reuses the local control plane (hack/controlplane/build.sh, cached in
-# ~/.cache/computedomain) and helm (hack/helm/build.sh), then runs the unit and integration
-# tests against the real binaries.
+# ~/.cache/computedomain) and helm (hack/helm/build.sh), and NVIDIA's controller and daemon
+# (hack/upstream/build.sh, from NVIDIA_DRA_DRIVER_SRC: see README) for the differential tests, then
+# runs the unit and integration tests against the real binaries.
 # Extra arguments go to pytest. Fails when the binaries cannot be had or when no test ran.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -35,6 +36,33 @@ if [ -z "${HELM:-}" ]; then
   fi
   echo "test.sh: helm in $helm_dir ($(( $(date +%s) - start ))s)" >&2
   export HELM="$helm_dir/helm"
+fi
+# NVIDIA's binaries for the differential tests (tests/integration/test_upstream_controller.py):
+# NVIDIA_UPSTREAM_BIN (a directory hack/upstream/build.sh filled) wins; otherwise the pinned build.
+# Under CI=true or with NVIDIA_DRA_DRIVER_SRC set they must be had (a failed build fails the run,
+# and the tests require them); elsewhere, without a source, one line says which tests will not run.
+if [ -z "${NVIDIA_UPSTREAM_BIN:-}" ]; then
+  start=$(date +%s)
+  upstream_status=0
+  upstream_log=$(mktemp)
+  upstream_dir=$(bash hack/upstream/build.sh 2>"$upstream_log" | tail -n 1) || upstream_status=$?
+  if [ "$upstream_status" -eq 0 ] && [ -x "$upstream_dir/compute-domain-controller" ]; then
+    cat "$upstream_log" >&2
+    echo "test.sh: NVIDIA's binaries in $upstream_dir ($(( $(date +%s) - start ))s)" >&2
+    export NVIDIA_UPSTREAM_BIN="$upstream_dir"
+  elif [ "${CI:-}" = "true" ] || [ -n "${NVIDIA_DRA_DRIVER_SRC:-}" ]; then
+    cat "$upstream_log" >&2
+    echo "test.sh: FAILED: NVIDIA's binaries unavailable (hack/upstream/build.sh)" >&2
+    rm -f "$upstream_log"
+    exit 1
+  else
+    echo "test.sh: tests/integration/test_upstream_controller.py will not run:" \
+      "$(tail -n 1 "$upstream_log")" >&2
+  fi
+  rm -f "$upstream_log"
+fi
+if [ "${CI:-}" = "true" ] || [ -n "${NVIDIA_DRA_DRIVER_SRC:-}" ]; then
+  export COMPUTEDOMAIN_REQUIRE_UPSTREAM=1
 fi
 # Integration tests must run, never skip, under this script.
 export COMPUTEDOMAIN_REQUIRE_CONTROL_PLANE=1

@@ -1,15 +1,17 @@
 """A stand-in for an NVIDIA DRA driver install (chart `dra-driver-nvidia-gpu` v0.4.0), to swap
 our controller into and back out of.
 
-NVIDIA's binaries cannot run here, so this plays the parts of its install that a swap meets, as
-docs/contract.md describes them: the driver namespace with the chart's IMEX daemon
-ServiceAccount and ClusterRole, a controller Deployment named and labelled as the chart names it
-(kwok shows its pod Running), NVIDIA's CRD (status with `status` and `nodes` only), and the
-objects NVIDIA's v0.4.0 controller writes for a ComputeDomain: the finalizer by update, both
-claim templates and the DaemonSet as its templates render them (equal to ours field for field,
-except that its FEATURE_GATES lists every gate its binary knows), under field manager
-`compute-domain-controller`, authenticated as the chart's controller ServiceAccount so the
-apiserver's audit log tells its writes from ours. The daemons are the fleet simulator's.
+NVIDIA's controller binary runs in test_upstream_controller.py (which shows that its children
+equal ours but for contract §21); a swap needs more of its install than the binary, so this
+plays the parts a swap meets, as docs/contract.md describes them: the driver namespace with the
+chart's IMEX daemon ServiceAccount and ClusterRole, a controller Deployment named and labelled
+as the chart names it (kwok shows its pod Running), NVIDIA's CRD (status with `status` and
+`nodes` only), and the objects NVIDIA's v0.4.0 controller writes for a ComputeDomain: the
+finalizer by update, both claim templates and the DaemonSet as its templates render them (equal
+to ours field for field, except that its FEATURE_GATES lists every gate its binary knows), under
+field manager `compute-domain-controller`, authenticated as the chart's controller
+ServiceAccount so the apiserver's audit log tells its writes from ours. The daemons are the
+fleet simulator's.
 """
 
 from __future__ import annotations

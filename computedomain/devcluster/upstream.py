@@ -1,0 +1,189 @@
+"""NVIDIA's own compute-domain binaries (kubernetes-sigs/dra-driver-nvidia-gpu, pinned), for the
+differential tests: find the build, and run NVIDIA's controller against a local control plane with
+the environment its Helm chart's Deployment gives it.
+
+Resolution order of the build:
+
+1. ``NVIDIA_UPSTREAM_BIN``, a directory ``hack/upstream/build.sh`` filled (hack/test.sh exports
+   it),
+2. the build cache of ``hack/upstream/build.sh`` for ``NVIDIA_DRA_DRIVER_SRC`` (or, unset, the
+   pinned tarball); with ``build=True`` the script builds it when missing (about 2.5 min once).
+
+The controller reads its templates from ``/templates``; ``hack/upstream/run.sh`` starts it in a
+private mount namespace where that path holds the build's copy of the tree's ``templates/``.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import re
+import subprocess
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from computedomain.devcluster.assets import REPO_ROOT
+from computedomain.devcluster.processes import ChildProcess, spawn
+
+UPSTREAM_BUILD_SCRIPT = REPO_ROOT / "hack" / "upstream" / "build.sh"
+UPSTREAM_RUN_SCRIPT = REPO_ROOT / "hack" / "upstream" / "run.sh"
+CONTROLLER = "compute-domain-controller"
+DAEMON = "compute-domain-daemon"
+CHART_NAME = "dra-driver-nvidia-gpu"
+# The release name NVIDIA's install instructions use.
+RELEASE = "nvidia-dra-driver-gpu"
+# build.sh's exit status when the binaries cannot be had (no source, or --cached and not built).
+_UNAVAILABLE = 3
+
+
+class UpstreamUnavailableError(RuntimeError):
+    """NVIDIA's binaries could not be found or built."""
+
+
+def upstream_required(env: Mapping[str, str] | None = None) -> bool:
+    """True where the differential tests must run (a missing build fails, never skips): under CI,
+    when a source is given, or when hack/test.sh asks for it."""
+    env = os.environ if env is None else env
+    return (
+        env.get("CI", "").lower() == "true"
+        or bool(env.get("NVIDIA_DRA_DRIVER_SRC"))
+        or env.get("COMPUTEDOMAIN_REQUIRE_UPSTREAM") == "1"
+    )
+
+
+@dataclass(frozen=True)
+class UpstreamBuild:
+    """One build: ``bin/`` with the binaries, beside it ``templates/``, ``chart/``, ``VERSION``."""
+
+    bin_dir: Path
+
+    @property
+    def controller(self) -> Path:
+        return self.bin_dir / CONTROLLER
+
+    @property
+    def daemon(self) -> Path:
+        return self.bin_dir / DAEMON
+
+    @property
+    def templates(self) -> Path:
+        return self.bin_dir.parent / "templates"
+
+    @property
+    def chart(self) -> Path:
+        return self.bin_dir.parent / "chart" / CHART_NAME
+
+    @property
+    def version(self) -> str:
+        return (self.bin_dir.parent / "VERSION").read_text().strip()
+
+    def check(self) -> UpstreamBuild:
+        for path in (self.controller, self.daemon):
+            if not (path.is_file() and os.access(path, os.X_OK)):
+                raise UpstreamUnavailableError(f"{path} is not an executable file")
+        for path in (self.templates, self.chart):
+            if not path.is_dir():
+                raise UpstreamUnavailableError(f"{path} is missing")
+        return self
+
+
+def _cache_root(env: Mapping[str, str]) -> Path:
+    return Path(
+        env.get("COMPUTEDOMAIN_CACHE")
+        or Path(env.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "computedomain"
+    )
+
+
+def find_upstream(*, build: bool = False, env: Mapping[str, str] | None = None) -> UpstreamBuild:
+    """NVIDIA's build: ``NVIDIA_UPSTREAM_BIN`` wins, then the cache (built when ``build``).
+    Unavailable too where hack/upstream/run.sh cannot run it (not root: no mount namespace)."""
+    env = os.environ if env is None else env
+    if os.geteuid() != 0:
+        raise UpstreamUnavailableError(
+            "hack/upstream/run.sh needs root (a private mount namespace)"
+        )
+    if env.get("NVIDIA_UPSTREAM_BIN"):
+        return UpstreamBuild(Path(env["NVIDIA_UPSTREAM_BIN"])).check()
+    args = ["bash", str(UPSTREAM_BUILD_SCRIPT)] + ([] if build else ["--cached"])
+    cache_root = _cache_root(env)
+    cache_root.mkdir(parents=True, exist_ok=True)
+    with (cache_root / "upstream-build.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            out = subprocess.run(args, capture_output=True, text=True, check=False, env=dict(env))
+        except OSError as exc:
+            raise UpstreamUnavailableError(f"cannot run {UPSTREAM_BUILD_SCRIPT}: {exc}") from exc
+    lines = out.stdout.strip().splitlines()
+    if out.returncode != 0 or not lines:
+        why = out.stderr.strip().splitlines()[-1:] or [f"exit code {out.returncode}"]
+        if out.returncode == _UNAVAILABLE:
+            raise UpstreamUnavailableError(why[0])
+        raise UpstreamUnavailableError(f"hack/upstream/build.sh failed: {why[0]}")
+    return UpstreamBuild(Path(lines[-1])).check()
+
+
+def chart_controller_container(
+    helm: Path, build: UpstreamBuild, namespace: str, values: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """The controller container of NVIDIA's chart (the build's copy), rendered by ``helm
+    template`` into ``namespace`` with the chart's defaults (and ``values``)."""
+    args = [str(helm), "template", RELEASE, str(build.chart), "--namespace", namespace]
+    for key, value in (values or {}).items():
+        args += ["--set-json", f"{key}={json.dumps(value)}"]
+    out = subprocess.run(args, capture_output=True, text=True, check=False, timeout=60)
+    if out.returncode != 0:
+        raise RuntimeError(f"helm template of NVIDIA's chart failed: {out.stderr.strip()}")
+    for doc in yaml.safe_load_all(out.stdout):
+        if (
+            doc
+            and doc.get("kind") == "Deployment"
+            and doc["metadata"]["name"].endswith("-controller")
+        ):
+            container: dict[str, Any] = doc["spec"]["template"]["spec"]["containers"][0]
+            return container
+    raise RuntimeError("NVIDIA's chart rendered no controller Deployment")
+
+
+def container_environment(
+    container: Mapping[str, Any], pod_name: str, namespace: str
+) -> dict[str, str]:
+    """The container's env as the kubelet would resolve it for a pod ``namespace/pod_name``."""
+    field_values = {"metadata.name": pod_name, "metadata.namespace": namespace}
+    env: dict[str, str] = {}
+    for entry in container.get("env") or []:
+        if "value" in entry:
+            env[entry["name"]] = str(entry["value"])
+            continue
+        field = ((entry.get("valueFrom") or {}).get("fieldRef") or {}).get("fieldPath")
+        if field not in field_values:
+            raise ValueError(f"cannot resolve env {entry['name']} from {entry.get('valueFrom')}")
+        env[entry["name"]] = field_values[field]
+    return env
+
+
+def expand(argument: str, env: Mapping[str, str]) -> str:
+    """Kubernetes' ``$(VAR)`` expansion of a command argument."""
+    return re.sub(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)", lambda m: env.get(m[1], m[0]), argument)
+
+
+def start_controller(
+    build: UpstreamBuild,
+    kubeconfig: Path,
+    container: Mapping[str, Any],
+    env: Mapping[str, str],
+    log: Path,
+) -> ChildProcess:
+    """NVIDIA's controller as the container would run it (its command, ``env``), against
+    ``kubeconfig``, with the build's templates at /templates (hack/upstream/run.sh)."""
+    command = [expand(arg, env) for arg in container["command"]]
+    if Path(command[0]).name != CONTROLLER:
+        raise ValueError(f"unexpected controller command {command}")
+    full_env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), **env}
+    full_env["KUBECONFIG"] = str(kubeconfig)
+    argv = ["bash", str(UPSTREAM_RUN_SCRIPT), str(build.bin_dir), CONTROLLER, *command[1:]]
+    return spawn(CONTROLLER, argv, log, env=full_env)
