@@ -53,6 +53,7 @@ from computedomain.devcluster.controlplane import ControlPlane, free_port
 from computedomain.devcluster.harness import WRITE_METHODS, RunningController, compute_domain
 from computedomain.devcluster.harness import start_controller as start_controller_in_process
 from computedomain.devcluster.watching import watch_objects
+from computedomain.devcluster.workloads import STATEFULSETS, workload
 from computedomain.observability.logging import configure_logging
 from computedomain.runtime import resources as r
 from computedomain.runtime.client import ApiError, KubeClient
@@ -65,9 +66,7 @@ from computedomain.sim.simulator import Simulator
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 RESULTS_DIR = REPO_ROOT / "bench-results"
-WORKLOAD_IMAGE = "registry.k8s.io/pause:3.10"
 DRIVER_NAMESPACE = "nvidia-dra-driver-gpu"
-STATEFULSETS = Resource("apps", "v1", "statefulsets", "StatefulSet", namespaced=True)
 PROJECTION_TARGET_S = 0.250
 BURST_WRITES_TARGET = 5.0
 
@@ -329,46 +328,6 @@ class ObjectWatch:
 
 
 # -- objects -------------------------------------------------------------------------------------
-
-
-def worker_statefulset(name: str, rct_name: str, rack: str, replicas: int) -> Obj:
-    """A job of `replicas` workers in one NVL72 rack, one per node, each with a channel claim."""
-    app = {"app": name}
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "StatefulSet",
-        "metadata": {"name": name},
-        "spec": {
-            "serviceName": name,
-            "replicas": replicas,
-            "podManagementPolicy": "Parallel",
-            "selector": {"matchLabels": app},
-            "template": {
-                "metadata": {"labels": app},
-                "spec": {
-                    "nodeSelector": {RACK_LABEL: rack},
-                    "affinity": {
-                        "podAntiAffinity": {
-                            "requiredDuringSchedulingIgnoredDuringExecution": [
-                                {
-                                    "labelSelector": {"matchLabels": app},
-                                    "topologyKey": "kubernetes.io/hostname",
-                                }
-                            ]
-                        }
-                    },
-                    "resourceClaims": [{"name": "channel", "resourceClaimTemplateName": rct_name}],
-                    "containers": [
-                        {
-                            "name": "worker",
-                            "image": WORKLOAD_IMAGE,
-                            "resources": {"claims": [{"name": "channel"}]},
-                        }
-                    ],
-                },
-            },
-        },
-    }
 
 
 async def create_namespace(client: KubeClient, name: str) -> None:
@@ -699,7 +658,7 @@ class Bench:
                 COMPUTE_DOMAINS, compute_domain(name, f"{name}-channel", k), ns
             )
             await self.client.create(
-                STATEFULSETS, worker_statefulset(name, f"{name}-channel", rack, k), ns
+                STATEFULSETS, workload(name, k, rct_name=f"{name}-channel", racks=[rack]), ns
             )
 
         try:

@@ -30,78 +30,19 @@ from computedomain.devcluster.convergence import caches_differences, status_liar
 from computedomain.devcluster.faultproxy import Faults, fault_proxy
 from computedomain.devcluster.harness import RunningController, compute_domain, start_controller
 from computedomain.devcluster.watching import watch_objects
+from computedomain.devcluster.workloads import STATEFULSETS, workload
 from computedomain.runtime import objects
 from computedomain.runtime import resources as r
 from computedomain.runtime.client import ApiError, KubeClient
-from computedomain.runtime.resources import Resource
 from computedomain.sim.context import SimSettings
 from computedomain.sim.faults import FaultSettings
 from computedomain.sim.fleet import RACK_LABEL
 from computedomain.sim.simulator import Simulator
 
 Obj = dict[str, Any]
-STATEFULSETS = Resource("apps", "v1", "statefulsets", "StatefulSet", namespaced=True)
-WORKLOAD_IMAGE = "registry.k8s.io/pause:3.10"
 NAMESPACE = "bench-soak"
 # Faults are on from this share of the run to that one; the rest runs clean.
 FAULT_WINDOW = (0.15, 0.75)
-
-
-def job(name: str, hostnames: Sequence[str]) -> Obj:
-    """A StatefulSet of one worker per named node, each with the CD's channel claim."""
-    app = {"app": name}
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "StatefulSet",
-        "metadata": {"name": name},
-        "spec": {
-            "serviceName": name,
-            "replicas": len(hostnames),
-            "podManagementPolicy": "Parallel",
-            "selector": {"matchLabels": app},
-            "template": {
-                "metadata": {"labels": app},
-                "spec": {
-                    "affinity": {
-                        "nodeAffinity": {
-                            "requiredDuringSchedulingIgnoredDuringExecution": {
-                                "nodeSelectorTerms": [
-                                    {
-                                        "matchExpressions": [
-                                            {
-                                                "key": "kubernetes.io/hostname",
-                                                "operator": "In",
-                                                "values": list(hostnames),
-                                            }
-                                        ]
-                                    }
-                                ]
-                            }
-                        },
-                        "podAntiAffinity": {
-                            "requiredDuringSchedulingIgnoredDuringExecution": [
-                                {
-                                    "labelSelector": {"matchLabels": app},
-                                    "topologyKey": "kubernetes.io/hostname",
-                                }
-                            ]
-                        },
-                    },
-                    "terminationGracePeriodSeconds": 0,
-                    "resourceClaims": [
-                        {"name": "channel", "resourceClaimTemplateName": f"{name}-channel"}
-                    ],
-                    "containers": [
-                        {
-                            "name": "worker",
-                            "image": WORKLOAD_IMAGE,
-                            "resources": {"claims": [{"name": "channel"}]},
-                        }
-                    ],
-                },
-            },
-        },
-    }
 
 
 def rss_mb() -> float:
@@ -227,9 +168,13 @@ class Soak:
         rack = self.rng.choice(sorted(racks))
         taken = [self.free[rack].pop() for _ in range(size)]
         self.held[name] = (rack, taken)
-        body = compute_domain(name, f"{name}-channel", 0)
-        await self.client.create(COMPUTE_DOMAINS, body, NAMESPACE)
-        await self.client.create(STATEFULSETS, job(name, taken), NAMESPACE)
+        cd = compute_domain(name, f"{name}-channel", 0)
+        await self.client.create(COMPUTE_DOMAINS, cd, NAMESPACE)
+        await self.client.create(
+            STATEFULSETS,
+            workload(name, size, rct_name=f"{name}-channel", hostnames=taken),
+            NAMESPACE,
+        )
         return True
 
     async def _delete(self, name: str) -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,18 +17,18 @@ from computedomain.api import constants as c
 from computedomain.api.resources import CLIQUES, COMPUTE_DOMAINS
 from computedomain.devcluster.harness import Controllers, RunningController
 from computedomain.devcluster.watching import Objects, watch_objects
+from computedomain.devcluster.workloads import STATEFULSETS as STATEFULSETS
+from computedomain.devcluster.workloads import WORKLOAD_LABEL as WORKLOAD_LABEL
+from computedomain.devcluster.workloads import workload as workload
 from computedomain.runtime import resources as r
 from computedomain.runtime.client import ApiError, KubeClient
 from computedomain.runtime.objects import condition
 from computedomain.runtime.resources import Resource
 from computedomain.sim.context import SimSettings
 from computedomain.sim.faults import DelayRange, FaultSettings
-from computedomain.sim.fleet import RACK_LABEL
 from computedomain.sim.simulator import Simulator
-from tests.kit.controllers import WORKLOAD_IMAGE, controllers_for, create_cd
+from tests.kit.controllers import controllers_for, create_cd
 
-STATEFULSETS = Resource("apps", "v1", "statefulsets", "StatefulSet", namespaced=True)
-WORKLOAD_LABEL = "e2e.computedomain.dev/workload"
 FAST_DAEMONS = DelayRange(0.1, 0.5)
 
 
@@ -48,71 +48,6 @@ def pod_ready(pod: Mapping[str, Any] | None) -> bool:
 
 def pod_running(pod: Mapping[str, Any]) -> bool:
     return bool((pod.get("status") or {}).get("phase") == "Running")
-
-
-def workload(
-    name: str,
-    replicas: int,
-    *,
-    rct_name: str = "imex-channel-0",
-    racks: Sequence[str] = (),
-    hostnames: Sequence[str] = (),
-    spread_over_racks: bool = False,
-) -> dict[str, Any]:
-    """A StatefulSet whose pods each consume one channel claim, at most one pod per node."""
-    expressions = []
-    if racks:
-        expressions.append({"key": RACK_LABEL, "operator": "In", "values": list(racks)})
-    if hostnames:
-        expressions.append(
-            {"key": "kubernetes.io/hostname", "operator": "In", "values": list(hostnames)}
-        )
-    pod_spec: dict[str, Any] = {
-        "affinity": {
-            "podAntiAffinity": {
-                "requiredDuringSchedulingIgnoredDuringExecution": [
-                    {
-                        "labelSelector": {
-                            "matchExpressions": [{"key": WORKLOAD_LABEL, "operator": "Exists"}]
-                        },
-                        "topologyKey": "kubernetes.io/hostname",
-                    }
-                ]
-            },
-        },
-        "containers": [
-            {"name": "worker", "image": WORKLOAD_IMAGE, "resources": {"claims": [{"name": "imex"}]}}
-        ],
-        "resourceClaims": [{"name": "imex", "resourceClaimTemplateName": rct_name}],
-        "terminationGracePeriodSeconds": 0,
-    }
-    if expressions:
-        pod_spec["affinity"]["nodeAffinity"] = {
-            "requiredDuringSchedulingIgnoredDuringExecution": {
-                "nodeSelectorTerms": [{"matchExpressions": expressions}]
-            }
-        }
-    if spread_over_racks:
-        pod_spec["topologySpreadConstraints"] = [
-            {
-                "maxSkew": 1,
-                "topologyKey": RACK_LABEL,
-                "whenUnsatisfiable": "DoNotSchedule",
-                "labelSelector": {"matchLabels": {WORKLOAD_LABEL: name}},
-            }
-        ]
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "StatefulSet",
-        "metadata": {"name": name},
-        "spec": {
-            "serviceName": name,
-            "replicas": replicas,
-            "podManagementPolicy": "Parallel",
-            "selector": {"matchLabels": {WORKLOAD_LABEL: name}},
-            "template": {"metadata": {"labels": {WORKLOAD_LABEL: name}}, "spec": pod_spec},
-        },
-    }
 
 
 @dataclass

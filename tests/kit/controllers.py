@@ -11,13 +11,13 @@ from computedomain.api.resources import COMPUTE_DOMAINS
 from computedomain.config import environ
 from computedomain.devcluster.harness import Controllers, compute_domain
 from computedomain.devcluster.watching import watch_object
+from computedomain.devcluster.workloads import WORKLOAD_IMAGE as WORKLOAD_IMAGE
 from computedomain.runtime import objects, patches
 from computedomain.runtime import resources as r
 from computedomain.runtime.client import ApiError, KubeClient
 
 # Short timers, so orphans and deletions finish within a test.
 TEST_ENV = environ(orphan_grace_period="1s", daemon_pod_wait_timeout="20s")
-WORKLOAD_IMAGE = "registry.k8s.io/pause:3.10"
 # JSON pointer to the CD label on a Node (for label patches in tests).
 CD_LABEL_PATH = patches.pointer("metadata", "labels", c.CD_LABEL)
 
