@@ -933,8 +933,10 @@ def report(results: dict[str, Any]) -> str:
         rss = soak["rss_mb"] or [0.0]
         rows += [
             (
-                f"Soak: {soak['seconds']:.0f} s, CDs created / controller kills",
-                f"{soak['cds_created']} / {soak['controller_kills']}",
+                f"Soak: {soak['seconds']:.0f} s, CDs created / controller kills / apiserver "
+                "restarts / compactions",
+                f"{soak['cds_created']} / {soak['controller_kills']} / "
+                f"{soak.get('apiserver_restarts', 0)} / {soak.get('etcd_compactions', 0)}",
                 "",
                 "",
             ),
@@ -1149,6 +1151,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--soak-cds", type=int, default=300, help="CDs created in the soak")
     parser.add_argument("--soak-kills", type=int, default=10, help="controller kills in the soak")
+    parser.add_argument(
+        "--soak-apiserver-restarts", type=int, default=3, help="apiserver restarts in the soak"
+    )
+    parser.add_argument(
+        "--soak-compactions", type=int, default=1, help="etcd compactions in the soak (410s)"
+    )
     parser.add_argument("-v", "--verbosity", type=int, default=-1, help="controller log level")
     return parser
 
@@ -1251,6 +1259,9 @@ async def run_soak(
         cds=args.soak_cds,
         kills=args.soak_kills,
         seed=args.seed,
+        control_plane=cp,
+        apiserver_restarts=args.soak_apiserver_restarts,
+        compactions=args.soak_compactions,
         say=lambda text: print(f"[{datetime.now(UTC):%H:%M:%S}] {text}", flush=True),
     )
     return {

@@ -4,8 +4,10 @@ Our controller talks to the apiserver through the fault-injecting proxy
 (``computedomain.devcluster.faultproxy``), the fleet simulator talks to it directly. For the
 given time ComputeDomains with 1-4 node workloads are created and deleted; the proxy's faults
 (latency, 429 + Retry-After, 500/503 before and after the apiserver acted, mid-body resets,
-watch cuts) are on for the middle part of it, and the controller is killed (its task
-cancelled, no lease release, no drain) and started again at even intervals. Then:
+watch cuts) are on for the middle part of it, the apiserver is killed and started again and
+etcd is compacted (every resuming watch then gets 410) within that part, and the controller is
+killed (its task cancelled, no lease release, no drain) and started again at even intervals.
+Then:
 
 - convergence: seconds from the last fault (faults off, last restart) until every informer's
   cache equals a fresh LIST and every CD's status says what its cliques and daemon pods say;
@@ -24,8 +26,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import aiohttp
+
 from computedomain.api import constants as c
 from computedomain.api.resources import CLIQUES, COMPUTE_DOMAINS
+from computedomain.devcluster.controlplane import ControlPlane
 from computedomain.devcluster.convergence import caches_differences, status_liars
 from computedomain.devcluster.faultproxy import Faults, fault_proxy
 from computedomain.devcluster.harness import RunningController, compute_domain, start_controller
@@ -65,7 +70,10 @@ class Soak:
     cds: int
     kills: int
     seed: int
+    control_plane: ControlPlane
     say: Callable[[str], None]
+    apiserver_restarts: int = 3
+    compactions: int = 1
     rng: random.Random = field(init=False)
     free: dict[str, list[str]] = field(default_factory=dict)  # rack -> free node names
     held: dict[str, tuple[str, list[str]]] = field(default_factory=dict)  # CD -> rack, nodes
@@ -94,6 +102,15 @@ class Soak:
             created = deleted = restarts = 0
             kill_every = self.seconds / (self.kills + 1) if self.kills else None
             next_kill = begin + kill_every if kill_every else None
+            # Apiserver restarts and compactions fall inside the fault window, spread evenly.
+            low, high = (self.seconds * share for share in FAULT_WINDOW)
+            disturbances = sorted(
+                [(low + (high - low) * (i + 1) / (self.apiserver_restarts + 1), "restart")
+                 for i in range(self.apiserver_restarts)]
+                + [(low + (high - low) * (i + 0.5) / max(1, self.compactions), "compact")
+                   for i in range(self.compactions)]
+            )  # fmt: skip
+            restarted = compacted = 0
             pace = self.seconds / max(1, self.cds)
             sampler = asyncio.create_task(self._sample_rss(begin))
             try:
@@ -107,6 +124,14 @@ class Soak:
                         controller = await self._start(proxied, env)
                         restarts += 1
                         next_kill += kill_every or 0
+                    while disturbances and elapsed >= disturbances[0][0]:
+                        _, what = disturbances.pop(0)
+                        if what == "restart":
+                            await self._restart_apiserver()
+                            restarted += 1
+                        else:
+                            await self._compact()
+                            compacted += 1
                     if created < self.cds and await self._create(f"soak-{created:04d}"):
                         created += 1
                     if self.held and (len(self.held) > 40 or self.rng.random() < 0.4):
@@ -133,6 +158,8 @@ class Soak:
             "cds_created": created,
             "cds_deleted_during_churn": deleted,
             "controller_kills": restarts,
+            "apiserver_restarts": restarted,
+            "etcd_compactions": compacted,
             "fault_window": list(FAULT_WINDOW),
             "faults_seen": faults,
             "requests_through_proxy": len(proxy.exchanges),
@@ -154,6 +181,25 @@ class Soak:
         return await start_controller(
             kubeconfig, self.driver_namespace, env, wait_synced=None, log_verbosity=None
         )
+
+    async def _restart_apiserver(self) -> None:
+        """Kill the apiserver (1 s grace) and start it again; back once it answers. The event
+        loop stops for the kill (the control plane's children belong to this thread)."""
+        began = time.monotonic()
+        self.control_plane.restart("kube-apiserver", grace=1.0)
+        while True:
+            try:
+                await self.client.get(r.NAMESPACES, NAMESPACE)
+                break
+            except (ApiError, OSError, TimeoutError, aiohttp.ClientError):
+                await asyncio.sleep(0.2)  # no watch answers while the apiserver is down
+        self.say(f"soak: apiserver restarted, serving again after {time.monotonic() - began:.1f}s")
+
+    async def _compact(self) -> None:
+        """Compact etcd to now: every watch resuming from an older RV gets 410 and relists."""
+        current = (await self.client.list(r.NAMESPACES, limit=1))["metadata"]["resourceVersion"]
+        self.control_plane.compact_etcd(current)
+        self.say(f"soak: etcd compacted to {current}")
 
     async def _sample_rss(self, begin: float) -> None:
         while True:

@@ -88,6 +88,9 @@ class ControlPlane:
     timings: dict[str, float] = field(default_factory=dict)
     versions: dict[str, str] = field(default_factory=dict)
     _processes: list[ChildProcess] = field(default_factory=list)
+    # How each component was started (restart starts it again the same way), and its ports.
+    _argv: dict[str, list[str]] = field(default_factory=dict)
+    _ports: dict[str, int] = field(default_factory=dict)
     _data_dir: Path | None = None
     _remove_workdir: bool = False
 
@@ -193,10 +196,12 @@ class ControlPlane:
             name: free_port() for name in ("etcd", "etcd-peer", "apiserver", "kcm", "scheduler")
         }
         self.server = f"https://127.0.0.1:{ports['apiserver']}"
+        self._ports = ports
         self._write_state(ports)
 
         def start(name: str, args: list[str]) -> None:
             argv = [str(assets[name]), *args]
+            self._argv[name] = argv
             log_path = logs / f"{name}.log"
             self._processes.append(spawn(name, argv, log_path, detach=detach, cwd=self.workdir))
             self._write_state(ports)
@@ -310,6 +315,36 @@ class ControlPlane:
             "timings": self.timings,
         }
         (self.workdir / STATE_FILE).write_text(json.dumps(state, indent=2) + "\n")
+
+    # ---- disturbances (tests, the soak) -------------------------------------------------
+
+    def restart(self, name: str, grace: float = STOP_GRACE_SECONDS) -> None:
+        """Stop one component (SIGTERM, SIGKILL after ``grace``) and start it again with the
+        same arguments; returns once it is spawned, not ready (the caller waits, e.g. on
+        ``/readyz``). Call it from the thread that started the control plane."""
+        if self.workdir is None or name not in self._argv:
+            raise ControlPlaneError(f"{name} was not started by this control plane")
+        old = next(p for p in self._processes if p.name == name)
+        old.stop(grace)
+        log_path = self.workdir / "logs" / f"{name}.log"
+        log_path.rename(log_path.with_suffix(f".{old.pid}.log"))
+        fresh = spawn(name, self._argv[name], log_path, cwd=self.workdir)
+        self._processes[self._processes.index(old)] = fresh
+        self._write_state(self._ports)
+
+    def compact_etcd(self, revision: str) -> None:
+        """Compact etcd up to ``revision`` (an RV the apiserver handed out): every older RV
+        is gone, so a watch resuming from one is answered 410."""
+        if "etcd" not in self._ports:
+            raise ControlPlaneError("compaction needs the etcd this control plane started")
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{self._ports['etcd']}/v3/kv/compaction",
+            data=json.dumps({"revision": revision, "physical": True}).encode(),
+            headers={"Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(request, timeout=10) as response:
+            if response.status != 200:
+                raise ControlPlaneError(f"etcd compaction answered {response.status}")
 
     # ---- stop ---------------------------------------------------------------------------
 

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import json
-import urllib.request
 import uuid
 
 import pytest
 from kubernetes_asyncio.client import ApiClient
 from prometheus_client import CollectorRegistry
 
-from computedomain.devcluster.controlplane import STATE_FILE, ControlPlane
+from computedomain.devcluster.controlplane import ControlPlane
 from computedomain.runtime.client import ApiError, KubeClient
 from computedomain.runtime.metrics import RuntimeMetrics
 from computedomain.runtime.resources import EVENTS, Resource
@@ -28,15 +26,8 @@ async def compact_etcd(control_plane: ControlPlane, kube: KubeClient) -> None:
     """Compact etcd up to the current revision, so any older RV is gone (410)."""
     if control_plane.workdir is None:
         pytest.skip("needs our own etcd (not an existing cluster)")
-    state = json.loads((control_plane.workdir / STATE_FILE).read_text())
     current = (await kube.list(CONFIG_MAPS, "default", limit=1))["metadata"]["resourceVersion"]
-    request = urllib.request.Request(
-        f"http://127.0.0.1:{state['ports']['etcd']}/v3/kv/compaction",
-        data=json.dumps({"revision": current, "physical": True}).encode(),
-        headers={"Content-Type": "application/json"},
-    )
-    with urllib.request.urlopen(request, timeout=10) as response:
-        assert response.status == 200
+    control_plane.compact_etcd(current)
 
 
 @pytest.fixture

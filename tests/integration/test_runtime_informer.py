@@ -4,15 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
-import urllib.request
 from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 from kubernetes_asyncio.client import ApiClient
 
-from computedomain.devcluster.controlplane import STATE_FILE, ControlPlane
+from computedomain.devcluster.controlplane import ControlPlane
 from computedomain.runtime.client import KubeClient
 from computedomain.runtime.clock import SystemClock, format_microtime
 from computedomain.runtime.informer import FunctionHandler, Informer
@@ -120,15 +118,8 @@ async def compact_etcd(control_plane: ControlPlane, kube: KubeClient) -> None:
     """Compact etcd up to the current revision, so any older RV is gone (410)."""
     if control_plane.workdir is None:
         pytest.skip("needs our own etcd (not an existing cluster)")
-    state = json.loads((control_plane.workdir / STATE_FILE).read_text())
     current = (await kube.list(CONFIG_MAPS, "default", limit=1))["metadata"]["resourceVersion"]
-    request = urllib.request.Request(
-        f"http://127.0.0.1:{state['ports']['etcd']}/v3/kv/compaction",
-        data=json.dumps({"revision": current, "physical": True}).encode(),
-        headers={"Content-Type": "application/json"},
-    )
-    with urllib.request.urlopen(request, timeout=10) as response:
-        assert response.status == 200
+    control_plane.compact_etcd(current)
 
 
 async def test_relist_after_410_delivers_tombstones_and_missed_adds(
