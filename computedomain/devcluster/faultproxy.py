@@ -185,6 +185,20 @@ class FaultProxy:
         return share > 0 and self._rng.random() < share
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
+        try:
+            return await self._forward(request)
+        except (aiohttp.ClientError, OSError) as error:
+            # The apiserver went away (a restart) or broke the stream: the client sees its
+            # connection reset, as it would without the proxy.
+            watch = request.query.get("watch") in ("true", "1")
+            at, fault = time.monotonic(), f"upstream-{type(error).__name__}"
+            self.exchanges.append(
+                Exchange(at, at, request.method, request.path, "", watch, 0, fault)
+            )
+            _reset(request)
+            return web.Response(status=502)
+
+    async def _forward(self, request: web.Request) -> web.StreamResponse:
         faults = self.faults
         arrived = time.monotonic()
         watch = request.query.get("watch") in ("true", "1")
