@@ -21,7 +21,7 @@ import asyncio
 import contextlib
 import random
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -188,8 +188,8 @@ class Soak:
         began = time.monotonic()
         self.control_plane.restart("kube-apiserver", grace=1.0)
         while True:
-            try:
-                await self.client.get(r.NAMESPACES, NAMESPACE)
+            try:  # our CRD's path is among the last an apiserver installs
+                await self.client.list(COMPUTE_DOMAINS, NAMESPACE, limit=1)
                 break
             except (ApiError, OSError, TimeoutError, aiohttp.ClientError):
                 await asyncio.sleep(0.2)  # no watch answers while the apiserver is down
@@ -215,20 +215,40 @@ class Soak:
         taken = [self.free[rack].pop() for _ in range(size)]
         self.held[name] = (rack, taken)
         cd = compute_domain(name, f"{name}-channel", 0)
-        await self.client.create(COMPUTE_DOMAINS, cd, NAMESPACE)
-        await self.client.create(
-            STATEFULSETS,
-            workload(name, size, rct_name=f"{name}-channel", hostnames=taken),
-            NAMESPACE,
-        )
+        body = workload(name, size, rct_name=f"{name}-channel", hostnames=taken)
+        await self._persist(lambda: self.client.create(COMPUTE_DOMAINS, cd, NAMESPACE))
+        await self._persist(lambda: self.client.create(STATEFULSETS, body, NAMESPACE))
         return True
 
     async def _delete(self, name: str) -> None:
         rack, taken = self.held.pop(name)
         for res in (STATEFULSETS, COMPUTE_DOMAINS):
-            with contextlib.suppress(ApiError):
-                await self.client.delete(res, name, NAMESPACE, propagation_policy="Background")
+            await self._persist(
+                lambda res=res: self.client.delete(
+                    res, name, NAMESPACE, propagation_policy="Background"
+                )
+            )
         self.free[rack].extend(taken)
+
+    async def _persist(self, call: Callable[[], Awaitable[Any]]) -> None:
+        """The churn's own write, retried while the apiserver restarts (connection refused,
+        503 until its paths are installed); AlreadyExists and NotFound mean it was done."""
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                await call()
+                return
+            except ApiError as error:
+                if error.is_already_exists or error.is_not_found:
+                    return
+                if time.monotonic() > deadline or not (
+                    error.status >= 500 or error.is_too_many_requests
+                ):
+                    raise
+            except (OSError, TimeoutError, aiohttp.ClientError):
+                if time.monotonic() > deadline:
+                    raise
+            await asyncio.sleep(0.5)  # the apiserver has no watch to offer while it is down
 
     async def _converge(self, controller: RunningController, since: float) -> float | None:
         await controller.wait_synced(120)
