@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import random
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -39,6 +40,7 @@ from computedomain.devcluster.workloads import STATEFULSETS, workload
 from computedomain.runtime import objects
 from computedomain.runtime import resources as r
 from computedomain.runtime.client import ApiError, KubeClient
+from computedomain.runtime.informer import Informer
 from computedomain.sim.context import SimSettings
 from computedomain.sim.faults import FaultSettings
 from computedomain.sim.fleet import RACK_LABEL
@@ -153,8 +155,14 @@ class Soak:
                 await asyncio.gather(controller.task, sampler, return_exceptions=True)
                 sim_task.cancel()
                 await asyncio.gather(sim_task, return_exceptions=True)
+        gc.collect()
+        # Killed controllers must leave nothing behind: the informers still alive now belong
+        # to the last one (and the simulator), whatever the number of kills.
+        live_informers = sum(1 for obj in gc.get_objects() if isinstance(obj, Informer))
         result = {
             "seconds": self.seconds,
+            "live_informers_at_end": live_informers,
+            "informers_per_controller": len(controller.process.caches.all),
             "cds_created": created,
             "cds_deleted_during_churn": deleted,
             "controller_kills": restarts,
