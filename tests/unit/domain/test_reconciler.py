@@ -4,8 +4,6 @@ key, and asserts the exact API calls (verb, resource, namespace/name) the reconc
 
 from __future__ import annotations
 
-import copy
-import itertools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,10 +19,9 @@ from computedomain.domain.settings import DaemonSettings, ReconcilerSettings
 from computedomain.observability.metrics import DomainMetrics
 from computedomain.runtime import objects
 from computedomain.runtime import resources as r
-from computedomain.runtime.client import ApiError
 from computedomain.runtime.clock import FakeClock, format_time
 from computedomain.runtime.controller import Result
-from computedomain.runtime.resources import Resource
+from tests.kit.fakeapi import FakeApiServer
 
 DRIVER_NS = "nvidia-dra-driver-gpu"
 NS = "team-a"
@@ -38,126 +35,6 @@ SETTINGS = ReconcilerSettings(
 )
 Obj = dict[str, Any]
 Call = tuple[str, str, str]
-
-
-# ---- the fake client: an in-memory apiserver that records every call ----------------------------
-
-
-@dataclass
-class FakeClient:
-    """Answers like the apiserver for the calls the reconciler makes, and records each as
-    ``(verb, resource[/subresource], namespace/name)``."""
-
-    objects: dict[tuple[str, str, str], Obj] = field(default_factory=dict)
-    calls: list[Call] = field(default_factory=list)
-    _rv: Any = field(default_factory=lambda: itertools.count(100))
-
-    def add(self, res: Resource, obj: Obj) -> Obj:
-        stored = copy.deepcopy(obj)
-        stored.setdefault("apiVersion", res.api_version)
-        stored.setdefault("kind", res.kind)
-        meta = stored["metadata"]
-        meta.setdefault("uid", f"uid-{meta['name']}")
-        meta["resourceVersion"] = str(next(self._rv))
-        self.objects[(res.plural, meta.get("namespace", ""), meta["name"])] = stored
-        return copy.deepcopy(stored)
-
-    def _record(self, verb: str, res: Resource, ns: str | None, name: str, sub: str = "") -> None:
-        plural = f"{res.plural}/{sub}" if sub else res.plural
-        self.calls.append((verb, plural, f"{ns}/{name}" if ns else name))
-
-    def _stored(self, res: Resource, name: str, ns: str | None) -> Obj:
-        try:
-            return self.objects[(res.plural, ns or "", name)]
-        except KeyError:
-            raise ApiError(404, "NotFound", f"{res.plural} {name} not found") from None
-
-    async def create(self, res: Resource, body: Obj, namespace: str | None = None) -> Obj:
-        name = body["metadata"]["name"]
-        self._record("create", res, namespace, name)
-        if (res.plural, namespace or "", name) in self.objects:
-            raise ApiError(409, "AlreadyExists", f"{res.plural} {name} already exists")
-        return self.add(res, {**body, "metadata": {**body["metadata"], "namespace": namespace}})
-
-    async def get(self, res: Resource, name: str, namespace: str | None = None) -> Obj:
-        self._record("get", res, namespace, name)
-        return copy.deepcopy(self._stored(res, name, namespace))
-
-    async def list(
-        self,
-        res: Resource,
-        namespace: str | None = None,
-        label_selector: str | None = None,
-        metadata_only: bool = False,
-    ) -> Obj:
-        self._record("list", res, namespace, label_selector or "")
-        key, _, value = (label_selector or "").partition("=")
-        items = [
-            copy.deepcopy(obj)
-            for (plural, ns, _), obj in self.objects.items()
-            if plural == res.plural
-            and (namespace is None or ns == namespace)
-            and (not key or objects.labels(obj).get(key) == value)
-        ]
-        return {"items": items, "metadata": {"resourceVersion": str(next(self._rv))}}
-
-    async def delete(self, res: Resource, name: str, namespace: str | None = None) -> None:
-        self._record("delete", res, namespace, name)
-        stored = self._stored(res, name, namespace)
-        stored["metadata"]["deletionTimestamp"] = "2025-01-01T00:00:00Z"
-
-    async def patch(
-        self,
-        res: Resource,
-        name: str,
-        patch: Any,
-        namespace: str | None = None,
-        patch_type: str = "merge",
-        subresource: str | None = None,
-    ) -> Obj:
-        self._record("patch", res, namespace, name, subresource or "")
-        stored = self._stored(res, name, namespace)
-        if patch_type == "json":
-            for op in patch:
-                _apply(stored, op)
-        else:
-            _merge(stored, {k: v for k, v in patch.items() if k != "metadata"})
-        stored["metadata"]["resourceVersion"] = str(next(self._rv))
-        return copy.deepcopy(stored)
-
-    async def replace(self, res: Resource, body: Obj, namespace: str | None = None) -> Obj:
-        self._record("replace", res, namespace, body["metadata"]["name"])
-        return self.add(res, body)
-
-
-def _merge(target: Obj, patch: Obj) -> None:
-    """RFC 7386: null deletes, objects merge, everything else replaces."""
-    for key, value in patch.items():
-        if value is None:
-            target.pop(key, None)
-        elif isinstance(value, dict):
-            if not isinstance(target.get(key), dict):
-                target[key] = {}
-            _merge(target[key], value)
-        else:
-            target[key] = copy.deepcopy(value)
-
-
-def _apply(obj: Obj, op: dict[str, Any]) -> None:
-    *parents, last = [p.replace("~1", "/").replace("~0", "~") for p in op["path"][1:].split("/")]
-    target: Any = obj
-    for part in parents:
-        target = target[int(part)] if isinstance(target, list) else target[part]
-    if op["op"] == "test":
-        current = target[int(last)] if isinstance(target, list) else target.get(last)
-        if current != op["value"]:
-            raise ApiError(422, "Invalid", f"test failed at {op['path']}")
-    elif op["op"] == "add" and last == "-":
-        target.append(op["value"])
-    elif op["op"] == "add":
-        target[last] = op["value"]
-    elif op["op"] == "remove":
-        del target[int(last) if isinstance(target, list) else last]
 
 
 @dataclass
@@ -178,7 +55,7 @@ class FakeRecorder:
 
 @dataclass
 class World:
-    client: FakeClient
+    client: FakeApiServer
     caches: Caches
     recorder: FakeRecorder
     clock: FakeClock
@@ -207,7 +84,7 @@ class World:
             informers[name][0].feed_list(items)
 
     async def reconcile(self, key: str) -> Result:
-        self.client.calls.clear()
+        self.client.forget_calls()
         result = await self.reconciler.reconcile(key)
         return result
 
@@ -220,7 +97,7 @@ def make_world(
 ) -> World:
     """A reconciler over empty caches, one fake client, a recorder and a FakeClock;
     ``backlog`` stands for the work queue's waiting keys (none by default)."""
-    client, clock = FakeClient(), FakeClock()
+    client, clock = FakeApiServer(), FakeClock()
     recorder = recorder if recorder is not None else FakeRecorder()
     caches = build_caches(client, driver_namespace=DRIVER_NS)  # type: ignore[arg-type]
     reconciler = ComputeDomainReconciler(
@@ -308,6 +185,21 @@ async def test_new_cd_gets_finalizer_children_and_status(world: World) -> None:
     stored = world.client.objects[("computedomains", NS, "cd")]
     assert stored["metadata"]["finalizers"] == [c.FINALIZER]
     assert stored["status"]["status"] == c.STATUS_READY  # numNodes 0 (#767)
+    # What was sent: the finalizer only onto the version read, the children labelled with
+    # the CD, the status onto the version the finalizer write produced (the next one).
+    finalizer, *children, status = world.client.bodies
+    read = cd["metadata"]["resourceVersion"]
+    assert finalizer == [
+        {"op": "test", "path": "/metadata/resourceVersion", "value": read},
+        {"op": "add", "path": "/metadata/finalizers", "value": [c.FINALIZER]},
+    ]
+    assert [(b["kind"], b["metadata"]["labels"][c.CD_LABEL]) for b in children] == [
+        ("ResourceClaimTemplate", UID),
+        ("DaemonSet", UID),
+        ("ResourceClaimTemplate", UID),
+    ]
+    assert status["metadata"] == {"resourceVersion": str(int(read) + 1)}
+    assert status["status"]["status"] == c.STATUS_READY
 
 
 async def test_in_a_burst_children_come_before_the_first_status() -> None:
@@ -322,7 +214,7 @@ async def test_in_a_burst_children_come_before_the_first_status() -> None:
     assert world.recorder.events == [("Normal", "Created")]
 
     # Its turn again (the children are in the caches): the status, and nothing else.
-    world.client.calls.clear()
+    world.client.forget_calls()
     assert await world.reconcile(f"{NS}/cd") == Result()
     assert world.client.calls == NEW_CD_CALLS[-1:]
     stored = world.client.objects[("computedomains", NS, "cd")]
@@ -561,3 +453,60 @@ async def test_pruning_spares_an_entry_whose_daemon_pod_the_cache_has_not_seen(
     await world.clock.advance(SETTINGS.orphan_grace_period / 2)
     await world.reconcile(f"{NS}/cd")
     assert world.client.calls == []
+
+
+async def test_a_status_write_on_a_stale_version_is_a_conflict_and_requeues(
+    world: World,
+) -> None:
+    """Someone (a legacy daemon, a second controller) wrote the CD after our cache saw it: the
+    status patch carries the cached resourceVersion, the apiserver answers 409, and the CD is
+    requeued to be computed again from fresher data; nothing is announced meanwhile."""
+    stores = with_children(world)
+    world.fill(service_accounts=[service_account()], **stores)
+    world.client.bump(COMPUTE_DOMAINS, "cd", NS)
+    before = world.client.objects[("computedomains", NS, "cd")].get("status")
+
+    result = await world.reconcile(f"{NS}/cd")
+
+    assert world.client.calls == [("patch", "computedomains/status", f"{NS}/cd")]
+    (sent,) = world.client.bodies
+    assert sent["metadata"] == {"resourceVersion": stores["cds"][0]["metadata"]["resourceVersion"]}
+    assert result == Result(requeue=True)
+    assert world.client.objects[("computedomains", NS, "cd")].get("status") == before
+    assert world.recorder.events == []
+
+
+async def test_a_prune_on_a_stale_clique_is_a_conflict_and_looks_again_soon(
+    world: World,
+) -> None:
+    """A daemon updated its clique after our cache saw it: the prune (a full update with the
+    cached resourceVersion) is refused with 409 and nothing of the daemon's write is lost; the
+    CD is looked at again half a second later, from the newer clique."""
+    cd = world.client.add(COMPUTE_DOMAINS, {**compute_domain(), "status": {"status": "Ready"}})
+    clique_name = c.clique_name(UID, "rack0.0")
+    entry = {"nodeName": "gone", "ipAddress": "10.0.0.9", "cliqueID": "rack0.0", "index": 0}
+    clique = world.client.add(
+        CLIQUES,
+        {
+            "metadata": {
+                "name": clique_name,
+                "namespace": DRIVER_NS,
+                "labels": {c.CD_LABEL: UID, c.CLIQUE_ID_LABEL: "rack0.0"},
+            },
+            "daemons": [{**entry, "status": c.STATUS_NOT_READY}],
+        },
+    )
+    world.fill(cds=[cd], service_accounts=[service_account()], cliques=[clique])
+    await world.reconcile(f"{NS}/cd")
+    await world.clock.advance(SETTINGS.orphan_grace_period)
+    newer = world.client.bump(CLIQUES, clique_name, DRIVER_NS)
+
+    result = await world.reconcile(f"{NS}/cd")
+
+    assert world.client.calls[:2] == [
+        ("list", "pods", f"{DRIVER_NS}/{c.CD_LABEL}={UID}"),
+        ("replace", "computedomaincliques", f"{DRIVER_NS}/{clique_name}"),
+    ]
+    assert world.client.bodies[1]["daemons"] == []  # what the prune wanted
+    assert world.client.objects[("computedomaincliques", DRIVER_NS, clique_name)] == newer
+    assert result.requeue_after == 0.5
