@@ -17,7 +17,7 @@ from typing import Any
 from computedomain.api import constants as c
 from computedomain.api.v1beta1 import ComputeDomain
 from computedomain.domain import desired
-from computedomain.domain.conditions import ChildState, ChildStatus
+from computedomain.domain.conditions import ChildKind, ChildState, ChildStatus
 from computedomain.domain.context import ReconcileContext
 from computedomain.domain.keys import CDKey
 from computedomain.domain.labels import cd_uid_of
@@ -73,18 +73,18 @@ class ChildMaker:
 
     async def ensure(
         self, cd: ComputeDomain, obj: dict[str, Any]
-    ) -> tuple[dict[str, ChildState], float | None, bool]:
+    ) -> tuple[dict[ChildKind, ChildState], float | None, bool]:
         """Each child's state, when to look again (set while a foreign object blocks one), and
         whether this call created any child."""
         caches, s = self._ctx.caches, self._ctx.settings
         uid = cd.metadata.uid
-        states: dict[str, ChildState] = {}
+        states: dict[ChildKind, ChildState] = {}
         # What this reconcile created: one Event lists them all (one write, not one per child).
         created: list[tuple[str, dict[str, Any]]] = []
         if cd.spec is None:
             # The CRD admits a ComputeDomain without spec (as upstream); with no channel
             # template it cannot work, so no DaemonSet or claim template is made for it.
-            return {"spec": ChildState(ChildStatus.INVALID, SPEC_MISSING)}, None, False
+            return {ChildKind.SPEC: ChildState(ChildStatus.INVALID, SPEC_MISSING)}, None, False
 
         if not s.host_managed:
             await self._ensure_daemon_children(cd, obj, states, created)
@@ -92,9 +92,9 @@ class ChildMaker:
         # RCT left from driverManaged is never deleted here (its daemons may serve a running
         # job); the conditions report it.
         if caches.claim_templates_of(uid, c.TARGET_WORKLOAD):
-            states["workloadClaimTemplate"] = ChildState(ChildStatus.OK)
+            states[ChildKind.WORKLOAD_CLAIM_TEMPLATE] = ChildState(ChildStatus.OK)
         else:
-            states["workloadClaimTemplate"] = await self._create(
+            states[ChildKind.WORKLOAD_CLAIM_TEMPLATE] = await self._create(
                 cd,
                 obj,
                 r.RESOURCE_CLAIM_TEMPLATES,
@@ -120,7 +120,7 @@ class ChildMaker:
         self,
         cd: ComputeDomain,
         obj: dict[str, Any],
-        states: dict[str, ChildState],
+        states: dict[ChildKind, ChildState],
         created: list[tuple[str, dict[str, Any]]],
     ) -> None:
         """driverManaged: the daemon RCT and the IMEX DaemonSet."""
@@ -135,9 +135,9 @@ class ChildMaker:
             if objects.namespace(rct) in s.managed_namespaces
         ]
         if existing_daemon_rcts or (named and cd_uid_of(named) == uid):
-            states["daemonClaimTemplate"] = ChildState(ChildStatus.OK)
+            states[ChildKind.DAEMON_CLAIM_TEMPLATE] = ChildState(ChildStatus.OK)
         else:
-            states["daemonClaimTemplate"] = await self._create(
+            states[ChildKind.DAEMON_CLAIM_TEMPLATE] = await self._create(
                 cd,
                 obj,
                 r.RESOURCE_CLAIM_TEMPLATES,
@@ -146,9 +146,9 @@ class ChildMaker:
             )
 
         if caches.daemonsets_of(uid):
-            states["daemonSet"] = ChildState(ChildStatus.OK)
+            states[ChildKind.DAEMON_SET] = ChildState(ChildStatus.OK)
         else:
-            states["daemonSet"] = await self._create(
+            states[ChildKind.DAEMON_SET] = await self._create(
                 cd, obj, r.DAEMONSETS, desired.daemon_daemonset(cd, s.daemon), created=created
             )
 

@@ -85,12 +85,25 @@ class ChildState:
     message: str = ""
 
 
-# Display names for the reconciler's child keys.
+class ChildKind(enum.StrEnum):
+    """What a CD's live path checks: its spec and its three children (the keys of
+    ``DomainView.children``). Adding a child kind starts here."""
+
+    SPEC = "spec"
+    DAEMON_CLAIM_TEMPLATE = "daemonClaimTemplate"
+    DAEMON_SET = "daemonSet"
+    WORKLOAD_CLAIM_TEMPLATE = "workloadClaimTemplate"
+
+    @property
+    def display(self) -> str:
+        return _CHILD_NAMES[self]
+
+
 _CHILD_NAMES = {
-    "spec": "spec",
-    "daemonClaimTemplate": "daemon ResourceClaimTemplate",
-    "daemonSet": "daemon DaemonSet",
-    "workloadClaimTemplate": "workload ResourceClaimTemplate",
+    ChildKind.SPEC: "spec",
+    ChildKind.DAEMON_CLAIM_TEMPLATE: "daemon ResourceClaimTemplate",
+    ChildKind.DAEMON_SET: "daemon DaemonSet",
+    ChildKind.WORKLOAD_CLAIM_TEMPLATE: "workload ResourceClaimTemplate",
 }
 
 
@@ -101,8 +114,8 @@ class DomainView:
     nodes: Sequence[ComputeDomainNode] = ()
     pods: Sequence[DaemonPod] = ()
     num_nodes: int = 0
-    # Child key (daemonClaimTemplate, daemonSet, workloadClaimTemplate) → state.
-    children: Mapping[str, ChildState] = field(default_factory=dict)
+    # What was checked (the spec, each child) → its state.
+    children: Mapping[ChildKind, ChildState] = field(default_factory=dict)
     # GFD cliques the domain's nodes span.
     cliques: Collection[str] = frozenset()
     # Clique → other CDs (namespace/name) using nodes of that clique.
@@ -176,7 +189,7 @@ def _children_verdict(view: DomainView) -> _Verdict:
     if view.invalid:
         return _Verdict(FALSE, INVALID_SPEC, view.invalid)
     foreign = [
-        s.message or _CHILD_NAMES.get(k, k)
+        s.message or k.display
         for k, s in sorted(view.children.items())
         if s.status is ChildStatus.FOREIGN
     ]
@@ -191,8 +204,7 @@ def _children_verdict(view: DomainView) -> _Verdict:
             "manifests/rbac installs it)",
         )
     pending = [
-        f"{_CHILD_NAMES.get(k, k)} {s.status.value.lower()}"
-        + (f" ({s.message})" if s.message else "")
+        f"{k.display} {s.status.value.lower()}" + (f" ({s.message})" if s.message else "")
         for k, s in sorted(view.children.items())
         if s.status is not ChildStatus.OK
     ]

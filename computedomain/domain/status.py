@@ -22,7 +22,7 @@ from computedomain.api.v1beta1 import (
 from computedomain.domain import coexistence, projection, topology
 from computedomain.domain import conditions as cond
 from computedomain.domain.caches import BY_CD, BY_GPU_CLIQUE
-from computedomain.domain.conditions import ChildState, DomainView
+from computedomain.domain.conditions import ChildKind, ChildState, DomainView
 from computedomain.domain.context import DomainMemory, ReconcileContext
 from computedomain.domain.keys import CDKey
 from computedomain.domain.transitions import ONCE_PER_DOMAIN, WARNING, transition_events
@@ -51,7 +51,7 @@ class StatusWriter:
         self._ctx = ctx
 
     def domain_view(
-        self, cd: ComputeDomain, children: Mapping[str, ChildState], deleting: bool = False
+        self, cd: ComputeDomain, children: Mapping[ChildKind, ChildState], deleting: bool = False
     ) -> tuple[DomainView, list[ComputeDomainNode], bool]:
         """What the conditions are computed from, the projected nodes, and whether the CD's
         daemons speak the legacy protocol (they write ``status.nodes`` themselves)."""
@@ -107,7 +107,7 @@ class StatusWriter:
     def _host_view(
         self,
         cd: ComputeDomain,
-        children: Mapping[str, ChildState],
+        children: Mapping[ChildKind, ChildState],
         deleting: bool,
         pods: Sequence[projection.DaemonPod],
     ) -> DomainView:
@@ -135,7 +135,7 @@ class StatusWriter:
         self,
         cd: ComputeDomain,
         obj: dict[str, Any],
-        children: Mapping[str, ChildState],
+        children: Mapping[ChildKind, ChildState],
         deleting: bool = False,
     ) -> Result:
         ctx = self._ctx
@@ -169,7 +169,7 @@ class StatusWriter:
         if view.host_managed:
             # Upstream's Ready: admitted and the workload RCT exists (§18). No daemon joins,
             # so the node and clique counts are absent (empty printer columns), not 0.
-            workload = children.get("workloadClaimTemplate")
+            workload = children.get(ChildKind.WORKLOAD_CLAIM_TEMPLATE)
             ok = workload is not None and workload.status is cond.ChildStatus.OK
             global_status = c.STATUS_READY if ok else c.STATUS_NOT_READY
             counts = (None, None, None)

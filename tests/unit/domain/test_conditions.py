@@ -7,6 +7,7 @@ import pytest
 from computedomain.api import constants as c
 from computedomain.api.v1beta1 import ComputeDomainNode, Condition
 from computedomain.domain.conditions import (
+    ChildKind,
     ChildState,
     ChildStatus,
     DomainView,
@@ -21,9 +22,9 @@ T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 T1 = T0 + timedelta(minutes=5)
 CLIQUE = "cluster.1"
 OK_CHILDREN = {
-    "daemonClaimTemplate": ChildState(ChildStatus.OK),
-    "daemonSet": ChildState(ChildStatus.OK),
-    "workloadClaimTemplate": ChildState(ChildStatus.OK),
+    ChildKind.DAEMON_CLAIM_TEMPLATE: ChildState(ChildStatus.OK),
+    ChildKind.DAEMON_SET: ChildState(ChildStatus.OK),
+    ChildKind.WORKLOAD_CLAIM_TEMPLATE: ChildState(ChildStatus.OK),
 }
 
 
@@ -138,7 +139,7 @@ def test_set_condition_moves_transition_time_on_flip() -> None:
             view(
                 nodes=(node("n1"),),
                 pods=(pod("n1"),),
-                children={**OK_CHILDREN, "daemonSet": ChildState(ChildStatus.CREATED)},
+                children={**OK_CHILDREN, ChildKind.DAEMON_SET: ChildState(ChildStatus.CREATED)},
             ),
             "False",
             "ChildrenNotReady",
@@ -148,7 +149,7 @@ def test_set_condition_moves_transition_time_on_flip() -> None:
             view(
                 children={
                     **OK_CHILDREN,
-                    "workloadClaimTemplate": ChildState(
+                    ChildKind.WORKLOAD_CLAIM_TEMPLATE: ChildState(
                         ChildStatus.FOREIGN, "RCT team/x is not ours"
                     ),
                 }
@@ -206,7 +207,9 @@ def test_transition_time_survives_recompute_and_moves_on_flip() -> None:
 
 def test_children_ready() -> None:
     assert by_type(conditions_for(view(), 1, T0))["ChildrenReady"].status == "True"
-    missing = view(children={**OK_CHILDREN, "daemonClaimTemplate": ChildState(ChildStatus.MISSING)})
+    missing = view(
+        children={**OK_CHILDREN, ChildKind.DAEMON_CLAIM_TEMPLATE: ChildState(ChildStatus.MISSING)}
+    )
     got = by_type(conditions_for(missing, 1, T0))["ChildrenReady"]
     assert (got.status, got.reason) == ("False", "ChildrenNotReady")
     assert "daemon ResourceClaimTemplate missing" in got.message
@@ -241,13 +244,13 @@ def test_missing_daemon_service_account_verdict_is_stable_and_recovers() -> None
 
 
 def test_missing_daemon_service_account_ranks_after_foreign_and_deletion() -> None:
-    foreign = {**OK_CHILDREN, "daemonSet": ChildState(ChildStatus.FOREIGN, "DS not ours")}
+    foreign = {**OK_CHILDREN, ChildKind.DAEMON_SET: ChildState(ChildStatus.FOREIGN, "DS not ours")}
     got = by_type(conditions_for(view(children=foreign, missing_service_account=SA), 1, T0))
     assert got["ChildrenReady"].reason == "ForeignObject"
     deleting = view(deleting=True, missing_service_account=SA)
     assert by_type(conditions_for(deleting, 1, T0))["Ready"].reason == "Deleting"
     # Before pending children: a DaemonSet being created cannot help without the SA.
-    creating = {**OK_CHILDREN, "daemonSet": ChildState(ChildStatus.CREATING)}
+    creating = {**OK_CHILDREN, ChildKind.DAEMON_SET: ChildState(ChildStatus.CREATING)}
     got = by_type(conditions_for(view(children=creating, missing_service_account=SA), 1, T0))
     assert got["ChildrenReady"].reason == "DaemonServiceAccountMissing"
 
@@ -409,7 +412,7 @@ def test_multiple_cliques_advice_fits_the_job(
 
 # --- host-managed IMEX (contract §18) -------------------------------------------------------
 
-HOST_CHILDREN = {"workloadClaimTemplate": ChildState(ChildStatus.OK)}
+HOST_CHILDREN = {ChildKind.WORKLOAD_CLAIM_TEMPLATE: ChildState(ChildStatus.OK)}
 
 
 def host_view(**kw: object) -> DomainView:
@@ -445,7 +448,7 @@ def test_host_managed_not_ready_until_the_workload_template_exists() -> None:
     cases = [
         (host_view(children={}), "False", "ChildrenNotReady"),
         (
-            host_view(children={"workloadClaimTemplate": foreign}),
+            host_view(children={ChildKind.WORKLOAD_CLAIM_TEMPLATE: foreign}),
             "False",
             "ForeignObject",
         ),

@@ -4,7 +4,7 @@ cannot work says what is missing (issue 9.6)."""
 from __future__ import annotations
 
 from computedomain.domain import projection
-from computedomain.domain.conditions import ChildState, ChildStatus, conditions_for
+from computedomain.domain.conditions import ChildKind, ChildState, ChildStatus, conditions_for
 from tests.unit.domain.test_conditions import OK_CHILDREN, T0, by_type, node, pod, view
 
 
@@ -34,7 +34,7 @@ def test_daemons_on_lost_nodes_are_reported_by_their_node() -> None:
 
 
 def test_a_cd_without_spec_is_invalid_and_says_what_is_missing() -> None:
-    children = {"spec": ChildState(ChildStatus.INVALID, "spec is missing: needs X")}
+    children = {ChildKind.SPEC: ChildState(ChildStatus.INVALID, "spec is missing: needs X")}
     conds = by_type(conditions_for(view(children=children), 1, T0, []))
     assert (conds["ChildrenReady"].status, conds["ChildrenReady"].reason) == (
         "False",
