@@ -57,7 +57,7 @@ from computedomain.devcluster.workloads import STATEFULSETS, workload
 from computedomain.observability.logging import configure_logging
 from computedomain.runtime import resources as r
 from computedomain.runtime.client import ApiError, KubeClient
-from computedomain.runtime.objects import condition, labels
+from computedomain.runtime.objects import condition, condition_true, labels
 from computedomain.runtime.resources import Resource
 from computedomain.sim.context import SimSettings
 from computedomain.sim.faults import FaultSettings
@@ -126,11 +126,11 @@ def summary(values: Sequence[float]) -> dict[str, float]:
 
 def cd_ready(cd: Obj | None) -> bool:
     status = (cd or {}).get("status") or {}
-    return status.get("status") == c.STATUS_READY and condition(cd, "Ready").get("status") == "True"
+    return status.get("status") == c.STATUS_READY and condition_true(cd, "Ready")
 
 
 def pod_ready(pod: Obj | None) -> bool:
-    return condition(pod, "Ready").get("status") == "True"
+    return condition_true(pod, "Ready")
 
 
 # -- what the controller writes, by resource ----------------------------------------------------

@@ -89,7 +89,7 @@ async def status_liars(kube: KubeClient, namespace: str, driver_namespace: str) 
             if objects.labels(pod).get(c.CD_LABEL) != uid:
                 continue
             node = (pod.get("spec") or {}).get("nodeName")
-            ready = objects.condition(pod, "Ready").get("status") == "True"
+            ready = objects.condition_true(pod, "Ready")
             if ready and node and node not in entries:
                 problems.append(f"{name}: daemon {objects.name(pod)} on {node} is Ready, no entry")
     return problems

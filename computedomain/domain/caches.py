@@ -65,7 +65,7 @@ def _by_gpu_clique(obj: Mapping[str, Any]) -> Iterable[str]:
 
 def node_ready(node: Mapping[str, Any]) -> bool:
     """The Node's Ready condition is True."""
-    return objects.condition(node, "Ready").get("status") == "True"
+    return objects.condition_true(node, "Ready")
 
 
 _NODE_META_KEPT = ("name", "uid", "resourceVersion", "labels", "deletionTimestamp")

@@ -27,7 +27,7 @@ from datetime import datetime
 
 from computedomain.api import constants as c
 from computedomain.api.v1beta1 import ComputeDomainNode, Condition, ConditionStatus
-from computedomain.domain.projection import DaemonPod
+from computedomain.domain.projection import DaemonPod, plural
 
 TRUE: ConditionStatus = "True"
 FALSE: ConditionStatus = "False"
@@ -170,10 +170,6 @@ def listing(items: Sequence[str], limit: int = _MAX_LISTED) -> str:
     return f"{shown} and {rest} more" if rest > 0 else shown
 
 
-def _plural(count: int, word: str) -> str:
-    return f"{count} {word}" if count == 1 else f"{count} {word}s"
-
-
 @dataclass(frozen=True)
 class _Verdict:
     status: ConditionStatus
@@ -310,7 +306,7 @@ def _daemons_verdict(
         clock = _false_since(previous, c.CONDITION_DAEMONS_READY, now)
         late = [p for p in problems if _late_in(p, grace, now, clock) <= 0]
         ready = max(0, total - len(problems))
-        message = f"{ready} of {_plural(total, 'daemon')} ready; " + listing(
+        message = f"{ready} of {plural(total, 'daemon')} ready; " + listing(
             [p.text for p in problems]
         )
         if not late:
@@ -323,7 +319,7 @@ def _daemons_verdict(
             "No IMEX daemon yet: daemons start on nodes where a workload pod using the "
             "channel ResourceClaimTemplate is scheduled",
         )
-    return _Verdict(TRUE, "DaemonsReady", f"{_plural(joined, 'daemon')} joined and ready")
+    return _Verdict(TRUE, "DaemonsReady", f"{plural(joined, 'daemon')} joined and ready")
 
 
 def _daemon_count(view: DomainView) -> int:
@@ -334,7 +330,7 @@ def _ready_verdict(view: DomainView, children: _Verdict, daemons: _Verdict) -> _
     if view.deleting:
         remaining = sorted(p.name for p in view.pods)
         detail = (
-            f"; waiting for {_plural(len(remaining), 'daemon pod')} to terminate: "
+            f"; waiting for {plural(len(remaining), 'daemon pod')} to terminate: "
             f"{listing(remaining)}"
             if remaining
             else ""
@@ -359,8 +355,8 @@ def _ready_verdict(view: DomainView, children: _Verdict, daemons: _Verdict) -> _
             TOO_FEW_NODES,
             f"{len(view.nodes)} of {view.num_nodes} expected nodes joined (spec.numNodes)",
         )
-    daemons_text = _plural(len(view.nodes), "daemon")
-    cliques_text = _plural(len(_all_cliques(view)), "clique")
+    daemons_text = plural(len(view.nodes), "daemon")
+    cliques_text = plural(len(_all_cliques(view)), "clique")
     return _Verdict(TRUE, "Ready", f"{daemons_text} ready in {cliques_text}")
 
 
@@ -404,7 +400,7 @@ def _single_clique_verdict(view: DomainView) -> _Verdict:
     elif view.num_nodes > 0:
         advice = (
             f"IMEX shares GPU memory only between nodes of one clique, and this job's "
-            f"{_plural(size, 'node')} fit in one (up to {room}): {pin}"
+            f"{plural(size, 'node')} fit in one (up to {room}): {pin}"
         )
     else:
         advice = (

@@ -97,7 +97,7 @@ class DaemonPod:
             return None
         text = reason
         if self.restart_count:
-            text += f" ({_plural(self.restart_count, 'restart')})"
+            text += f" ({plural(self.restart_count, 'restart')})"
         exited = self.terminated_reason is not None or self.exit_code is not None
         detail = self.waiting_message
         if detail and detail.lower().startswith("back-off ") and exited:
@@ -121,7 +121,8 @@ class DaemonPod:
 MESSAGE_LIMIT = 200
 
 
-def _plural(count: int, word: str) -> str:
+def plural(count: int, word: str) -> str:
+    """``1 node``, ``2 nodes``."""
     return f"{count} {word}" if count == 1 else f"{count} {word}s"
 
 
@@ -167,7 +168,7 @@ def daemon_pod_from_dict(pod: Mapping[str, Any]) -> DaemonPod:
         node_name=(pod.get("spec") or {}).get("nodeName") or None,
         pod_ip=status.get("podIP") or None,
         clique_id=clique_id if isinstance(clique_id, str) else None,
-        ready=objects.condition(pod, "Ready").get("status") == "True",
+        ready=objects.condition_true(pod, "Ready"),
         phase=str(status.get("phase") or "Pending"),
         deleting=meta.get("deletionTimestamp") is not None,
         started=started if isinstance(started, bool) else None,

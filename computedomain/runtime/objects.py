@@ -51,6 +51,11 @@ def resource_version(obj: Mapping[str, Any] | None) -> str:
     return str(meta(obj).get("resourceVersion") or "")
 
 
+def condition_true(obj: Mapping[str, Any] | None, ctype: str) -> bool:
+    """The object's ``ctype`` condition is True (a Pod's or Node's Ready, a CD's Ready)."""
+    return condition(obj, ctype).get("status") == "True"
+
+
 def condition(obj: Mapping[str, Any] | None, ctype: str) -> Mapping[str, Any]:
     """The ``status.conditions`` entry of type ``ctype``, or an empty mapping."""
     status = (obj or _EMPTY).get("status")

@@ -159,8 +159,7 @@ def node_internal_ip(node: Mapping[str, Any] | None) -> str:
 
 
 def is_pod_ready(pod: Mapping[str, Any]) -> bool:
-    condition = _condition((pod.get("status") or {}).get("conditions") or [], "Ready")
-    return condition is not None and condition.get("status") == "True"
+    return objects.condition_true(pod, "Ready")
 
 
 def is_node_ready(node: Mapping[str, Any] | None) -> bool:
