@@ -141,6 +141,18 @@ def labelled(name: str, namespace: str, uid: str = UID, **extra_labels: str) -> 
     }
 
 
+def clique_of_cd(clique_id: str, daemons: list[Obj]) -> Obj:
+    """The CD's ComputeDomainClique for ``clique_id`` in the driver namespace."""
+    return {
+        "metadata": {
+            "name": c.clique_name(UID, clique_id),
+            "namespace": DRIVER_NS,
+            "labels": {c.CD_LABEL: UID, c.CLIQUE_ID_LABEL: clique_id},
+        },
+        "daemons": daemons,
+    }
+
+
 def with_children(world: World, daemonset: Obj | None = None) -> dict[str, list[Obj]]:
     """The CD (finalizer on) and its three children, as the apiserver holds them: the stores
     to ``World.fill`` the caches with."""
@@ -377,17 +389,7 @@ async def test_a_pruned_clique_entry_leaves_status_in_the_same_reconcile(world: 
         "index": 0,
         "status": c.STATUS_NOT_READY,
     }
-    clique = world.client.add(
-        CLIQUES,
-        {
-            "metadata": {
-                "name": c.clique_name(UID, clique_id),
-                "namespace": DRIVER_NS,
-                "labels": {c.CD_LABEL: UID, c.CLIQUE_ID_LABEL: clique_id},
-            },
-            "daemons": [ghost_entry],
-        },
-    )
+    clique = world.client.add(CLIQUES, clique_of_cd(clique_id, [ghost_entry]))
     world.fill(cds=[cd], service_accounts=[service_account()], cliques=[clique])
     await world.reconcile(f"{NS}/cd")  # children, status with the entry; stale from now on
     status = world.client.objects[("computedomains", NS, "cd")]["status"]
@@ -421,17 +423,7 @@ async def test_pruning_spares_an_entry_whose_daemon_pod_the_cache_has_not_seen(
         "index": 0,
         "status": c.STATUS_READY,
     }
-    clique = world.client.add(
-        CLIQUES,
-        {
-            "metadata": {
-                "name": c.clique_name(UID, clique_id),
-                "namespace": DRIVER_NS,
-                "labels": {c.CD_LABEL: UID, c.CLIQUE_ID_LABEL: clique_id},
-            },
-            "daemons": [entry],
-        },
-    )
+    clique = world.client.add(CLIQUES, clique_of_cd(clique_id, [entry]))
     pod = labelled("daemon-node-a", DRIVER_NS, **{c.CLIQUE_ID_LABEL: clique_id})
     pod["spec"] = {"nodeName": "node-a"}
     pod["status"] = {"phase": "Running", "podIP": "10.0.0.7"}
@@ -486,15 +478,7 @@ async def test_a_prune_on_a_stale_clique_is_a_conflict_and_looks_again_soon(
     clique_name = c.clique_name(UID, "rack0.0")
     entry = {"nodeName": "gone", "ipAddress": "10.0.0.9", "cliqueID": "rack0.0", "index": 0}
     clique = world.client.add(
-        CLIQUES,
-        {
-            "metadata": {
-                "name": clique_name,
-                "namespace": DRIVER_NS,
-                "labels": {c.CD_LABEL: UID, c.CLIQUE_ID_LABEL: "rack0.0"},
-            },
-            "daemons": [{**entry, "status": c.STATUS_NOT_READY}],
-        },
+        CLIQUES, clique_of_cd("rack0.0", [{**entry, "status": c.STATUS_NOT_READY}])
     )
     world.fill(cds=[cd], service_accounts=[service_account()], cliques=[clique])
     await world.reconcile(f"{NS}/cd")
