@@ -24,6 +24,7 @@ from typing import Any
 
 from computedomain import distribution_version
 from computedomain.api import constants as c
+from computedomain.domain.selectors import SelectorError, matches, parse_selector
 from computedomain.domain.settings import DaemonSettings, ReconcilerSettings
 
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
@@ -269,6 +270,21 @@ def _resource_requirements(env: str) -> Callable[[str, str], dict[str, dict[str,
         return result or None
 
     return parse
+
+
+def _pod_selectors(text: str, flag: str) -> tuple[str, ...]:
+    """Label selectors separated by ';' (a selector's own terms are separated by ','), none of
+    which may match our own controller pods; empty: no detection."""
+    selectors: list[str] = []
+    for selector in filter(None, (part.strip() for part in text.split(";"))):
+        try:
+            parsed = parse_selector(selector)
+        except SelectorError as err:
+            raise ConfigError(f"{flag}: {err}") from None
+        if matches(parsed, c.OWN_POD_TEMPLATE_LABELS):
+            raise ConfigError(f"{flag}: {selector!r} matches this controller's own pods")
+        selectors.append(",".join(term.strip() for term in selector.split(",")))
+    return tuple(selectors)
 
 
 def _imex_mode(text: str, flag: str) -> str:
@@ -549,6 +565,16 @@ SETTINGS: Sequence[Setting] = (
             "Retry-After is honoured)", "kube_api_qps", check=above(0)),
     Setting("--kube-api-burst", "KUBE_API_BURST", "200", _int,
             "client-side burst above --kube-api-qps", "kube_api_burst", check=at_least(1)),
+    Setting("--nvidia-controller-selectors", "NVIDIA_CONTROLLER_SELECTORS",
+            ";".join(c.NVIDIA_CONTROLLER_SELECTORS), _pod_selectors,
+            "label selectors of NVIDIA's controller pods in the driver namespace, separated by "
+            "';' (k=v, k!=v, k, !k; ',' within one selector means and): a running one means two "
+            "controllers write the same objects (Warning event, alert). The default finds the "
+            "pods of NVIDIA's chart v0.4.0 and v0.4.1, fresh (dra-driver-nvidia-gpu-component) "
+            "or upgraded with nameOverride=nvidia-dra-driver-gpu; with another nameOverride add "
+            "<nameOverride>-component=controller; empty: no detection",
+            "nvidia_controller_selectors",
+            check=validated_by_parser("label selectors separated by ';', none matching our pods")),
     Setting("--http-endpoint", "HTTP_ENDPOINT", ":8080", _bind,
             "[host]:port serving Prometheus metrics; empty disables it", "metrics_address"),
     Setting("--metrics-path", "METRICS_PATH", "/metrics", _text,
@@ -674,6 +700,7 @@ class Settings:
     orphan_sweep_interval: float
     node_inventory_resync_interval: float = 300.0
     imex_isolation: str = c.IMEX_ISOLATION_DOMAIN
+    nvidia_controller_selectors: tuple[str, ...] = c.NVIDIA_CONTROLLER_SELECTORS
     # What NVIDIA's command line set that has no effect here, one line each, logged at start.
     notices: tuple[str, ...] = ()
 

@@ -149,6 +149,31 @@ NVIDIA_CHART_NAME: Final = "dra-driver-nvidia-gpu"
 NVIDIA_CONTROLLER_DEPLOYMENT: Final = f"{NVIDIA_CHART_NAME}-controller"
 NVIDIA_COMPONENT_LABEL: Final = "nvidia-dra-driver-gpu-component"
 NVIDIA_CONTROLLER_COMPONENT: Final = "controller"
+# NVIDIA's controller pods, found by the selector label of its chart, `<name>-component:
+# controller`, <name> being nameOverride or the chart name (contract §19): a fresh install
+# (v0.4.0 or v0.4.1) labels them `dra-driver-nvidia-gpu-component`, one upgraded from v25.x
+# (nameOverride=nvidia-dra-driver-gpu) `nvidia-dra-driver-gpu-component`, which v0.4.0 also
+# added to every controller pod and v0.4.1 no longer does. Our pods carry neither.
+NVIDIA_CONTROLLER_SELECTORS: Final = (
+    f"{NVIDIA_CHART_NAME}-component={NVIDIA_CONTROLLER_COMPONENT}",
+    f"{NVIDIA_COMPONENT_LABEL}={NVIDIA_CONTROLLER_COMPONENT}",
+)
+# Labels of our own controller pods (manifests/manager and the Helm chart's defaults). A selector
+# of NVIDIA's controller pods must not match them; a pod carrying either of the first two is
+# never taken for NVIDIA's, whatever else it carries.
+OWN_POD_LABELS: Final[Mapping[str, str]] = MappingProxyType(
+    {
+        "app.kubernetes.io/name": "computedomain-controller",
+        "app.kubernetes.io/part-of": "computedomain",
+    }
+)
+OWN_POD_TEMPLATE_LABELS: Final[Mapping[str, str]] = MappingProxyType(
+    {
+        **OWN_POD_LABELS,
+        "app.kubernetes.io/component": "controller",
+        "app.kubernetes.io/instance": "computedomain",
+    }
+)
 
 # Additive status fields of ours (never read by NVIDIA's components).
 CONDITION_READY: Final = "Ready"

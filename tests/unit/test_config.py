@@ -343,3 +343,38 @@ def test_help_explains_imex_mode_and_isolation() -> None:
     assert "[IMEX_MODE; driverManaged or hostManaged]" in text
     assert "[IMEX_ISOLATION; domain]" in text
     assert "HostManagedIMEXDaemon (default false)" in text
+
+
+def test_nvidia_controller_selectors_default_to_both_chart_labels() -> None:
+    assert parse_settings([], {}).nvidia_controller_selectors == (
+        "dra-driver-nvidia-gpu-component=controller",
+        "nvidia-dra-driver-gpu-component=controller",
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "selectors"),
+    [
+        ("my-driver-component=controller", ("my-driver-component=controller",)),
+        ("a=b, c!=d; e", ("a=b,c!=d", "e")),
+        ("", ()),  # detection off
+    ],
+)
+def test_nvidia_controller_selectors_can_be_overridden(
+    text: str, selectors: tuple[str, ...]
+) -> None:
+    env = {"NVIDIA_CONTROLLER_SELECTORS": text}
+    assert parse_settings([], env).nvidia_controller_selectors == selectors
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("app.kubernetes.io/component=controller", "matches this controller's own pods"),
+        ("a=b;app.kubernetes.io/part-of", "matches this controller's own pods"),
+        ("x in (a,b)", "is not a label key"),
+    ],
+)
+def test_nvidia_controller_selectors_that_cannot_work_are_refused(text: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        parse_settings([], {"NVIDIA_CONTROLLER_SELECTORS": text})
