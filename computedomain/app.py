@@ -72,6 +72,7 @@ class ControllerProcess:
             driver_namespace=s.driver_namespace,
             additional_namespaces=s.reconciler.additional_namespaces,
             node_inventory_interval=s.node_inventory_resync_interval,
+            nvidia_controller_selectors=s.nvidia_controller_selectors,
         )
         self.queue = WorkQueue(CONTROLLER_NAME, metrics=self.runtime_metrics, clock=self.clock)
         self.recorder = EventRecorder(
@@ -102,7 +103,10 @@ class ControllerProcess:
         )
         self.router = EventRouter(self.caches, self.queue, s.reconciler.orphan_grace_period)
         self.coexistence = CoexistenceMonitor(
-            self.recorder, self.domain_metrics, requeue_all=self.router.enqueue_all
+            self.recorder,
+            self.domain_metrics,
+            requeue_all=self.router.enqueue_all,
+            selectors=s.nvidia_controller_selectors,
         )
         wire(self.router, self.coexistence)
         self.shutting_down = Flag("shutting down", up=True)

@@ -1,4 +1,5 @@
-"""The `computedomain-controller` console script."""
+"""The `computedomain-controller` console script (also installed as NVIDIA's name,
+`compute-domain-controller`, so NVIDIA's Deployment command runs it unchanged)."""
 
 from __future__ import annotations
 
@@ -70,6 +71,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             "leaderElection": settings.leader_election,
         },
     )
+    for notice in settings.notices:  # NVIDIA's flags and gates that do nothing here, once
+        log.info("Ignored: %s", notice)
     return asyncio.run(_main(settings, resolver))
 
 

@@ -16,6 +16,7 @@ import json
 import os
 import re
 import socket
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
@@ -23,6 +24,7 @@ from typing import Any
 
 from computedomain import distribution_version
 from computedomain.api import constants as c
+from computedomain.domain.selectors import SelectorError, matches, parse_selector
 from computedomain.domain.settings import DaemonSettings, ReconcilerSettings
 
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
@@ -59,27 +61,62 @@ def parse_duration(text: str, flag: str = "") -> float:
     return total
 
 
-def parse_feature_gates(text: str, flag: str = "") -> dict[str, bool]:
-    """Known gates with defaults, overridden by "Name=true,Other=false," (trailing comma ok)."""
-    gates = dict(c.DEFAULT_FEATURE_GATES)
+# Go's strconv.ParseBool, which NVIDIA's feature-gate parser uses; any case of true/false too.
+_GATE_TRUE = frozenset({"1", "t", "T", "TRUE", "true", "True"})
+_GATE_FALSE = frozenset({"0", "f", "F", "FALSE", "false", "False"})
+
+
+def feature_gate_values(text: str, flag: str = "") -> dict[str, bool]:
+    """Every gate "Name=true,Other=false," names (trailing comma ok), NVIDIA's included; refuses,
+    as NVIDIA's binary does, a malformed pair or a name no NVIDIA component knows."""
+    given: dict[str, bool] = {}
     for item in filter(None, (part.strip() for part in text.split(","))):
-        name, sep, value = item.partition("=")
-        if not sep or value.lower() not in ("true", "false"):
+        name, sep, raw = item.partition("=")
+        name, raw = name.strip(), raw.strip()
+        if not sep:
+            raise ConfigError(f"{_where(flag)}missing bool value for {name} (want {name}=true)")
+        if raw in _GATE_TRUE or raw.lower() == "true":
+            value = True
+        elif raw in _GATE_FALSE or raw.lower() == "false":
+            value = False
+        else:
             raise ConfigError(
                 f"{_where(flag)}invalid feature gate {item!r} (want Name=true or Name=false)"
             )
-        if name in c.NVIDIA_OTHER_FEATURE_GATES:
-            continue
-        if name not in c.DEFAULT_FEATURE_GATES:
-            known = ", ".join(sorted(c.DEFAULT_FEATURE_GATES))
-            raise ConfigError(f"{_where(flag)}unknown feature gate {name!r} (known: {known})")
-        gates[name] = value.lower() == "true"
+        if name not in c.DEFAULT_FEATURE_GATES and name not in c.NVIDIA_OTHER_FEATURE_GATES:
+            known = ", ".join(sorted({*c.DEFAULT_FEATURE_GATES, *c.NVIDIA_OTHER_FEATURE_GATES}))
+            raise ConfigError(f"{_where(flag)}unrecognized feature gate: {name} (known: {known})")
+        given[name] = value
+    return given
+
+
+def parse_feature_gates(text: str, flag: str = "") -> dict[str, bool]:
+    """Our gates with their defaults, as "Name=true,Other=false," sets them; NVIDIA's other
+    gates are accepted and ignored (``ignored_feature_gates``), except that ``AllAlpha`` and
+    ``AllBeta`` set every gate of theirs the string leaves unnamed, as in NVIDIA's binary."""
+    given = feature_gate_values(text, flag)
+    gates = dict(c.DEFAULT_FEATURE_GATES)
+    for toggle, stage in ((c.GATE_ALL_ALPHA, c.ALPHA_FEATURE_GATES),
+                          (c.GATE_ALL_BETA, c.BETA_FEATURE_GATES)):  # fmt: skip
+        if toggle in given:
+            gates.update({name: given[toggle] for name in stage})
+    gates.update({name: value for name, value in given.items() if name in gates})
     if gates[c.GATE_CLIQUES] and not gates[c.GATE_DNS_NAMES]:
+        # NVIDIA's words; its daemons refuse to start as well.
         raise ConfigError(
-            f"{c.GATE_CLIQUES}=true requires {c.GATE_DNS_NAMES}=true (NVIDIA's daemons refuse "
-            "to start otherwise)"
+            f"feature gate {c.GATE_CLIQUES} requires {c.GATE_DNS_NAMES} to also be enabled"
         )
     return gates
+
+
+def ignored_feature_gates(text: str) -> dict[str, bool]:
+    """The gates a valid FEATURE_GATES names that concern NVIDIA's kubelet plugin or klog, not
+    this controller (``AllAlpha``/``AllBeta`` are not among them: they set ours)."""
+    return {
+        name: value
+        for name, value in feature_gate_values(text).items()
+        if name in c.NVIDIA_OTHER_FEATURE_GATES and name not in (c.GATE_ALL_ALPHA, c.GATE_ALL_BETA)
+    }
 
 
 def parse_bind_address(text: str) -> tuple[str, int]:
@@ -235,6 +272,21 @@ def _resource_requirements(env: str) -> Callable[[str, str], dict[str, dict[str,
     return parse
 
 
+def _pod_selectors(text: str, flag: str) -> tuple[str, ...]:
+    """Label selectors separated by ';' (a selector's own terms are separated by ','), none of
+    which may match our own controller pods; empty: no detection."""
+    selectors: list[str] = []
+    for selector in filter(None, (part.strip() for part in text.split(";"))):
+        try:
+            parsed = parse_selector(selector)
+        except SelectorError as err:
+            raise ConfigError(f"{flag}: {err}") from None
+        if matches(parsed, c.OWN_POD_TEMPLATE_LABELS):
+            raise ConfigError(f"{flag}: {selector!r} matches this controller's own pods")
+        selectors.append(",".join(term.strip() for term in selector.split(",")))
+    return tuple(selectors)
+
+
 def _imex_mode(text: str, flag: str) -> str:
     """NVIDIA's ``imex.mode``, spelled and refused exactly as upstream (contract §18)."""
     if text not in c.IMEX_MODES:
@@ -370,6 +422,12 @@ class Setting:
     # Where the value goes: a ``Settings`` field, ``reconciler.<field>`` or ``daemon.<field>``.
     dest: str
     check: Check | None = None
+    # NVIDIA's other spellings of the same setting: flags (e.g. klog's ``-v``) and environment
+    # variables read when ``env`` is unset (e.g. ``V``, ``LOGGING_FORMAT``).
+    aliases: tuple[str, ...] = ()
+    fallback_env: tuple[str, ...] = ()
+    # Go's StringSlice: the flag may be given more than once; the values join with commas.
+    repeatable: bool = False
 
     def value(self, text: str | None) -> Any:
         parsed = self.parse(text or "", self.flag)
@@ -382,13 +440,48 @@ class Setting:
         """The argparse destination (the flag without dashes)."""
         return self.flag.lstrip("-").replace("-", "_")
 
+    @property
+    def flags(self) -> tuple[str, ...]:
+        return (self.flag, *self.aliases)
+
+    def from_env(self, env: Mapping[str, str]) -> str | None:
+        for name in (self.env, *self.fallback_env):
+            if name in env:
+                return env[name]
+        return self.default
+
+
+@dataclass(frozen=True)
+class InertFlag:
+    """A flag of NVIDIA's compute-domain-controller that has no counterpart here: accepted (its
+    value checked as NVIDIA checks it) so NVIDIA's Deployment runs unchanged, and logged once
+    at start when set."""
+
+    flag: str
+    env: str
+    parse: Callable[[str, str], Any]
+    accepts: str
+    help: str
+    boolean: bool = False
+
+    @property
+    def option(self) -> str:
+        return "nvidia_" + self.flag.lstrip("-").replace("-", "_")
+
 
 _GATES_HELP = (
-    "Name=bool pairs, comma-separated: "
+    "Name=bool pairs, comma-separated (values as Go reads them: true/false, 1/0, t/f): "
     + ", ".join(f"{k} (default {str(v).lower()})" for k, v in c.DEFAULT_FEATURE_GATES.items())
-    + "; NVIDIA's other gates ("
-    + ", ".join(sorted(c.NVIDIA_OTHER_FEATURE_GATES))
-    + ") are accepted and ignored, so NVIDIA's chart values carry over"
+    + "; AllAlpha / AllBeta set those of that stage not named ("
+    + ", ".join(sorted(c.ALPHA_FEATURE_GATES))
+    + " / "
+    + ", ".join(sorted(c.BETA_FEATURE_GATES))
+    + "); NVIDIA's other gates of v0.4.x ("
+    + ", ".join(sorted(c.NVIDIA_V04_OTHER_FEATURE_GATES - {c.GATE_ALL_ALPHA, c.GATE_ALL_BETA}))
+    + ") and of its main branch ("
+    + ", ".join(sorted(c.NVIDIA_MAIN_OTHER_FEATURE_GATES))
+    + ") concern its kubelet plugin or logging: accepted, logged once and ignored, so NVIDIA's "
+    "chart values carry over; any other name is refused"
 )
 
 # fmt: off
@@ -401,8 +494,9 @@ SETTINGS: Sequence[Setting] = (
             "daemon.driver_namespace", check=_valid_names("namespace", label=True)),
     Setting("--additional-namespaces", "ADDITIONAL_NAMESPACES", "", _list,
             "comma-separated extra namespaces searched for DaemonSets, pods and cliques "
-            "(after moving the driver to another namespace)", "reconciler.additional_namespaces",
-            check=_valid_names("namespace", label=True)),
+            "(after moving the driver to another namespace); the flag may be repeated",
+            "reconciler.additional_namespaces", check=_valid_names("namespace", label=True),
+            repeatable=True),
     Setting("--image-name", "IMAGE_NAME", c.NVIDIA_DRIVER_IMAGE, _text,
             "image of the IMEX daemon pods; must be NVIDIA's DRA driver image of the release the "
             "kubelet plugin runs (NVIDIA's chart passes its own image here)", "daemon.image",
@@ -412,13 +506,14 @@ SETTINGS: Sequence[Setting] = (
             "daemon.image_pull_secrets", check=_valid_names("Secret", label=False)),
     Setting("--log-verbosity-cd-daemon", "LOG_VERBOSITY_CD_DAEMON", "4", _int,
             "log verbosity passed to the IMEX daemons as LOG_VERBOSITY", "daemon.log_verbosity",
-            check=at_least(0, 10)),
+            check=at_least(0)),
     Setting("--max-nodes-per-imex-domain", "MAX_NODES_PER_IMEX_DOMAIN",
             str(c.DEFAULT_MAX_NODES_PER_IMEX_DOMAIN), _int,
             "IMEX slots per clique passed to the daemons (18 on GB200/GB300 NVL72)",
             "daemon.max_nodes_per_imex_domain", check=at_least(1, 2048)),
     Setting("--feature-gates", "FEATURE_GATES", "", parse_feature_gates, _GATES_HELP,
-            "daemon.feature_gates"),
+            "daemon.feature_gates",
+            check=validated_by_parser("Name=bool,... of gates NVIDIA's components know")),
     Setting("--imex-mode", "IMEX_MODE", c.IMEX_MODE_DRIVER, _imex_mode,
             f"who runs IMEX: {c.IMEX_MODE_DRIVER} (this controller creates a DaemonSet of IMEX "
             f"daemons per ComputeDomain) or {c.IMEX_MODE_HOST} (each node's own nvidia-imex "
@@ -470,6 +565,16 @@ SETTINGS: Sequence[Setting] = (
             "Retry-After is honoured)", "kube_api_qps", check=above(0)),
     Setting("--kube-api-burst", "KUBE_API_BURST", "200", _int,
             "client-side burst above --kube-api-qps", "kube_api_burst", check=at_least(1)),
+    Setting("--nvidia-controller-selectors", "NVIDIA_CONTROLLER_SELECTORS",
+            ";".join(c.NVIDIA_CONTROLLER_SELECTORS), _pod_selectors,
+            "label selectors of NVIDIA's controller pods in the driver namespace, separated by "
+            "';' (k=v, k!=v, k, !k; ',' within one selector means and): a running one means two "
+            "controllers write the same objects (Warning event, alert). The default finds the "
+            "pods of NVIDIA's chart v0.4.0 and v0.4.1, fresh (dra-driver-nvidia-gpu-component) "
+            "or upgraded with nameOverride=nvidia-dra-driver-gpu; with another nameOverride add "
+            "<nameOverride>-component=controller; empty: no detection",
+            "nvidia_controller_selectors",
+            check=validated_by_parser("label selectors separated by ';', none matching our pods")),
     Setting("--http-endpoint", "HTTP_ENDPOINT", ":8080", _bind,
             "[host]:port serving Prometheus metrics; empty disables it", "metrics_address"),
     Setting("--metrics-path", "METRICS_PATH", "/metrics", _text,
@@ -478,10 +583,14 @@ SETTINGS: Sequence[Setting] = (
     Setting("--probe-address", "PROBE_ADDRESS", ":8081", _bind,
             "[host]:port serving /healthz and /readyz; empty disables it", "probe_address"),
     Setting("--log-verbosity", "LOG_VERBOSITY", "0", _int,
-            "controller log verbosity: 0 state changes, 4 per-reconcile detail, 6 API chatter",
-            "log_verbosity", check=at_least(0, 10)),
+            "controller log verbosity (klog's -v; NVIDIA's Deployment passes -v "
+            "$(LOG_VERBOSITY)): 0 state changes, 4 per-reconcile detail, 6 API chatter, more "
+            "adds nothing", "log_verbosity", check=at_least(0), aliases=("-v", "--v"),
+            fallback_env=("V",)),
     Setting("--log-format", "LOG_FORMAT", "json", _one_of("json", "text"),
-            "log format: json or text", "log_format"),
+            "log format: json or text (NVIDIA's --logging-format / LOGGING_FORMAT is the same "
+            "setting)", "log_format", check=validated_by_parser("json or text"),
+            aliases=("--logging-format",), fallback_env=("LOGGING_FORMAT",)),
     Setting("--workers", "WORKERS", "8", _int,
             "concurrent reconciles (a ComputeDomain is never reconciled twice at once)",
             "workers", check=at_least(1, 256)),
@@ -520,6 +629,52 @@ SETTINGS: Sequence[Setting] = (
 # fmt: on
 
 
+_VMODULE_ITEM = re.compile(r"^[^=,]+=\d+$")
+
+
+def _vmodule(text: str, flag: str) -> str:
+    for item in filter(None, text.split(",")):
+        if not _VMODULE_ITEM.match(item):
+            raise ConfigError(f"{flag}: {item!r} does not have the pattern=N format")
+    return text
+
+
+def _size(text: str, flag: str) -> str:
+    try:
+        quantity(text.strip())
+    except (ValueError, InvalidOperation):
+        raise ConfigError(f"{flag}: {text!r} is not a size (e.g. 512, 1K, 2Ki, 3M)") from None
+    return text
+
+
+_KLOG_ONE_STREAM = "this controller writes every log line at once to one stream (stderr)"
+
+# NVIDIA's v0.4.x compute-domain-controller flags (its main.go and pkg/flags: urfave/cli over
+# component-base's logging options) that have nothing to set here. Every other flag of NVIDIA's
+# binary is a row of SETTINGS (same flag, same environment variable) or an alias of one.
+# fmt: off
+INERT_FLAGS: Sequence[InertFlag] = (
+    InertFlag("--pprof-path", "PPROF_PATH", _text, "any",
+              "NVIDIA's HTTP path for Go's pprof profiles on --http-endpoint; a Python process "
+              "has none to serve, so it is ignored (NVIDIA's chart sets it empty)"),
+    InertFlag("--vmodule", "VMODULE", _vmodule, "pattern=N,...",
+              "klog's per-source-file verbosity; ignored: --log-verbosity / -v applies to all"),
+    InertFlag("--log-flush-frequency", "LOG_FLUSH_FREQUENCY", parse_duration, "duration",
+              f"klog's longest time between log flushes; ignored: {_KLOG_ONE_STREAM}"),
+    InertFlag("--log-json-info-buffer-size", "LOG_JSON_INFO_BUFFER_SIZE", _size, "size",
+              f"[Alpha] klog's buffer for info lines in JSON format; ignored: {_KLOG_ONE_STREAM}"),
+    InertFlag("--log-json-split-stream", "LOG_JSON_SPLIT_STREAM", _bool, "true or false",
+              f"[Alpha] klog's info lines to stdout, errors to stderr (JSON); ignored: "
+              f"{_KLOG_ONE_STREAM}", boolean=True),
+    InertFlag("--log-text-info-buffer-size", "LOG_TEXT_INFO_BUFFER_SIZE", _size, "size",
+              f"[Alpha] klog's buffer for info lines in text format; ignored: {_KLOG_ONE_STREAM}"),
+    InertFlag("--log-text-split-stream", "LOG_TEXT_SPLIT_STREAM", _bool, "true or false",
+              f"[Alpha] klog's info lines to stdout, errors to stderr (text); ignored: "
+              f"{_KLOG_ONE_STREAM}", boolean=True),
+)
+# fmt: on
+
+
 @dataclass(frozen=True)
 class Settings:
     """Everything the controller process needs; built by `parse_settings`."""
@@ -545,6 +700,9 @@ class Settings:
     orphan_sweep_interval: float
     node_inventory_resync_interval: float = 300.0
     imex_isolation: str = c.IMEX_ISOLATION_DOMAIN
+    nvidia_controller_selectors: tuple[str, ...] = c.NVIDIA_CONTROLLER_SELECTORS
+    # What NVIDIA's command line set that has no effect here, one line each, logged at start.
+    notices: tuple[str, ...] = ()
 
     @property
     def daemon(self) -> DaemonSettings:
@@ -567,10 +725,21 @@ def settings_markdown() -> str:
     """Every setting as a Markdown table (docs/operations.md carries it; a test keeps it true)."""
     rows = ["| Flag | Environment | Default | Accepts | Meaning |", "|---|---|---|---|---|"]
     for row in SETTINGS:
+        flags = ", ".join(f"`{flag}`" for flag in row.flags)
+        envs = " or ".join(f"`{env}`" for env in (row.env, *row.fallback_env))
         default = f"`{row.default}`" if row.default else "(empty)"
         accepts = row.check.accepts if row.check else "any"
         meaning = row.help.replace("|", "\\|")
-        rows.append(f"| `{row.flag}` | `{row.env}` | {default} | {accepts} | {meaning} |")
+        rows.append(f"| {flags} | {envs} | {default} | {accepts} | {meaning} |")
+    return "\n".join(rows) + "\n"
+
+
+def inert_flags_markdown() -> str:
+    """NVIDIA's flags accepted without effect, as a Markdown table (docs/operations.md)."""
+    rows = ["| Flag | Environment | Accepts | NVIDIA's meaning, and why it does nothing here |",
+            "|---|---|---|---|"]  # fmt: skip
+    for row in INERT_FLAGS:
+        rows.append(f"| `{row.flag}` | `{row.env}` | {row.accepts} | {row.help} |")
     return "\n".join(rows) + "\n"
 
 
@@ -584,6 +753,22 @@ def environ(**values: str) -> dict[str, str]:
     return {by_option[option]: value for option, value in values.items()}
 
 
+class _Repeated(argparse.Action):
+    """Go's StringSlice flag: each use adds its values; flags replace the environment's."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: str | Sequence[Any] | None,
+        option_string: str | None = None,
+    ) -> None:
+        marker = f"_given_{self.dest}"
+        before = getattr(namespace, self.dest) if getattr(namespace, marker, False) else ""
+        setattr(namespace, self.dest, ",".join(filter(None, (before, str(values)))))
+        setattr(namespace, marker, True)
+
+
 def build_parser(environ: Mapping[str, str] | None = None) -> argparse.ArgumentParser:
     env = os.environ if environ is None else environ
     parser = argparse.ArgumentParser(
@@ -593,25 +778,63 @@ def build_parser(environ: Mapping[str, str] | None = None) -> argparse.ArgumentP
             "ComputeDomains, creates their IMEX daemon DaemonSet and ResourceClaimTemplates "
             "exactly as NVIDIA's DRA driver expects, projects daemon state into status, and "
             "cleans up on deletion. Every flag can also be set by the environment variable "
-            "shown in brackets (flags win)."
+            "shown in brackets (flags win). Also installed as compute-domain-controller, and "
+            "it takes NVIDIA's compute-domain-controller command line unchanged: its flags and "
+            "variables, Go-style -flag spellings, and every feature gate NVIDIA's components "
+            "know."
         ),
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        allow_abbrev=False,
     )
     for row in SETTINGS:
+        extra: dict[str, Any] = {}
+        if row.repeatable:
+            extra["action"] = _Repeated
+        if row.parse is _bool:
+            extra.update(nargs="?", const="true")  # Go bool flags need no value
+        envs = " or ".join((row.env, *row.fallback_env))
         parser.add_argument(
-            row.flag,
+            *row.flags,
             dest=row.option,
-            default=env.get(row.env, row.default),
-            help=f"{row.help} [{row.env}{'; ' + row.check.accepts if row.check else ''}]",
+            default=row.from_env(env),
+            help=f"{row.help} [{envs}{'; ' + row.check.accepts if row.check else ''}]",
+            **extra,
         )
-    parser.add_argument(
-        "-v",
-        dest="log_verbosity",
-        help="shorthand for --log-verbosity [LOG_VERBOSITY]",
-        default=argparse.SUPPRESS,
+    inert = parser.add_argument_group(
+        "NVIDIA's flags without effect here",
+        "Accepted so that NVIDIA's Deployment runs this controller unchanged; a value is checked "
+        "as NVIDIA checks it, and one set is logged once at start.",
     )
+    for flag in INERT_FLAGS:
+        extra = {"nargs": "?", "const": "true"} if flag.boolean else {}
+        inert.add_argument(
+            flag.flag,
+            dest=flag.option,
+            default=env.get(flag.env, argparse.SUPPRESS),
+            help=f"{flag.help} [{flag.env}; {flag.accepts}]",
+            **extra,
+        )
     parser.add_argument("--version", action="version", version=f"%(prog)s {distribution_version()}")
     return parser
+
+
+def go_style(argv: Sequence[str]) -> list[str]:
+    """``-name`` and ``-name=value`` as ``--name``: NVIDIA's binary parses flags with Go's flag
+    package, which takes one dash or two for every flag (``-v`` stays as it is)."""
+    long_flags = {f for row in SETTINGS for f in row.flags if f.startswith("--")}
+    long_flags |= {row.flag for row in INERT_FLAGS} | {"--version", "--help"}
+    out: list[str] = []
+    for position, arg in enumerate(argv):
+        if arg == "--":
+            return out + list(argv[position:])
+        if (
+            arg.startswith("-")
+            and not arg.startswith("--")
+            and f"-{arg.split('=', 1)[0]}" in long_flags
+        ):
+            arg = f"-{arg}"
+        out.append(arg)
+    return out
 
 
 def settings_from_namespace(ns: argparse.Namespace) -> Settings:
@@ -620,7 +843,21 @@ def settings_from_namespace(ns: argparse.Namespace) -> Settings:
         raw = getattr(ns, row.option)
         group, _, field = row.dest.rpartition(".")
         values[group][field] = row.value(None if raw is None else str(raw))
+    notices = []
+    for flag in INERT_FLAGS:
+        raw = getattr(ns, flag.option, None)
+        if raw:
+            flag.parse(str(raw), f"{flag.flag} / {flag.env}")
+            notices.append(f"{flag.flag} / {flag.env}={raw} has no effect here: {flag.help}")
+    ignored = ignored_feature_gates(str(getattr(ns, "feature_gates", None) or ""))
+    if ignored:
+        pairs = ",".join(f"{name}={str(on).lower()}" for name, on in ignored.items())
+        notices.append(
+            f"feature gates {pairs} concern NVIDIA's kubelet plugin or logging, not the "
+            "ComputeDomain controller: ignored"
+        )
     top = values[""]
+    top["notices"] = tuple(notices)
     if not top["lease_duration"] > top["renew_deadline"] > 1.2 * top["retry_period"]:
         raise ConfigError(
             "leader election needs lease duration > renew deadline > 1.2 x retry period"
@@ -649,4 +886,5 @@ def parse_settings(
     argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None
 ) -> Settings:
     """Settings from flags and environment; raises ConfigError with a clear message."""
-    return settings_from_namespace(build_parser(environ).parse_args(argv))
+    args = go_style(sys.argv[1:] if argv is None else argv)
+    return settings_from_namespace(build_parser(environ).parse_args(args))

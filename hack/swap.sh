@@ -13,10 +13,13 @@
 #   helm-beside  our chart in its own namespace ($OWN_NS), managing NVIDIA's driver namespace
 #                (manifests/helm/values/beside-nvidia.yaml)
 #
-# Environment: NS (NVIDIA's driver namespace, default nvidia-dra-driver-gpu), OWN_NS (default
-# computedomain-system), RELEASE (default computedomain), IMAGE (our controller image; default:
-# the chart's), WAIT_NAMESPACES (where to wait for Ready ComputeDomains; default all), KUBECTL
-# and HELM (default: from PATH), KUBECONFIG.
+# Environment: NS (NVIDIA's driver namespace, default nvidia-dra-driver-gpu; a fresh install of
+# NVIDIA's chart uses dra-driver-nvidia-gpu), NVIDIA_DEPLOYMENT (NVIDIA's controller Deployment;
+# default: whichever of dra-driver-nvidia-gpu-controller (fresh install) and
+# nvidia-dra-driver-gpu-controller (upgraded, nameOverride=nvidia-dra-driver-gpu) exists in NS),
+# OWN_NS (default computedomain-system), RELEASE (default computedomain), IMAGE (our controller
+# image; default: the chart's), WAIT_NAMESPACES (where to wait for Ready ComputeDomains; default
+# all), KUBECTL and HELM (default: from PATH), KUBECONFIG.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -28,8 +31,7 @@ RELEASE=${RELEASE:-computedomain}
 KUBECTL=${KUBECTL:-kubectl}
 HELM=${HELM:-helm}
 CHART=manifests/helm/computedomain-controller
-NVIDIA_DEPLOYMENT=dra-driver-nvidia-gpu-controller
-NVIDIA_PODS=nvidia-dra-driver-gpu-component=controller
+NVIDIA_DEPLOYMENTS="dra-driver-nvidia-gpu-controller nvidia-dra-driver-gpu-controller"
 OUR_PODS=app.kubernetes.io/name=computedomain-controller
 TIMEOUT=${TIMEOUT:-180s}
 
@@ -46,6 +48,35 @@ if [ "$method" = kustomize ] && [ "$NS" != nvidia-dra-driver-gpu ]; then
   exit 2
 fi
 
+# NVIDIA's controller Deployment: named after the chart or its nameOverride, never the release
+# (docs/contract.md §19).
+find_nvidia_deployment() {
+  if [ -n "${NVIDIA_DEPLOYMENT:-}" ]; then
+    echo "$NVIDIA_DEPLOYMENT"
+    return
+  fi
+  local name found=()
+  for name in $NVIDIA_DEPLOYMENTS; do
+    if k -n "$NS" get deployment "$name" -o name >/dev/null 2>&1; then
+      found+=("$name")
+    fi
+  done
+  if [ "${#found[@]}" -ne 1 ]; then
+    say "expected one of NVIDIA's controller Deployments ($NVIDIA_DEPLOYMENTS) in namespace $NS, found ${#found[@]}; set NS, or NVIDIA_DEPLOYMENT"
+    exit 2
+  fi
+  echo "${found[0]}"
+}
+
+# Its pods, by the Deployment's own selector: v0.4.1's chart dropped the fixed label v0.4.0
+# put on them, and the selector label's key follows the chart name or nameOverride.
+pods_of() {
+  local selector
+  selector=$(k -n "$NS" get deployment "$1" \
+    -o go-template='{{range $k, $v := .spec.selector.matchLabels}}{{$k}}={{$v}},{{end}}')
+  echo "${selector%,}"
+}
+
 helm_image_args=()
 if [ -n "${IMAGE:-}" ]; then
   helm_image_args=(--set "image.repository=${IMAGE%:*}" --set "image.tag=${IMAGE##*:}")
@@ -54,15 +85,18 @@ fi
 swap_in() {
   # 1. NVIDIA's daemon image, read from its controller: ours must pass the same one on, or the
   #    daemons of new ComputeDomains would run another release than the kubelet plugin.
-  local daemon_image
-  daemon_image=$(k -n "$NS" get deployment "$NVIDIA_DEPLOYMENT" \
+  local daemon_image nvidia_deployment nvidia_pods
+  nvidia_deployment=$(find_nvidia_deployment)
+  nvidia_pods=$(pods_of "$nvidia_deployment")
+  say "NVIDIA's controller: deployment/$nvidia_deployment, pods $nvidia_pods"
+  daemon_image=$(k -n "$NS" get deployment "$nvidia_deployment" \
     -o jsonpath='{.spec.template.spec.containers[0].image}')
   say "NVIDIA's driver image: $daemon_image"
 
   # 2. Stop NVIDIA's controller and wait until none of its pods is left: two controllers would
   #    both write status and finalizers.
-  k -n "$NS" scale deployment "$NVIDIA_DEPLOYMENT" --replicas=0
-  k -n "$NS" wait --for=delete pod -l "$NVIDIA_PODS" --timeout="$TIMEOUT"
+  k -n "$NS" scale deployment "$nvidia_deployment" --replicas=0
+  k -n "$NS" wait --for=delete pod -l "$nvidia_pods" --timeout="$TIMEOUT"
 
   # 3. Our CRDs (a superset of NVIDIA's: optional status fields only). Helm never upgrades CRDs,
   #    so this is always a server-side apply; --force-conflicts takes the fields over from the
@@ -119,8 +153,10 @@ swap_out() {
 
   # 2. NVIDIA's controller back. The finalizer, labels and children are the ones it uses
   #    itself, so it resumes where ours left off; the CRDs stay (it ignores our status fields).
-  k -n "$NS" scale deployment "$NVIDIA_DEPLOYMENT" --replicas=1
-  k -n "$NS" rollout status deployment/"$NVIDIA_DEPLOYMENT" --timeout="$TIMEOUT"
+  local nvidia_deployment
+  nvidia_deployment=$(find_nvidia_deployment)
+  k -n "$NS" scale deployment "$nvidia_deployment" --replicas=1
+  k -n "$NS" rollout status deployment/"$nvidia_deployment" --timeout="$TIMEOUT"
   say "swapped out: NVIDIA's controller runs again in $NS"
 }
 

@@ -100,10 +100,13 @@ POD_UID_ENV: Final = "POD_UID"
 POD_NAME_ENV: Final = "POD_NAME"
 POD_NAMESPACE_ENV: Final = "POD_NAMESPACE"
 NVIDIA_VISIBLE_DEVICES_ENV: Final = "NVIDIA_VISIBLE_DEVICES"
-# Gates NVIDIA's v0.4.0 binary also knows (its chart passes them through `featureGates`). They
-# concern GPUs, MIG and logging, not ComputeDomains: accepted so a values file carries over, and
-# otherwise ignored.
-NVIDIA_OTHER_FEATURE_GATES: Final = frozenset(
+# NVIDIA's chart passes one FEATURE_GATES to all its components, so the controller also gets
+# gates meant for the kubelet plugin or klog. These are the gates NVIDIA's binaries know besides
+# DEFAULT_FEATURE_GATES: accepted (a values file carries over) and otherwise ignored; any other
+# name is refused, as NVIDIA's binary refuses it.
+# v0.4.x (the tree's pkg/featuregates, component-base's logging gates, featuregate's AllAlpha and
+# AllBeta; NVIDIA's v0.4.0 controller writes these into its DaemonSets, contract §20):
+NVIDIA_V04_OTHER_FEATURE_GATES: Final = frozenset(
     {
         "AllAlpha",
         "AllBeta",
@@ -118,6 +121,24 @@ NVIDIA_OTHER_FEATURE_GATES: Final = frozenset(
         "TimeSlicingSettings",
     }
 )
+# Added on NVIDIA's main branch after v0.4.1 (its feature-gate documentation; all Alpha, none
+# about ComputeDomains), so a values file written for a newer chart carries over too.
+NVIDIA_MAIN_OTHER_FEATURE_GATES: Final = frozenset(
+    {
+        "ConsumableShares",
+        "DRADeviceCompatibilityGroups",
+        "DRAListTypeAttributes",
+        "FabricManagerPartitioning",
+        "VGPUSupport",
+    }
+)
+NVIDIA_OTHER_FEATURE_GATES: Final = NVIDIA_V04_OTHER_FEATURE_GATES | NVIDIA_MAIN_OTHER_FEATURE_GATES
+# Component-base's global toggles: `AllAlpha=x` / `AllBeta=x` set every gate of that stage that
+# the same string does not name. Of ours, these are the stages (NVIDIA's, contract §15, §18).
+GATE_ALL_ALPHA: Final = "AllAlpha"
+GATE_ALL_BETA: Final = "AllBeta"
+ALPHA_FEATURE_GATES: Final = frozenset({GATE_HOST_MANAGED_IMEX})
+BETA_FEATURE_GATES: Final = frozenset({GATE_DNS_NAMES, GATE_CLIQUES, GATE_CRASH_ON_FABRIC_ERRORS})
 
 # NVIDIA's DRA driver image of the release whose contract we speak (chart `dra-driver-nvidia-gpu`
 # 0.4.0: repository + "v" + appVersion). The IMEX daemons run it; our image holds no daemon.
@@ -128,6 +149,31 @@ NVIDIA_CHART_NAME: Final = "dra-driver-nvidia-gpu"
 NVIDIA_CONTROLLER_DEPLOYMENT: Final = f"{NVIDIA_CHART_NAME}-controller"
 NVIDIA_COMPONENT_LABEL: Final = "nvidia-dra-driver-gpu-component"
 NVIDIA_CONTROLLER_COMPONENT: Final = "controller"
+# NVIDIA's controller pods, found by the selector label of its chart, `<name>-component:
+# controller`, <name> being nameOverride or the chart name (contract §19): a fresh install
+# (v0.4.0 or v0.4.1) labels them `dra-driver-nvidia-gpu-component`, one upgraded from v25.x
+# (nameOverride=nvidia-dra-driver-gpu) `nvidia-dra-driver-gpu-component`, which v0.4.0 also
+# added to every controller pod and v0.4.1 no longer does. Our pods carry neither.
+NVIDIA_CONTROLLER_SELECTORS: Final = (
+    f"{NVIDIA_CHART_NAME}-component={NVIDIA_CONTROLLER_COMPONENT}",
+    f"{NVIDIA_COMPONENT_LABEL}={NVIDIA_CONTROLLER_COMPONENT}",
+)
+# Labels of our own controller pods (manifests/manager and the Helm chart's defaults). A selector
+# of NVIDIA's controller pods must not match them; a pod carrying either of the first two is
+# never taken for NVIDIA's, whatever else it carries.
+OWN_POD_LABELS: Final[Mapping[str, str]] = MappingProxyType(
+    {
+        "app.kubernetes.io/name": "computedomain-controller",
+        "app.kubernetes.io/part-of": "computedomain",
+    }
+)
+OWN_POD_TEMPLATE_LABELS: Final[Mapping[str, str]] = MappingProxyType(
+    {
+        **OWN_POD_LABELS,
+        "app.kubernetes.io/component": "controller",
+        "app.kubernetes.io/instance": "computedomain",
+    }
+)
 
 # Additive status fields of ours (never read by NVIDIA's components).
 CONDITION_READY: Final = "Ready"

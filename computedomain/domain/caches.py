@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,7 +24,6 @@ from computedomain.api.resources import CLIQUES, COMPUTE_DOMAINS
 from computedomain.domain.coexistence import (
     CD_CRD_NAME,
     CLIQUE_CRD_NAME,
-    NVIDIA_CONTROLLER_SELECTOR,
     missing_status_fields,
     trim_pod_identity,
 )
@@ -196,8 +195,9 @@ class Caches:
     crds: Informer
     # The ComputeDomainClique CRD alone: with the one above, says which CRD is not installed.
     clique_crds: Informer
-    # NVIDIA's controller pods in the driver namespace: a second controller running beside us.
-    nvidia_controller_pods: Informer
+    # NVIDIA's controller pods in the driver namespace, one informer per selector (a label
+    # selector cannot say "this label or that one"): a second controller running beside us.
+    nvidia_controller_pods: list[Informer]
 
     @property
     def all(self) -> list[Informer]:
@@ -212,7 +212,7 @@ class Caches:
             self.service_accounts,
             self.crds,
             self.clique_crds,
-            self.nvidia_controller_pods,
+            *self.nvidia_controller_pods,
         ]
 
     @property
@@ -222,6 +222,10 @@ class Caches:
     async def wait_synced(self) -> None:
         """Until every informer has listed once."""
         await asyncio.gather(*(informer.wait_synced() for informer in self.all))
+
+    def nvidia_controller_pod_list(self) -> list[dict[str, Any]]:
+        """Every pod any of the selectors found (a pod two of them match comes twice)."""
+        return [pod for informer in self.nvidia_controller_pods for pod in informer.store.list()]
 
     @property
     def cds(self) -> Store:
@@ -335,6 +339,7 @@ def build_caches(
     driver_namespace: str,
     additional_namespaces: Iterable[str] = (),
     node_inventory_interval: float = DEFAULT_NODE_INVENTORY_INTERVAL,
+    nvidia_controller_selectors: Sequence[str] = c.NVIDIA_CONTROLLER_SELECTORS,
 ) -> Caches:
     """DaemonSets, daemon pods and cliques are watched in the driver namespace and the
     additional ones; the daemon ServiceAccount and NVIDIA's controller pods in the driver
@@ -419,14 +424,17 @@ def build_caches(
         ),
         crds=_crd_informer(client, CD_CRD_NAME),
         clique_crds=_crd_informer(client, CLIQUE_CRD_NAME),
-        nvidia_controller_pods=Informer(
-            client,
-            r.PODS,
-            namespace=driver_namespace,
-            label_selector=NVIDIA_CONTROLLER_SELECTOR,
-            transform=trim_pod_identity,
-            name=f"pods/{driver_namespace}/nvidia-controller",
-        ),
+        nvidia_controller_pods=[
+            Informer(
+                client,
+                r.PODS,
+                namespace=driver_namespace,
+                label_selector=selector,
+                transform=trim_pod_identity,
+                name=f"pods/{driver_namespace}/{selector}",
+            )
+            for selector in nvidia_controller_selectors
+        ],
     )
     # First handler of the labelled watch: the inventory is current before any CD is woken.
     caches.labelled_nodes.add_handler(LabelledNodeFeed(client, caches.nodes))

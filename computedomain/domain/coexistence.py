@@ -7,18 +7,20 @@
   fields, and say what to run.
 - NVIDIA's controller running beside ours (a later `helm upgrade` of NVIDIA's chart scales it
   back to 1; its leader election is off by default and uses another Lease) means two writers of
-  status and finalizers. Its pods carry NVIDIA's component label; we count the running ones and
-  say so loudly: a log line, a gauge, and a Warning Event on each such pod.
+  status and finalizers. Its pods carry the selector label of NVIDIA's chart (contract §19),
+  found by `NVIDIA_CONTROLLER_SELECTORS` (one informer each); we count the running ones and say
+  so loudly: a log line, a gauge, and a Warning Event on each such pod.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from computedomain.api import constants as c
 from computedomain.domain.ports import CoexistenceMetricsSink
+from computedomain.domain.selectors import matches, parse_selector
 from computedomain.runtime import objects
 from computedomain.runtime.events import EventRecorder
 
@@ -37,9 +39,6 @@ OUR_STATUS_FIELDS: tuple[str, ...] = (
     "cliqueCount",
 )
 CRD_UPGRADE_COMMAND = "kubectl apply --server-side --force-conflicts -f crds/"
-NVIDIA_CONTROLLER_SELECTOR = f"{c.NVIDIA_COMPONENT_LABEL}={c.NVIDIA_CONTROLLER_COMPONENT}"
-# Our own pods never carry NVIDIA's component label; this guards against a values file that adds it.
-OWN_NAME_LABEL = ("app.kubernetes.io/name", "computedomain-controller")
 
 
 def missing_status_fields(crd: Mapping[str, Any] | None) -> tuple[str, ...]:
@@ -71,20 +70,48 @@ def crd_outdated_message(missing: Iterable[str]) -> str:
     )
 
 
-def running_nvidia_controllers(pods: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
-    """NVIDIA's controller pods that are running now (not ours, not terminating), by name."""
-    found = []
+def is_own_pod(labels: Mapping[str, str]) -> bool:
+    return any(labels.get(key) == value for key, value in c.OWN_POD_LABELS.items())
+
+
+def running_nvidia_controllers(
+    pods: Iterable[Mapping[str, Any]],
+    selectors: Sequence[str] = c.NVIDIA_CONTROLLER_SELECTORS,
+) -> list[Mapping[str, Any]]:
+    """NVIDIA's controller pods that are running now (matching a selector, not ours, not
+    terminating), once each, by name."""
+    parsed = [parse_selector(selector) for selector in selectors]
+    found: dict[str, Mapping[str, Any]] = {}
     for pod in pods:
         meta = objects.meta(pod)
         labels = meta.get("labels") or {}
-        if labels.get(c.NVIDIA_COMPONENT_LABEL) != c.NVIDIA_CONTROLLER_COMPONENT:
+        if not any(matches(selector, labels) for selector in parsed):
             continue
-        if labels.get(OWN_NAME_LABEL[0]) == OWN_NAME_LABEL[1] or meta.get("deletionTimestamp"):
+        if is_own_pod(labels) or meta.get("deletionTimestamp"):
             continue
         if (pod.get("status") or {}).get("phase") != "Running":
             continue
-        found.append(pod)
-    return sorted(found, key=lambda p: (objects.namespace(p) or "", objects.name(p)))
+        found[meta.get("uid") or objects.object_key(pod)] = pod
+    return sorted(found.values(), key=lambda p: (objects.namespace(p) or "", objects.name(p)))
+
+
+def nvidia_deployment_of(pod: Mapping[str, Any]) -> str:
+    """The Deployment that runs one of NVIDIA's controller pods: its ReplicaSet's name without
+    the pod-template hash; else from the chart's selector label ``<name>-component``, whose
+    Deployment is ``<name>-controller`` (contract §19)."""
+    meta = objects.meta(pod)
+    for owner in meta.get("ownerReferences") or []:
+        if owner.get("kind") == "ReplicaSet" and "-" in str(owner.get("name", "")):
+            return str(owner["name"]).rsplit("-", 1)[0]
+    labels = meta.get("labels") or {}
+    names = [
+        key.removesuffix("-component")
+        for key, value in labels.items()
+        if key.endswith("-component") and "/" not in key and value == c.NVIDIA_CONTROLLER_COMPONENT
+    ]
+    # v0.4.0 put its fixed legacy label beside the selector label: the latter names the chart.
+    chosen = [n for n in names if f"{n}-component" != c.NVIDIA_COMPONENT_LABEL] or names
+    return f"{chosen[0]}-controller" if chosen else c.NVIDIA_CONTROLLER_DEPLOYMENT
 
 
 def concurrent_controller_message(pod: Mapping[str, Any]) -> str:
@@ -93,13 +120,13 @@ def concurrent_controller_message(pod: Mapping[str, Any]) -> str:
     return (
         f"NVIDIA's ComputeDomain controller runs beside this one (pod {namespace}/"
         f"{meta.get('name')}): two controllers write the same status and finalizers. Scale it "
-        f"to 0 (kubectl -n {namespace} scale deployment {c.NVIDIA_CONTROLLER_DEPLOYMENT} "
+        f"to 0 (kubectl -n {namespace} scale deployment {nvidia_deployment_of(pod)} "
         "--replicas=0) and keep it there in NVIDIA's Helm values (controller.replicas=0)"
     )
 
 
 def trim_pod_identity(pod: dict[str, Any]) -> dict[str, Any]:
-    """What we read of a controller pod: identity, labels, phase."""
+    """What we read of a controller pod: identity, labels, owner, phase."""
     meta = objects.meta(pod)
     return {
         "apiVersion": "v1",
@@ -112,6 +139,7 @@ def trim_pod_identity(pod: dict[str, Any]) -> dict[str, Any]:
                 "uid",
                 "resourceVersion",
                 "labels",
+                "ownerReferences",
                 "deletionTimestamp",
             )
             if key in meta
@@ -129,8 +157,10 @@ class CoexistenceMonitor:
         recorder: EventRecorder,
         metrics: CoexistenceMetricsSink,
         requeue_all: Callable[[], None],
+        selectors: Sequence[str] = c.NVIDIA_CONTROLLER_SELECTORS,
     ) -> None:
         self._recorder = recorder
+        self._selectors = tuple(selectors)
         self._metrics = metrics
         self._requeue_all = requeue_all
         self._leading = False
@@ -176,7 +206,10 @@ class CoexistenceMonitor:
 
     # NVIDIA's controller ------------------------------------------------------------------------
     def controller_pods_changed(self, pods: Iterable[Mapping[str, Any]]) -> None:
-        running = {objects.meta(p).get("uid", ""): p for p in running_nvidia_controllers(pods)}
+        running = {
+            objects.meta(p).get("uid", ""): p
+            for p in running_nvidia_controllers(pods, self._selectors)
+        }
         for uid, pod in running.items():
             if uid not in self._running:
                 log.warning("Concurrent controller: %s", concurrent_controller_message(pod))

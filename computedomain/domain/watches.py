@@ -139,11 +139,11 @@ def wire(router: EventRouter, coexistence: CoexistenceMonitor) -> None:
         coexistence.crds_present(caches.missing_crds())
 
     def nvidia_pods_changed(*_: object) -> None:
-        coexistence.controller_pods_changed(caches.nvidia_controller_pods.store.list())
+        coexistence.controller_pods_changed(caches.nvidia_controller_pod_list())
 
     for informer, changed in (
         (caches.crds, crd_changed),
         (caches.clique_crds, crd_changed),
-        (caches.nvidia_controller_pods, nvidia_pods_changed),
+        *((pods, nvidia_pods_changed) for pods in caches.nvidia_controller_pods),
     ):
         informer.add_handler(FunctionHandler(add=changed, update=changed, delete=changed))

@@ -226,7 +226,9 @@ class DomainMetrics:
         self._concurrent_controllers = Gauge(
             PREFIX + "concurrent_controllers",
             "Running pods of NVIDIA's ComputeDomain controller seen beside this one in the "
-            "driver namespace (label nvidia-dra-driver-gpu-component=controller). Must be 0.",
+            "driver namespace (NVIDIA_CONTROLLER_SELECTORS; by default the labels "
+            "dra-driver-nvidia-gpu-component=controller and "
+            "nvidia-dra-driver-gpu-component=controller). Must be 0.",
             registry=registry,
         )
 

@@ -1,11 +1,11 @@
-"""A stand-in for an NVIDIA DRA driver install (chart `dra-driver-nvidia-gpu` v0.4.0), to swap
+"""A stand-in for an NVIDIA DRA driver install (chart `dra-driver-nvidia-gpu` v0.4.x), to swap
 our controller into and back out of.
 
 NVIDIA's controller binary runs in test_upstream_controller.py (which shows that its children
 equal ours but for contract §21); a swap needs more of its install than the binary, so this
 plays the parts a swap meets, as docs/contract.md describes them: the driver namespace with the
 chart's IMEX daemon ServiceAccount and ClusterRole, a controller Deployment named and labelled
-as the chart names it (kwok shows its pod Running), NVIDIA's CRD (status with `status` and
+as the v0.4.1 chart names it (kwok shows its pod Running), NVIDIA's CRD (status with `status` and
 `nodes` only), and the objects NVIDIA's v0.4.0 controller writes for a ComputeDomain: the
 finalizer by update, both claim templates and the DaemonSet as its templates render them (equal
 to ours field for field, except that its FEATURE_GATES lists every gate its binary knows), under
@@ -75,11 +75,19 @@ async def delete_quietly(kube: KubeClient, res: Resource, name: str, ns: str | N
             raise
 
 
+# The selector label of NVIDIA's chart: `<chart name>-component`. Since v0.4.1 its controller
+# pods carry no other component label (v0.4.0 added nvidia-dra-driver-gpu-component), so the
+# stand-in has the newer shape: detection and hack/swap.sh must find it by this one.
+CONTROLLER_POD_SELECTOR = {f"{c.NVIDIA_CHART_NAME}-component": c.NVIDIA_CONTROLLER_COMPONENT}
+
+
 def controller_deployment(replicas: int = 1) -> dict[str, Any]:
+    # As NVIDIA's v0.4.1 chart renders it for release nvidia-dra-driver-gpu without a
+    # nameOverride (tests/fixtures/nvidia-chart/controller.yaml has the renders).
     labels = {
         "app.kubernetes.io/name": "dra-driver-nvidia-gpu",
         "app.kubernetes.io/instance": "nvidia-dra-driver-gpu",
-        c.NVIDIA_COMPONENT_LABEL: c.NVIDIA_CONTROLLER_COMPONENT,
+        **CONTROLLER_POD_SELECTOR,
     }
     return {
         "apiVersion": "apps/v1",
@@ -87,7 +95,7 @@ def controller_deployment(replicas: int = 1) -> dict[str, Any]:
         "metadata": {"name": c.NVIDIA_CONTROLLER_DEPLOYMENT, "labels": labels},
         "spec": {
             "replicas": replicas,
-            "selector": {"matchLabels": labels},
+            "selector": {"matchLabels": CONTROLLER_POD_SELECTOR},
             "template": {
                 "metadata": {"labels": labels},
                 "spec": {

@@ -288,7 +288,8 @@ async def concurrent_controller_is_reported(kube: KubeClient, kubelet: Kubelet) 
         nvidia.DEPLOYMENTS, c.NVIDIA_CONTROLLER_DEPLOYMENT, {"spec": {"replicas": 1}}, ns
     )
 
-    selector = f"{c.NVIDIA_COMPONENT_LABEL}={c.NVIDIA_CONTROLLER_COMPONENT}"
+    # v0.4.1's pods: no nvidia-dra-driver-gpu-component label, only the chart's selector label.
+    selector = ",".join(f"{k}={v}" for k, v in nvidia.CONTROLLER_POD_SELECTOR.items())
     running = await watch_objects(
         kube,
         r.PODS,
@@ -311,7 +312,7 @@ async def concurrent_controller_is_reported(kube: KubeClient, kubelet: Kubelet) 
     events = await watch_objects(kube, r.EVENTS, warned, namespace=ns, what="ConcurrentController")
     print(f"Warning event: {events[0]['note']}")
     assert events[0]["type"] == "Warning"
-    assert "--replicas=0" in events[0]["note"]
+    assert f"scale deployment {c.NVIDIA_CONTROLLER_DEPLOYMENT} --replicas=0" in events[0]["note"]
     assert any("Concurrent controller" in pod.log_text() for pod in kubelet.running())
     assert await concurrent_gauge(kubelet) == 1.0
     await kube.patch(

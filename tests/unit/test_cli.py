@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import asyncio
 import importlib.metadata
+import logging
+import re
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from computedomain import cli
 from computedomain.cli import EXIT_CONFIG, main
@@ -52,12 +55,24 @@ ENV_VARS = (
     "ORPHAN_GRACE_PERIOD",
     "DAEMON_POD_WAIT_TIMEOUT",
 )
+# NVIDIA's other names (its klog/component-base flags and pprof), accepted here as well.
+NVIDIA_ENV_VARS = (
+    "V",
+    "LOGGING_FORMAT",
+    "PPROF_PATH",
+    "VMODULE",
+    "LOG_FLUSH_FREQUENCY",
+    "LOG_JSON_INFO_BUFFER_SIZE",
+    "LOG_JSON_SPLIT_STREAM",
+    "LOG_TEXT_INFO_BUFFER_SIZE",
+    "LOG_TEXT_SPLIT_STREAM",
+)
 
 
 @pytest.fixture(autouse=True)
 def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
     """Only what a test sets: the developer's KUBECONFIG etc. must not leak in."""
-    for name in ENV_VARS:
+    for name in (*ENV_VARS, *NVIDIA_ENV_VARS):
         monkeypatch.delenv(name, raising=False)
 
 
@@ -97,8 +112,8 @@ def exit_code(argv: list[str]) -> int:
 def test_help_lists_every_environment_variable(capsys: pytest.CaptureFixture[str]) -> None:
     assert exit_code(["--help"]) == 0
     out = capsys.readouterr().out
-    # "[ENV]" or "[ENV; accepted range]"
-    missing = [name for name in ENV_VARS if f"[{name}]" not in out and f"[{name};" not in out]
+    # "[ENV]", "[ENV; accepted range]" or "[ENV or NVIDIA_ENV; ...]"
+    missing = [name for name in ENV_VARS if not re.search(rf"\[{name}(\]|;|\s+or\s)", out)]
     assert not missing, f"--help does not name {missing}"
     assert "usage: computedomain-controller" in out
 
@@ -152,7 +167,11 @@ def test_unknown_flag_exits_2(
     ("env", "value", "message"),
     [
         ("LEADER_ELECTION_ENABLED", "maybe", "--leader-election-enabled: invalid boolean 'maybe'"),
-        ("FEATURE_GATES", "Nope=true", "--feature-gates: unknown feature gate 'Nope'"),
+        ("FEATURE_GATES", "Nope=true", "--feature-gates: unrecognized feature gate: Nope"),
+        ("FEATURE_GATES", "MPSSupport", "--feature-gates: missing bool value for MPSSupport"),
+        ("VMODULE", "abc", "--vmodule / VMODULE: 'abc' does not have the pattern=N format"),
+        ("LOGGING_FORMAT", "yaml", "want json or text"),
+        ("LOG_FLUSH_FREQUENCY", "often", "invalid duration 'often'"),
         ("FEATURE_GATES", "IMEXDaemonsWithDNSNames=false", "requires IMEXDaemonsWithDNSNames"),
         ("LOG_FORMAT", "xml", "want json or text"),
         ("WORKERS", "0", "--workers / WORKERS: must be 1 to 256"),
@@ -254,3 +273,211 @@ def test_console_script_version_does_not_load_the_client_stack() -> None:
     lines = done.stdout.strip().splitlines()
     assert lines[0].startswith("computedomain-controller ")
     assert lines[-1] == "0 False"
+
+
+# ---- NVIDIA's command line (issue 17) ------------------------------------------------------------
+
+NVIDIA_CHART = yaml.safe_load(
+    (
+        Path(__file__).resolve().parents[1] / "fixtures" / "nvidia-chart" / "controller.yaml"
+    ).read_text()
+)
+FIELD_REFS = {"metadata.name": "dra-driver-nvidia-gpu-controller-7d9f8-x2x4q",
+              "metadata.namespace": "dra-driver-nvidia-gpu"}  # fmt: skip
+
+
+def kubelet_env(container: dict[str, Any]) -> dict[str, str]:
+    """The container's environment as the kubelet gives it (fieldRefs resolved)."""
+    env = {}
+    for item in container["env"]:
+        ref = item.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath")
+        env[item["name"]] = FIELD_REFS[ref] if ref else item["value"]
+    return env
+
+
+def kubelet_command(container: dict[str, Any], env: dict[str, str]) -> list[str]:
+    """The command with $(VAR) expanded from the environment, as the kubelet does."""
+    return [re.sub(r"\$\((\w+)\)", lambda m: env[m.group(1)], arg) for arg in container["command"]]
+
+
+def test_nvidias_deployment_command_and_env_run_unchanged(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, started: list[Settings]
+) -> None:
+    """NVIDIA's v0.4.1 chart's controller container, as helm renders it, with our image."""
+    container = NVIDIA_CHART["container"]
+    env = kubelet_env(container)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    argv = kubelet_command(container, env)
+    assert argv == ["compute-domain-controller", "-v", "4"]
+    # The image's PATH finds NVIDIA's name: the package installs it beside ours.
+    assert Path(sys.executable).with_name(argv[0]).is_file()
+    with caplog.at_level(logging.INFO, logger="computedomain"):
+        assert exit_code(argv[1:]) == 0
+    (settings,) = started
+    assert settings.log_verbosity == 4
+    assert settings.driver_namespace == "dra-driver-nvidia-gpu"
+    assert settings.pod_name == FIELD_REFS["metadata.name"]
+    assert settings.daemon.image == "registry.k8s.io/dra-driver-nvidia/dra-driver-nvidia-gpu:v0.4.1"
+    assert settings.daemon.image_pull_secrets == ("regcred",)
+    assert settings.leader_election is False
+    assert settings.lease_name == "dra-driver-nvidia-gpu-controller"
+    # FEATURE_GATES=ContextualLogging=false,MPSSupport=true,: both accepted, logged once, and
+    # our gates keep their defaults.
+    assert settings.daemon.feature_gates["ComputeDomainCliques"] is True
+    ignored = [r.getMessage() for r in caplog.records if r.getMessage().startswith("Ignored:")]
+    assert len(ignored) == 1, ignored  # PPROF_PATH is empty: nothing to say about it
+    assert "ContextualLogging=false,MPSSupport=true" in ignored[0]
+
+
+def test_the_installed_nvidia_name_runs() -> None:
+    script = CONTROLLER_SCRIPT.with_name("compute-domain-controller")
+    done = subprocess.run(
+        [str(script), "--v", "4", "--help"], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert "--pprof-path" in done.stdout
+
+
+@pytest.mark.parametrize(
+    ("argv", "verbosity"),
+    [(["--v", "4"], 4), (["-v", "4"], 4), (["--v=6"], 6), (["-v=2"], 2), (["-v", "12"], 12)],
+)
+def test_v_is_klog_verbosity_never_version(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    started: list[Settings],
+    argv: list[str],
+    verbosity: int,
+) -> None:
+    monkeypatch.setenv("IMAGE_NAME", IMAGE)
+    assert exit_code(argv) == 0
+    assert [s.log_verbosity for s in started] == [verbosity]
+    assert "computedomain-controller 0" not in capsys.readouterr().out  # not --version
+
+
+@pytest.mark.parametrize("argv", [["--ver"], ["--kubeconf", "x"], ["--feature", "A=true"]])
+def test_no_prefix_abbreviations(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], argv: list[str]
+) -> None:
+    monkeypatch.setenv("IMAGE_NAME", IMAGE)
+    assert exit_code(argv) == 2
+    assert f"unrecognized arguments: {argv[0]}" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("source", ["flag", "env"])
+def test_unknown_feature_gate_is_refused_in_one_line(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    started: list[Settings],
+    source: str,
+) -> None:
+    monkeypatch.setenv("IMAGE_NAME", IMAGE)
+    gates = "MPSSupport=true,NoSuchGate=true"
+    if source == "env":
+        monkeypatch.setenv("FEATURE_GATES", gates)
+    assert exit_code(["--feature-gates", gates] if source == "flag" else []) == 2
+    assert not started
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1, err
+    # NVIDIA's binary: "... for flag -feature-gates: unrecognized feature gate: NoSuchGate"
+    assert err.startswith(
+        "computedomain-controller: --feature-gates: unrecognized feature gate: NoSuchGate "
+    )
+    assert "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    "gates",
+    [
+        "MPSSupport=true",  # the GPU plugin's, reaching the controller through the chart
+        "ContextualLogging=false,LoggingAlphaOptions=true,LoggingBetaOptions=false",
+        "TimeSlicingSettings=True,DynamicMIG=1,NVMLDeviceHealthCheck=f,PassthroughSupport=F,",
+        "DeviceMetadata=false,AllAlpha=false",
+        "FabricManagerPartitioning=true,DRAListTypeAttributes=true,ConsumableShares=true",
+        "VGPUSupport=false,DRADeviceCompatibilityGroups=false",
+    ],
+)
+def test_nvidias_other_gates_are_accepted_and_logged_once(
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    started: list[Settings],
+    gates: str,
+) -> None:
+    monkeypatch.setenv("IMAGE_NAME", IMAGE)
+    monkeypatch.setenv("FEATURE_GATES", gates)
+    with caplog.at_level(logging.INFO, logger="computedomain"):
+        assert exit_code([]) == 0
+    (settings,) = started
+    assert dict(settings.daemon.feature_gates) == {
+        "IMEXDaemonsWithDNSNames": True,
+        "ComputeDomainCliques": True,
+        "CrashOnNVLinkFabricErrors": True,
+        "HostManagedIMEXDaemon": False,
+    }
+    ignored = [r.getMessage() for r in caplog.records if r.getMessage().startswith("Ignored:")]
+    named = [g.split("=")[0] for g in gates.split(",") if g and not g.startswith("AllAlpha")]
+    assert len(ignored) == 1, ignored
+    assert all(f"{name}=" in ignored[0] for name in named), ignored
+
+
+def test_every_flag_of_nvidias_binary_is_accepted(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, started: list[Settings]
+) -> None:
+    """Each flag `compute-domain-controller --help` of NVIDIA's v0.4.1 lists, Go-style spellings
+    included (one dash, `=`, bool flags without a value)."""
+    argv = [
+        "-pod-name=p", "--namespace", "ns", "-image-name", IMAGE,
+        "--cd-daemon-image-pull-secret-names=a,b", "--log-verbosity-cd-daemon", "6",
+        "--max-nodes-per-imex-domain", "18", "--http-endpoint=:8080", "--metrics-path", "/m",
+        "--pprof-path", "/debug/pprof", "--additional-namespaces", "x",
+        "--additional-namespaces=y,z", "--feature-gates", "MPSSupport=true",
+        "--kube-api-qps", "5", "--kube-api-burst", "10",
+        "--leader-election-enabled", "--leader-election-lease-duration", "15s",
+        "--leader-election-lease-lock-name", "l", "--leader-election-lease-lock-namespace", "ns",
+        "--leader-election-renew-deadline", "10s", "--leader-election-retry-period", "2s",
+        "--log-flush-frequency", "5s", "--log-json-info-buffer-size", "2Ki",
+        "--log-json-split-stream", "--log-text-info-buffer-size=0", "-log-text-split-stream=false",
+        "--logging-format", "text", "--vmodule", "controller*=6,informer=2", "-v", "3",
+    ]  # fmt: skip
+    with caplog.at_level(logging.INFO, logger="computedomain"):
+        assert exit_code(argv) == 0
+    (s,) = started
+    assert (s.pod_name, s.driver_namespace, s.log_verbosity, s.log_format) == ("p", "ns", 3, "text")
+    assert s.reconciler.additional_namespaces == ("x", "y", "z")
+    assert s.leader_election is True
+    assert s.daemon.log_verbosity == 6
+    ignored = [r.getMessage() for r in caplog.records if r.getMessage().startswith("Ignored:")]
+    for flag in ("--pprof-path", "--vmodule", "--log-flush-frequency", "--log-json-split-stream"):
+        assert sum(flag + " /" in line for line in ignored) == 1, (flag, ignored)
+
+
+def test_nvidias_environment_names_are_read(
+    monkeypatch: pytest.MonkeyPatch, started: list[Settings]
+) -> None:
+    nvidia_env = {"IMAGE_NAME": IMAGE, "V": "5", "LOGGING_FORMAT": "text",
+                  "PPROF_PATH": "/debug/pprof", "VMODULE": "a=1",
+                  "LOG_FLUSH_FREQUENCY": "5s", "LOG_JSON_SPLIT_STREAM": "true"}  # fmt: skip
+    for name, value in nvidia_env.items():
+        monkeypatch.setenv(name, value)
+    assert exit_code([]) == 0
+    (s,) = started
+    assert (s.log_verbosity, s.log_format) == (5, "text")
+    assert [n.split(" /")[0] for n in s.notices] == [
+        "--pprof-path", "--vmodule", "--log-flush-frequency", "--log-json-split-stream",
+    ]  # fmt: skip
+    # Ours win over NVIDIA's names when both are set.
+    monkeypatch.setenv("LOG_VERBOSITY", "1")
+    monkeypatch.setenv("LOG_FORMAT", "json")
+    assert exit_code([]) == 0
+    assert (started[-1].log_verbosity, started[-1].log_format) == (1, "json")
+
+
+def test_help_explains_nvidias_flags(capsys: pytest.CaptureFixture[str]) -> None:
+    assert exit_code(["--help"]) == 0
+    out = capsys.readouterr().out
+    assert "NVIDIA's flags without effect here" in out
+    for name in NVIDIA_ENV_VARS:
+        assert re.search(rf"[\[ ]{name}[;\]]", out), name
+    for flag in ("-v LOG_VERBOSITY, --v LOG_VERBOSITY", "--logging-format", "--vmodule"):
+        assert flag in out, flag

@@ -47,6 +47,40 @@ def test_nvidia_chart_gates_are_accepted_and_ignored() -> None:
     assert parse_feature_gates(nvidia) == parse_feature_gates("")
 
 
+@pytest.mark.parametrize(
+    ("text", "dns", "cliques", "crash", "host"),
+    [
+        # As NVIDIA's binary: AllBeta/AllAlpha set every gate of that stage left unnamed.
+        ("AllBeta=false", False, False, False, False),
+        (
+            "AllBeta=false,ComputeDomainCliques=true,IMEXDaemonsWithDNSNames=true",
+            True,
+            True,
+            False,
+            False,
+        ),
+        ("AllAlpha=true", True, True, True, True),
+        ("AllAlpha=true,HostManagedIMEXDaemon=false,AllBeta=true", True, True, True, False),
+    ],
+)
+def test_all_alpha_and_all_beta_set_the_unnamed_gates_of_their_stage(
+    text: str, dns: bool, cliques: bool, crash: bool, host: bool
+) -> None:
+    assert parse_feature_gates(text) == {
+        "IMEXDaemonsWithDNSNames": dns,
+        "ComputeDomainCliques": cliques,
+        "CrashOnNVLinkFabricErrors": crash,
+        "HostManagedIMEXDaemon": host,
+    }
+
+
+def test_gate_values_are_gos_booleans() -> None:
+    for text in ("1", "t", "T", "TRUE", "true", "True", "tRuE"):
+        assert parse_feature_gates(f"HostManagedIMEXDaemon={text}")["HostManagedIMEXDaemon"]
+    for text in ("0", "f", "F", "FALSE", "false", "False"):
+        assert not parse_feature_gates(f"ComputeDomainCliques={text}")["ComputeDomainCliques"]
+
+
 def test_daemon_image_defaults_to_nvidias_chart_image() -> None:
     settings = parse_settings([], {})
     assert settings.daemon.image == "registry.k8s.io/dra-driver-nvidia/dra-driver-nvidia-gpu:v0.4.0"
@@ -55,9 +89,16 @@ def test_daemon_image_defaults_to_nvidias_chart_image() -> None:
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ("Nope=true", "unknown feature gate 'Nope'"),
+        ("Nope=true", "unrecognized feature gate: Nope "),
+        ("MPSSupport=true,LoggingStableOptions=true", "unrecognized feature gate: LoggingStable"),
         ("ComputeDomainCliques=maybe", "invalid feature gate"),
-        ("IMEXDaemonsWithDNSNames=false", "requires IMEXDaemonsWithDNSNames=true"),
+        ("ComputeDomainCliques", "missing bool value for ComputeDomainCliques"),
+        # NVIDIA's words for the one rule among the controller's own gates.
+        (
+            "IMEXDaemonsWithDNSNames=false",
+            "feature gate ComputeDomainCliques requires IMEXDaemonsWithDNSNames to also be enabled",
+        ),
+        ("AllBeta=true,IMEXDaemonsWithDNSNames=false", "requires IMEXDaemonsWithDNSNames"),
     ],
 )
 def test_feature_gates_reject(text: str, message: str) -> None:
@@ -148,6 +189,21 @@ def test_operations_doc_lists_every_setting_with_its_range() -> None:
     )
 
 
+def test_operations_doc_lists_nvidias_inert_flags() -> None:
+    from pathlib import Path
+
+    from computedomain.config import inert_flags_markdown
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "operations.md").read_text()
+    start = doc.index("<!-- inert-flags-table:")
+    start = doc.index("\n", start) + 1
+    end = doc.index("<!-- end inert-flags-table -->")
+    assert doc[start:end] == inert_flags_markdown(), (
+        "docs/operations.md's table of NVIDIA's inert flags is stale: paste `uv run python -c "
+        "'from computedomain.config import inert_flags_markdown as m; print(m())'`"
+    )
+
+
 @pytest.mark.parametrize(
     ("env", "message"),
     [
@@ -161,7 +217,9 @@ def test_operations_doc_lists_every_setting_with_its_range() -> None:
         ({"LEADER_ELECTION_LEASE_LOCK_NAMESPACE": "X"}, "not a valid namespace name"),
         ({"IMAGE_NAME": "has space:v1"}, "contains white space"),
         ({"MAX_NODES_PER_IMEX_DOMAIN": "0"}, "must be 1 to 2048"),
-        ({"LOG_VERBOSITY": "11"}, "must be 0 to 10"),
+        ({"LOG_VERBOSITY": "-1"}, "must be >= 0"),
+        ({"V": "-1"}, "must be >= 0"),
+        ({"LOG_VERBOSITY_CD_DAEMON": "-1"}, "must be >= 0"),
     ],
 )
 def test_out_of_range_settings_are_refused(env: dict[str, str], message: str) -> None:
@@ -285,3 +343,38 @@ def test_help_explains_imex_mode_and_isolation() -> None:
     assert "[IMEX_MODE; driverManaged or hostManaged]" in text
     assert "[IMEX_ISOLATION; domain]" in text
     assert "HostManagedIMEXDaemon (default false)" in text
+
+
+def test_nvidia_controller_selectors_default_to_both_chart_labels() -> None:
+    assert parse_settings([], {}).nvidia_controller_selectors == (
+        "dra-driver-nvidia-gpu-component=controller",
+        "nvidia-dra-driver-gpu-component=controller",
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "selectors"),
+    [
+        ("my-driver-component=controller", ("my-driver-component=controller",)),
+        ("a=b, c!=d; e", ("a=b,c!=d", "e")),
+        ("", ()),  # detection off
+    ],
+)
+def test_nvidia_controller_selectors_can_be_overridden(
+    text: str, selectors: tuple[str, ...]
+) -> None:
+    env = {"NVIDIA_CONTROLLER_SELECTORS": text}
+    assert parse_settings([], env).nvidia_controller_selectors == selectors
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("app.kubernetes.io/component=controller", "matches this controller's own pods"),
+        ("a=b;app.kubernetes.io/part-of", "matches this controller's own pods"),
+        ("x in (a,b)", "is not a label key"),
+    ],
+)
+def test_nvidia_controller_selectors_that_cannot_work_are_refused(text: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        parse_settings([], {"NVIDIA_CONTROLLER_SELECTORS": text})

@@ -9,13 +9,18 @@ from typing import Any
 import pytest
 import yaml
 
+from computedomain.api import constants as c
+from computedomain.domain.caches import build_caches
 from computedomain.domain.coexistence import (
     CoexistenceMonitor,
     concurrent_controller_message,
     crd_outdated_message,
     missing_status_fields,
     running_nvidia_controllers,
+    trim_pod_identity,
 )
+from computedomain.domain.selectors import matches, parse_selector
+from computedomain.domain.watches import EventRouter, wire
 
 ROOT = Path(__file__).resolve().parents[3]
 OUR_CRD = yaml.safe_load((ROOT / "crds/resource.nvidia.com_computedomains.yaml").read_text())
@@ -93,8 +98,71 @@ def test_only_running_nvidia_controller_pods_count() -> None:
 def test_concurrent_message_says_what_to_do() -> None:
     message = concurrent_controller_message(pod("x"))
     assert "nvidia-dra-driver-gpu/x" in message
-    assert "scale deployment dra-driver-nvidia-gpu-controller --replicas=0" in message
+    # Only the legacy label: an install upgraded from v25.x (nameOverride=nvidia-dra-driver-gpu).
+    assert "scale deployment nvidia-dra-driver-gpu-controller --replicas=0" in message
     assert "controller.replicas=0" in message
+
+
+# NVIDIA's controller Deployment as helm renders its charts (how: the fixture's header).
+NVIDIA_CHART = yaml.safe_load((ROOT / "tests/fixtures/nvidia-chart/controller.yaml").read_text())
+INSTALLS: dict[str, dict[str, Any]] = NVIDIA_CHART["installs"]
+
+
+def chart_pod(install: str, *, replica_set: bool = False) -> dict[str, Any]:
+    shape = INSTALLS[install]
+    body = pod("controller-0", labels=dict(shape["podLabels"]))
+    body["metadata"]["namespace"] = shape["namespace"]
+    if replica_set:
+        owner = {"kind": "ReplicaSet", "name": f"{shape['deployment']}-7d9f8c6b5d"}
+        body["metadata"]["ownerReferences"] = [owner]
+    return body
+
+
+@pytest.mark.parametrize("install", sorted(INSTALLS))
+def test_nvidias_controller_pods_are_found_in_every_install_shape(install: str) -> None:
+    """v0.4.0 and v0.4.1, fresh and upgraded: v0.4.1's fresh pods carry no
+    nvidia-dra-driver-gpu-component label at all."""
+    found = running_nvidia_controllers([chart_pod(install)])
+    assert [p["metadata"]["name"] for p in found] == ["controller-0"]
+    # Each Deployment's own selector is among ours, so what it runs, we see.
+    selector = ",".join(f"{k}={v}" for k, v in INSTALLS[install]["selector"].items())
+    assert selector in c.NVIDIA_CONTROLLER_SELECTORS
+
+
+@pytest.mark.parametrize("install", sorted(INSTALLS))
+def test_the_message_names_the_deployment_of_each_install_shape(install: str) -> None:
+    deployment = INSTALLS[install]["deployment"]
+    for replica_set in (True, False):
+        message = concurrent_controller_message(chart_pod(install, replica_set=replica_set))
+        assert f"-n {INSTALLS[install]['namespace']} scale deployment {deployment} " in message
+
+
+def test_a_pod_both_selectors_match_counts_once() -> None:
+    """v0.4.0's fresh pods carry both labels; the two informers each deliver them."""
+    both = chart_pod("v0.4.0 fresh")
+    assert len(running_nvidia_controllers([both, copy.deepcopy(both)])) == 1
+
+
+def test_our_own_pods_are_never_nvidias() -> None:
+    """No default selector matches our pods' labels, and our pods are skipped even when a
+    values file gives them NVIDIA's label."""
+    ours = dict(c.OWN_POD_TEMPLATE_LABELS)
+    assert not any(matches(parse_selector(s), ours) for s in c.NVIDIA_CONTROLLER_SELECTORS)
+    for extra in ({"dra-driver-nvidia-gpu-component": "controller"}, {}):
+        disguised = pod("ours", labels={**ours, **extra})
+        assert running_nvidia_controllers([disguised]) == []
+    renamed = {
+        "app.kubernetes.io/part-of": "computedomain",
+        **INSTALLS["v0.4.1 fresh"]["podLabels"],
+    }
+    assert running_nvidia_controllers([pod("renamed", labels=renamed)]) == []
+
+
+def test_selectors_can_be_overridden() -> None:
+    custom = pod("custom", labels={"my-gpu-driver-component": "controller"})
+    assert running_nvidia_controllers([custom]) == []
+    assert running_nvidia_controllers([custom], ["my-gpu-driver-component=controller"]) == [custom]
+    assert running_nvidia_controllers([chart_pod("v0.4.1 fresh")], []) == []
 
 
 class Recorder:
@@ -158,3 +226,36 @@ def test_monitor_requeues_when_the_crd_changes(
     assert (monitor.missing, metrics.missing, len(requeues)) == (OURS_ONLY, 5, 1)
     monitor.crd_changed(OUR_CRD)
     assert (monitor.missing, metrics.missing, len(requeues)) == ((), 0, 2)
+
+
+@pytest.mark.parametrize("install", sorted(INSTALLS))
+def test_the_caches_watch_every_selector_and_wake_the_monitor(
+    monitor_parts: tuple[CoexistenceMonitor, Recorder, Metrics, list[int]], install: str
+) -> None:
+    """What the informers deliver (one per selector: the apiserver filters by each) reaches
+    the gauge, for a pod of each chart's shape."""
+    namespace = INSTALLS[install]["namespace"]
+    caches = build_caches(None, driver_namespace=namespace)  # type: ignore[arg-type]
+    assert [(i.namespace, i.label_selector) for i in caches.nvidia_controller_pods] == [
+        (namespace, selector) for selector in c.NVIDIA_CONTROLLER_SELECTORS
+    ]
+    monitor, _, metrics, _ = monitor_parts
+    wire(EventRouter(caches, Queue(), orphan_grace=5.0), monitor)  # type: ignore[arg-type]
+    running = chart_pod(install, replica_set=True)
+    for informer in caches.nvidia_controller_pods:
+        labels = running["metadata"]["labels"]
+        if matches(parse_selector(informer.label_selector or ""), labels):
+            informer.feed("ADDED", trim_pod_identity(copy.deepcopy(running)))
+    assert metrics.concurrent == 1
+    for informer in caches.nvidia_controller_pods:
+        if informer.store.list():
+            informer.feed("DELETED", trim_pod_identity(copy.deepcopy(running)))
+    assert metrics.concurrent == 0
+
+
+class Queue:
+    def add(self, key: str, priority: int = 0) -> None:
+        pass
+
+    def add_after(self, key: str, delay: float, priority: int = 0) -> None:
+        pass

@@ -182,8 +182,8 @@ def find_kubectl() -> str | None:
     return built[-1] if built else shutil.which("kubectl")
 
 
-@pytest.mark.parametrize("overlay", ["default", "prometheus"])
-def test_kustomize_builds(overlay: str) -> None:
+def kustomize(overlay: str) -> list[dict[str, Any]]:
+    """The objects ``kubectl kustomize manifests/<overlay>`` renders (skips without kubectl)."""
     kubectl = find_kubectl()
     if kubectl is None:
         pytest.skip("no kubectl built yet")
@@ -194,7 +194,11 @@ def test_kustomize_builds(overlay: str) -> None:
     if result.returncode != 0 and "unknown command" in result.stderr:
         pytest.skip(f"{kubectl} has no kustomize")
     assert result.returncode == 0, result.stderr
-    objects = [doc for doc in yaml.safe_load_all(result.stdout) if doc]
+    return [doc for doc in yaml.safe_load_all(result.stdout) if doc]
+
+
+def test_kustomize_builds_default() -> None:
+    objects = kustomize("default")
     kinds = {(o["kind"], o["metadata"]["name"]) for o in objects}
     assert ("Deployment", "computedomain-controller") in kinds
     assert ("CustomResourceDefinition", "computedomains.resource.nvidia.com") in kinds
@@ -207,6 +211,20 @@ def test_kustomize_builds(overlay: str) -> None:
             assert obj["metadata"]["namespace"] == "computedomain-system", obj["metadata"]
         for subject in obj.get("subjects", []):
             assert subject["namespace"] == "computedomain-system"
-    if overlay == "prometheus":
-        assert ("PrometheusRule", "computedomain-controller") in kinds
-        assert ("ServiceMonitor", "computedomain-controller") in kinds
+
+
+def test_kustomize_prometheus_is_monitoring_only() -> None:
+    """manifests/prometheus goes beside an install, never makes a second one (issue 17)."""
+    objects = kustomize("prometheus")
+    kinds = sorted((o["kind"], o["metadata"]["name"]) for o in objects)
+    assert kinds == [
+        ("PrometheusRule", "computedomain-controller"),
+        ("ServiceMonitor", "computedomain-controller"),
+    ]
+    forbidden = {
+        "Deployment", "Namespace", "CustomResourceDefinition", "ServiceAccount", "Role",
+        "RoleBinding", "ClusterRole", "ClusterRoleBinding",
+    }  # fmt: skip
+    assert not [o["kind"] for o in objects if o["kind"] in forbidden]
+    for obj in objects:
+        assert obj["metadata"]["namespace"] == "computedomain-system", obj["metadata"]

@@ -40,8 +40,8 @@ ServiceAccount. driverNamespace, else the controller's namespace.
 {{- end }}
 
 {{/*
-Selector labels: never NVIDIA's `nvidia-dra-driver-gpu-component`, by which the controller
-recognises NVIDIA's own controller pods.
+Selector labels: never NVIDIA's `<chart name>-component` labels, by which the controller
+recognises NVIDIA's own controller pods (NVIDIA_CONTROLLER_SELECTORS).
 */}}
 {{- define "computedomain-controller.selectorLabels" -}}
 app.kubernetes.io/name: {{ include "computedomain-controller.name" . }}
