@@ -34,6 +34,7 @@ import itertools
 import json
 import random
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -301,13 +302,25 @@ class UpgradeUnderLoad:
             "steady_cds": self.steady,
             "controller_writes": len(writes),
             "controller_writes_by_kind": tally(writes),
-            "controller_writes_non_2xx": sum(1 for w in writes if not 200 <= w.code < 300),
+            "controller_writes_non_2xx": dict(
+                sorted(
+                    Counter(
+                        f"{w.verb} {w.resource} {w.code}" for w in writes if not 200 <= w.code < 300
+                    ).items()
+                )
+            ),
             **writers,
             "lease_changes_seen": len(self.lease_seen),
             "leader_handovers": leader_handovers,
             "without_leader_max_s": max(gaps) if gaps else None,
-            "daemonset_updates_by_controller": sum(
-                1 for w in writes if w.resource == "daemonsets" and w.verb in ("update", "patch")
+            # Patches and updates of the DaemonSets of CDs alive from before the upgrade to the
+            # end (their names end in the CD's UID): an upgrade has nothing to change there.
+            "daemonset_writes_of_cds_alive_throughout": sum(
+                1
+                for w in writes
+                if w.resource == "daemonsets"
+                and w.verb in ("update", "patch")
+                and any(w.name.endswith(uid) for uid in daemons["kept"])
             ),
             "imex_daemons": daemons,
             "orphans": orphans,
@@ -552,6 +565,7 @@ def _compare_daemons(before: Mapping[str, Any], after: Mapping[str, Any]) -> dic
         cd for cd, value in before["sets"].items() if cd in kept and after["sets"].get(cd) != value
     ]
     return {
+        "kept": sorted(kept),
         "cds_alive_throughout": len(kept),
         "pods_checked": len(checked),
         "pods_replaced": len(replaced),
