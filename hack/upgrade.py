@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
 import json
 import random
 import time
@@ -46,8 +45,9 @@ from kubernetes_asyncio.client import ApiClient
 from computedomain.api import constants as c
 from computedomain.api.resources import CLIQUES, COMPUTE_DOMAINS
 from computedomain.devcluster.assets import REPO_ROOT
-from computedomain.devcluster.audit import AuditedWrite, AuditLog, service_account_user, tally
+from computedomain.devcluster.audit import AuditLog, service_account_user, tally
 from computedomain.devcluster.controlplane import ControlPlane
+from computedomain.devcluster.handover import LeaseSeen, handovers, pod_of, writer_overlaps
 from computedomain.devcluster.harness import compute_domain
 from computedomain.devcluster.helm import find_helm, helm_version
 from computedomain.devcluster.podrunner import Kubelet
@@ -56,7 +56,6 @@ from computedomain.devcluster.workloads import STATEFULSETS, workload
 from computedomain.runtime import objects
 from computedomain.runtime import resources as r
 from computedomain.runtime.client import ApiError, KubeClient
-from computedomain.runtime.clock import parse_time
 from computedomain.runtime.objects import condition
 from computedomain.sim.context import SimSettings
 from computedomain.sim.faults import FaultSettings
@@ -75,94 +74,6 @@ NAMESPACE = "bench-upgrade"
 UPGRADE_AT, ROLLBACK_AT = 0.25, 0.6
 STEADY_SIZES = (1, 2, 3, 4)  # CDs created before the upgrade and kept to the end
 HELM_TIMEOUT = "300s"
-
-
-@dataclass(frozen=True)
-class LeaseSeen:
-    at: float  # wall clock when the watch delivered it
-    holder: str
-    acquire: float | None
-    renew: float | None
-    transitions: int
-
-
-def _stamp(value: Any) -> float | None:
-    return parse_time(value).timestamp() if value else None
-
-
-def pod_of(identity: str) -> str:
-    """The pod of a leader identity "<POD_NAME>-<uuid4>"."""
-    return identity[:-37] if len(identity) > 37 and identity[-37] == "-" else identity
-
-
-def handovers(seen: Sequence[LeaseSeen]) -> list[dict[str, Any]]:
-    """Every change of holder: the old holder's last renewTime to the new one's acquireTime."""
-    out: list[dict[str, Any]] = []
-    last: LeaseSeen | None = None
-    released = False
-    for item in seen:
-        if not item.holder:
-            released = True
-            continue
-        if last is not None and item.holder != last.holder:
-            gap = (
-                round(item.acquire - last.renew, 3)
-                if item.acquire is not None and last.renew is not None
-                else None
-            )
-            out.append(
-                {
-                    "from": pod_of(last.holder),
-                    "to": pod_of(item.holder),
-                    "released": released,
-                    "without_leader_s": gap,
-                }
-            )
-        if last is None or item.holder != last.holder:
-            released = False
-        last = item
-    return out
-
-
-def writer_overlaps(writes: Sequence[AuditedWrite]) -> dict[str, Any]:
-    """Spans of successful writes per pod, and how far any two overlap."""
-    ok = sorted((w for w in writes if 200 <= w.code < 300), key=lambda w: w.received)
-    spans: dict[str, list[float]] = {}
-    counts: dict[str, int] = {}
-    for w in ok:
-        span = spans.setdefault(w.pod, [w.received, w.completed])
-        span[0], span[1] = min(span[0], w.received), max(span[1], w.completed)
-        counts[w.pod] = counts.get(w.pod, 0) + 1
-    order = sorted(spans, key=lambda pod: spans[pod][0])
-    inside = sum(
-        1 for w in ok if any(spans[p][0] < w.received < spans[p][1] for p in spans if p != w.pod)
-    )
-    pairs = [
-        [a, b]
-        for i, a in enumerate(order)
-        for b in order[i + 1 :]
-        if spans[b][0] < spans[a][1] and spans[a][0] < spans[b][1]
-    ]
-    gaps = [
-        {"from": a, "to": b, "without_writes_s": round(spans[b][0] - spans[a][1], 3)}
-        for a, b in itertools.pairwise(order)
-    ]
-    first = min((s[0] for s in spans.values()), default=0.0)
-    return {
-        "writers": [
-            {
-                "pod": pod or "(unbound token)",
-                "writes_2xx": counts[pod],
-                "from_s": round(spans[pod][0] - first, 3),
-                "to_s": round(spans[pod][1] - first, 3),
-            }
-            for pod in order
-        ],
-        "writes_inside_another_writers_span": inside,
-        "overlapping_writer_pairs": pairs,
-        "handover_gaps": gaps,
-        "unbound_writes": sum(1 for w in ok if not w.pod),
-    }
 
 
 @dataclass
@@ -313,6 +224,10 @@ class UpgradeUnderLoad:
             "lease_changes_seen": len(self.lease_seen),
             "leader_handovers": leader_handovers,
             "without_leader_max_s": max(gaps) if gaps else None,
+            "after_release_max_s": max(
+                (h["after_release_s"] for h in leader_handovers if h["after_release_s"]),
+                default=None,
+            ),
             # Patches and updates of the DaemonSets of CDs alive from before the upgrade to the
             # end (their names end in the CD's UID): an upgrade has nothing to change there.
             "daemonset_writes_of_cds_alive_throughout": sum(
@@ -393,23 +308,10 @@ class UpgradeUnderLoad:
     async def _watch_lease(self) -> None:
         def record(leases: dict[str, Obj]) -> bool:
             lease = leases.get(FULLNAME)
-            if lease is None:
-                return False
-            spec = lease.get("spec") or {}
-            seen = LeaseSeen(
-                at=time.time(),
-                holder=str(spec.get("holderIdentity") or ""),
-                acquire=_stamp(spec.get("acquireTime")),
-                renew=_stamp(spec.get("renewTime")),
-                transitions=int(spec.get("leaseTransitions") or 0),
-            )
-            last = self.lease_seen[-1] if self.lease_seen else None
-            if last is None or (last.holder, last.acquire, last.renew) != (
-                seen.holder,
-                seen.acquire,
-                seen.renew,
-            ):
-                self.lease_seen.append(seen)
+            if lease is not None:
+                seen = LeaseSeen.of(lease, time.time())
+                if not seen.same_as(self.lease_seen[-1] if self.lease_seen else None):
+                    self.lease_seen.append(seen)
             return False  # record until cancelled
 
         while True:  # watch_objects relists when a watch ends; its `within` is only a bound
