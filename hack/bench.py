@@ -965,6 +965,7 @@ def report(results: dict[str, Any]) -> str:
     if upgrade:
         daemons = upgrade["imex_daemons"]
         worst = upgrade["without_leader_max_s"]
+        released = upgrade.get("after_release_max_s")
         rows += [
             (
                 f"Upgrade: {upgrade['seconds']:.0f} s churn, CDs created / helm upgrade / "
@@ -982,9 +983,10 @@ def report(results: dict[str, Any]) -> str:
                 "",
             ),
             (
-                "Upgrade: leader handovers, max time without a leader",
+                "Upgrade: leader handovers, max time without a leader (after a release)",
                 f"{len(upgrade['leader_handovers'])}, "
-                + ("—" if worst is None else f"{worst:.1f} s"),
+                + ("—" if worst is None else f"{worst:.1f} s")
+                + ("" if released is None else f" ({released:.1f} s)"),
                 "",
                 "",
             ),
