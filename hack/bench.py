@@ -991,10 +991,11 @@ def report(results: dict[str, Any]) -> str:
                 "",
             ),
             (
-                "Upgrade: IMEX daemon pods replaced / restarts (of checked)",
-                f"{daemons['pods_replaced']} / {daemons['restarts']} "
-                f"(of {daemons['pods_checked']})",
-                "0 / 0",
+                "Upgrade: IMEX daemon pods replaced / restarted / DaemonSet patches "
+                "(pods checked, both windows)",
+                f"{daemons['pods_replaced']} / {daemons['restarts']} / "
+                f"{daemons.get('daemonset_writes', 0)} (of {daemons['pods_checked']})",
+                "0 / 0 / 0",
                 "",
             ),
             ("Upgrade: orphans after every CD is deleted", str(len(upgrade["orphans"])), "0", ""),

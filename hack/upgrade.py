@@ -45,7 +45,7 @@ from kubernetes_asyncio.client import ApiClient
 from computedomain.api import constants as c
 from computedomain.api.resources import CLIQUES, COMPUTE_DOMAINS
 from computedomain.devcluster.assets import REPO_ROOT
-from computedomain.devcluster.audit import AuditLog, service_account_user, tally
+from computedomain.devcluster.audit import AuditedWrite, AuditLog, service_account_user, tally
 from computedomain.devcluster.controlplane import ControlPlane
 from computedomain.devcluster.handover import LeaseSeen, handovers, pod_of, writer_overlaps
 from computedomain.devcluster.harness import compute_domain
@@ -164,6 +164,7 @@ class UpgradeUnderLoad:
             )  # fmt: skip
             upgrade_rolled_s = await self._rolled(new_tag)
             await self._sleep_until(self.seconds * ROLLBACK_AT)
+            between = await self._daemons()
             rollback_s = await self._helm(
                 "rollback", RELEASE, "1", "--wait", "--timeout", HELM_TIMEOUT
             )
@@ -173,7 +174,17 @@ class UpgradeUnderLoad:
             created, deleted = await churn_task
             await self._steady_ready()
             after = await self._daemons()
-            daemons = _compare_daemons(before, after)
+            ours = audit.writes(since=mark, user=user)
+            windows = {
+                "upgrade": _compare_daemons(before, between, ours),
+                "rollback": _compare_daemons(between, after, ours),
+                "throughout": _compare_daemons(before, after, ours),
+            }
+            daemons: dict[str, Any] = {
+                key: sum(windows[w][key] for w in ("upgrade", "rollback"))
+                for key in ("pods_checked", "pods_replaced", "restarts", "daemonset_writes")
+            }
+            daemons["windows"] = windows
             self.say(
                 f"upgrade: {daemons['pods_checked']} daemon pods checked, "
                 f"{daemons['pods_replaced']} replaced, {daemons['restarts']} restarts"
@@ -227,15 +238,6 @@ class UpgradeUnderLoad:
             "after_release_max_s": max(
                 (h["after_release_s"] for h in leader_handovers if h["after_release_s"]),
                 default=None,
-            ),
-            # Patches and updates of the DaemonSets of CDs alive from before the upgrade to the
-            # end (their names end in the CD's UID): an upgrade has nothing to change there.
-            "daemonset_writes_of_cds_alive_throughout": sum(
-                1
-                for w in writes
-                if w.resource == "daemonsets"
-                and w.verb in ("update", "patch")
-                and any(w.name.endswith(uid) for uid in daemons["kept"])
             ),
             "imex_daemons": daemons,
             "orphans": orphans,
@@ -395,6 +397,7 @@ class UpgradeUnderLoad:
         )
         cds = await self.client.list(COMPUTE_DOMAINS, NAMESPACE)
         return {
+            "at": time.time(),
             "pods": {
                 (objects.labels(p)[c.CD_LABEL], p["spec"].get("nodeName") or ""): (
                     objects.meta(p)["uid"],
@@ -449,8 +452,13 @@ class UpgradeUnderLoad:
             await asyncio.sleep(delay)  # the scenario's schedule: time passing by design
 
 
-def _compare_daemons(before: Mapping[str, Any], after: Mapping[str, Any]) -> dict[str, Any]:
-    """Daemon pods (and DaemonSets) of CDs alive before the upgrade and after the rollback."""
+def _compare_daemons(
+    before: Mapping[str, Any], after: Mapping[str, Any], writes: Sequence[AuditedWrite]
+) -> dict[str, Any]:
+    """Daemon pods and DaemonSets of the CDs alive at both snapshots: pods replaced (another
+    UID on the node) or restarted, DaemonSets with another UID or generation, and our
+    controller's patches and updates of those DaemonSets in between (their names end in the
+    CD's UID): an upgrade has nothing to change there."""
     kept = before["cds"] & after["cds"]
     checked = {key: value for key, value in before["pods"].items() if key[0] in kept}
     replaced = [
@@ -466,15 +474,24 @@ def _compare_daemons(before: Mapping[str, Any], after: Mapping[str, Any]) -> dic
     sets_changed = [
         cd for cd, value in before["sets"].items() if cd in kept and after["sets"].get(cd) != value
     ]
+    daemonset_writes = sum(
+        1
+        for w in writes
+        if w.resource == "daemonsets"
+        and w.verb in ("update", "patch")
+        and before["at"] <= w.received <= after["at"]
+        and any(w.name.endswith(uid) for uid in kept)
+    )
     return {
-        "kept": sorted(kept),
-        "cds_alive_throughout": len(kept),
+        "seconds": round(after["at"] - before["at"], 1),
+        "cds_alive_at_both_ends": len(kept),
         "pods_checked": len(checked),
         "pods_replaced": len(replaced),
         "replaced": replaced,
         "restarts": restarts,
         "daemonsets_checked": sum(1 for cd in before["sets"] if cd in kept),
         "daemonsets_changed": sets_changed,
+        "daemonset_writes": daemonset_writes,
     }
 
 
