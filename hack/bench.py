@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from soak import Soak
+from upgrade import UpgradeUnderLoad
 
 from computedomain.api import constants as c
 from computedomain.api.resources import CLIQUES, COMPUTE_DOMAINS
@@ -960,6 +961,45 @@ def report(results: dict[str, Any]) -> str:
                 "",
             ),
         ]
+    upgrade = results.get("upgrade_under_load")
+    if upgrade:
+        daemons = upgrade["imex_daemons"]
+        worst = upgrade["without_leader_max_s"]
+        released = upgrade.get("after_release_max_s")
+        rows += [
+            (
+                f"Upgrade: {upgrade['seconds']:.0f} s churn, CDs created / helm upgrade / "
+                "rollback (--wait)",
+                f"{upgrade['cds_created']} / {upgrade['helm_upgrade_s']:.1f} s / "
+                f"{upgrade['helm_rollback_s']:.1f} s",
+                "",
+                "",
+            ),
+            (
+                "Upgrade: writes inside another pod's writing span (pairs)",
+                f"{upgrade['writes_inside_another_writers_span']} "
+                f"({len(upgrade['overlapping_writer_pairs'])})",
+                "0 (0)",
+                "",
+            ),
+            (
+                "Upgrade: leader handovers, max time without a leader (after a release)",
+                f"{len(upgrade['leader_handovers'])}, "
+                + ("—" if worst is None else f"{worst:.1f} s")
+                + ("" if released is None else f" ({released:.1f} s)"),
+                "",
+                "",
+            ),
+            (
+                "Upgrade: IMEX daemon pods replaced / restarted / DaemonSet patches "
+                "(pods checked, both windows)",
+                f"{daemons['pods_replaced']} / {daemons['restarts']} / "
+                f"{daemons.get('daemonset_writes', 0)} (of {daemons['pods_checked']})",
+                "0 / 0 / 0",
+                "",
+            ),
+            ("Upgrade: orphans after every CD is deleted", str(len(upgrade["orphans"])), "0", ""),
+        ]
     proj = results.get("projection", {})
     lat = proj.get("latency_s", {})
     if lat:
@@ -1157,6 +1197,18 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--soak-compactions", type=int, default=1, help="etcd compactions in the soak (410s)"
     )
+    parser.add_argument(
+        "--upgrade-under-load",
+        action="store_true",
+        help="run only the upgrade scenario (hack/upgrade.py): our chart with two replicas, "
+        "helm upgrade and rollback during a churn; writers, leaderless time, daemons, orphans",
+    )
+    parser.add_argument(
+        "--upgrade-seconds",
+        type=float,
+        default=240.0,
+        help="length of the churn in the upgrade scenario (default 240)",
+    )
     parser.add_argument("-v", "--verbosity", type=int, default=-1, help="controller log level")
     return parser
 
@@ -1197,6 +1249,8 @@ async def run(args: argparse.Namespace, cp: ControlPlane, started: float) -> dic
         setup["fleet_ready_s"] = round(now() - begin, 1)
         print(f"fleet: {spec.total_nodes} nodes Ready in {setup['fleet_ready_s']:.0f}s", flush=True)
         await create_namespace(client, DRIVER_NAMESPACE)
+        if args.upgrade_under_load:  # the chart creates the daemon ServiceAccount
+            return await run_upgrade(args, cp, api, client, sim_client, spec, started, setup)
         sa = {
             "apiVersion": "v1",
             "kind": "ServiceAccount",
@@ -1273,6 +1327,44 @@ async def run_soak(
         "controller_settings": controller_settings(args.overrides),
         "setup": setup,
         "soak": await soak.run(),
+    }
+
+
+async def run_upgrade(
+    args: argparse.Namespace,
+    cp: ControlPlane,
+    admin: Any,
+    client: KubeClient,
+    sim_client: KubeClient,
+    spec: FleetSpec,
+    started: float,
+    setup: dict[str, float],
+) -> dict[str, Any]:
+    if cp.workdir is None:
+        raise SystemExit("--upgrade-under-load needs the dev cluster (audit log, pod tokens)")
+    scenario = UpgradeUnderLoad(
+        client=client,
+        sim_client=sim_client,
+        admin=admin,
+        control_plane=cp,
+        driver_namespace=DRIVER_NAMESPACE,
+        nodes=build_nodes(spec),
+        overrides=args.overrides,
+        seconds=args.upgrade_seconds,
+        seed=args.seed,
+        workdir=cp.workdir / "upgrade-pods",
+        say=lambda text: print(f"[{datetime.now(UTC):%H:%M:%S}] {text}", flush=True),
+    )
+    figures = await scenario.run()  # first: the duration and the load are the run's
+    return {
+        "started": datetime.fromtimestamp(started, UTC).isoformat(timespec="seconds"),
+        "duration_s": round(time.time() - started, 1),
+        "command": "hack/bench.sh " + " ".join(_portable_args(sys.argv[1:])),
+        "machine": machine(),
+        "parameters": {"racks": args.racks, "nodes": spec.total_nodes},
+        "controller_settings": controller_settings(args.overrides),
+        "setup": setup,
+        "upgrade_under_load": figures,
     }
 
 

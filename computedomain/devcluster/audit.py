@@ -11,7 +11,12 @@ import json
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
+from typing import Any
+
+# The pod a pod-bound ServiceAccount token belongs to, in the request's user info.
+POD_NAME_EXTRA = "authentication.kubernetes.io/pod-name"
 
 
 @dataclass(frozen=True)
@@ -23,6 +28,11 @@ class AuditedWrite:
     namespace: str
     name: str
     code: int
+    # The pod of a pod-bound token ("" for other credentials), and when the apiserver received
+    # and answered the request (seconds since the epoch).
+    pod: str = ""
+    received: float = 0.0
+    completed: float = 0.0
 
     @property
     def target(self) -> str:
@@ -63,6 +73,7 @@ class AuditLog:
             if user is not None and who != user:
                 continue
             ref = event.get("objectRef") or {}
+            pods = ((event.get("user") or {}).get("extra") or {}).get(POD_NAME_EXTRA) or [""]
             found.append(
                 AuditedWrite(
                     user=who,
@@ -72,9 +83,19 @@ class AuditLog:
                     namespace=ref.get("namespace", ""),
                     name=ref.get("name", ""),
                     code=int((event.get("responseStatus") or {}).get("code", 0)),
+                    pod=str(pods[0]),
+                    received=_epoch(event.get("requestReceivedTimestamp")),
+                    completed=_epoch(event.get("stageTimestamp")),
                 )
             )
         return found
+
+
+def _epoch(stamp: Any) -> float:
+    """An audit timestamp (RFC 3339 with microseconds) as seconds since the epoch; 0 if none."""
+    if not isinstance(stamp, str) or not stamp:
+        return 0.0
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
 
 
 def tally(writes: Iterable[AuditedWrite]) -> dict[str, int]:

@@ -24,14 +24,21 @@ async def api_client_from_kubeconfig(kubeconfig: Path) -> ApiClient:
 
 
 async def request_service_account_token(
-    admin: ApiClient, namespace: str, name: str, seconds: int = TOKEN_SECONDS
+    admin: ApiClient,
+    namespace: str,
+    name: str,
+    seconds: int = TOKEN_SECONDS,
+    *,
+    pod: tuple[str, str] | None = None,
 ) -> str:
-    """A bound token from the TokenRequest API (needs the apiserver's SA signing key)."""
-    body = {
-        "apiVersion": "authentication.k8s.io/v1",
-        "kind": "TokenRequest",
-        "spec": {"expirationSeconds": seconds},
-    }
+    """A bound token from the TokenRequest API (needs the apiserver's SA signing key). With
+    ``pod`` (name, uid) the token is bound to that pod, as a kubelet's projected token is: the
+    apiserver then names the pod in every request's user info (the audit log's
+    ``authentication.kubernetes.io/pod-name``), and stops accepting it once the pod is gone."""
+    spec: dict[str, Any] = {"expirationSeconds": seconds}
+    if pod is not None:
+        spec["boundObjectRef"] = {"apiVersion": "v1", "kind": "Pod", "name": pod[0], "uid": pod[1]}
+    body = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": spec}
     response: dict[str, Any] = await admin.call_api(
         f"/api/v1/namespaces/{namespace}/serviceaccounts/{name}/token",
         "POST",

@@ -118,9 +118,11 @@ async def run_pod(
     *,
     container: str | None = None,
     command: Sequence[str] = CONTROLLER_COMMAND,
+    bind_token: bool = False,
 ) -> LocalPod:
     """Start the pod's container (the first one, or ``container``) as a local process that is
-    sent SIGTERM once the pod is deleted."""
+    sent SIGTERM once the pod is deleted. With ``bind_token`` its token is bound to the pod (as
+    a kubelet's projected token), so the audit log names the pod of each request."""
     meta = pod["metadata"]
     spec = pod["spec"]
     containers = spec["containers"]
@@ -131,7 +133,8 @@ async def run_pod(
         if env.get(name):
             env[name] = f"127.0.0.1:{free_port()}"
     account = spec.get("serviceAccountName") or "default"
-    token = await request_service_account_token(admin, meta["namespace"], account)
+    bound = (meta["name"], meta["uid"]) if bind_token else None
+    token = await request_service_account_token(admin, meta["namespace"], account, pod=bound)
     env["KUBECONFIG"] = str(_write_kubeconfig(workdir, meta["name"], cp, token))
     base = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG", "TMPDIR")}
     log_path = workdir / f"{meta['name']}.log"
@@ -189,9 +192,17 @@ class Kubelet:
     """Runs every pod matching a label selector in a namespace as it appears (see run_pod)."""
 
     def __init__(
-        self, admin: ApiClient, cp: ControlPlane, namespace: str, selector: str, workdir: Path
+        self,
+        admin: ApiClient,
+        cp: ControlPlane,
+        namespace: str,
+        selector: str,
+        workdir: Path,
+        *,
+        bind_tokens: bool = False,
     ) -> None:
         self.admin = admin
+        self.bind_tokens = bind_tokens
         self.cp = cp
         self.namespace = namespace
         self.selector = selector
@@ -227,7 +238,7 @@ class Kubelet:
             )
             for pod in fresh:
                 self.pods[pod["metadata"]["name"]] = await run_pod(
-                    self.admin, self.cp, pod, self.workdir
+                    self.admin, self.cp, pod, self.workdir, bind_token=self.bind_tokens
                 )
 
     def running(self) -> list[LocalPod]:

@@ -1,0 +1,42 @@
+"""Reading the audit log: the identity, the pod of a pod-bound token, and the timestamps."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+
+from computedomain.devcluster.audit import POD_NAME_EXTRA, AuditLog
+
+
+def event(user: str, pod: str | None, received: str, completed: str) -> str:
+    info: dict[str, object] = {"username": user}
+    if pod is not None:
+        info["extra"] = {POD_NAME_EXTRA: [pod], "authentication.kubernetes.io/pod-uid": ["u"]}
+    return json.dumps(
+        {
+            "stage": "ResponseComplete",
+            "verb": "update",
+            "user": info,
+            "objectRef": {"resource": "leases", "namespace": "ns", "name": "lock"},
+            "responseStatus": {"code": 200},
+            "requestReceivedTimestamp": received,
+            "stageTimestamp": completed,
+        }
+    )
+
+
+def test_pod_and_times_of_each_write(tmp_path: Path) -> None:
+    log = tmp_path / "audit.log"
+    log.write_text(
+        event("sa", "ctl-a", "2026-12-04T11:00:00.250000Z", "2026-12-04T11:00:00.500000Z")
+        + "\n"
+        + event("admin", None, "2026-12-04T11:00:01.000000Z", "2026-12-04T11:00:01.000000Z")
+        + "\n{partial"
+    )
+    first, second = AuditLog(log).writes()
+    assert (first.user, first.pod, first.target) == ("sa", "ctl-a", "update leases ns/lock")
+    at = datetime(2026, 12, 4, 11, 0, 0, tzinfo=UTC).timestamp()
+    assert (first.received, first.completed) == (at + 0.25, at + 0.5)
+    assert second.pod == ""
+    assert AuditLog(log).writes(user="sa") == [first]
