@@ -1318,6 +1318,7 @@ async def run_soak(
         compactions=args.soak_compactions,
         say=lambda text: print(f"[{datetime.now(UTC):%H:%M:%S}] {text}", flush=True),
     )
+    soaked = await soak.run()  # first: the duration and load below are taken after it ran
     return {
         "started": datetime.fromtimestamp(started, UTC).isoformat(timespec="seconds"),
         "duration_s": round(time.time() - started, 1),
@@ -1326,7 +1327,7 @@ async def run_soak(
         "parameters": {"racks": args.racks, "nodes": spec.total_nodes},
         "controller_settings": controller_settings(args.overrides),
         "setup": setup,
-        "soak": await soak.run(),
+        "soak": soaked,
     }
 
 
