@@ -1318,17 +1318,8 @@ async def run_soak(
         compactions=args.soak_compactions,
         say=lambda text: print(f"[{datetime.now(UTC):%H:%M:%S}] {text}", flush=True),
     )
-    soaked = await soak.run()  # first: the duration and load below are taken after it ran
-    return {
-        "started": datetime.fromtimestamp(started, UTC).isoformat(timespec="seconds"),
-        "duration_s": round(time.time() - started, 1),
-        "command": "hack/bench.sh " + " ".join(_portable_args(sys.argv[1:])),
-        "machine": machine(),
-        "parameters": {"racks": args.racks, "nodes": spec.total_nodes},
-        "controller_settings": controller_settings(args.overrides),
-        "setup": setup,
-        "soak": soaked,
-    }
+    soaked = await soak.run()  # first: the duration and load are taken after it ran
+    return scenario_results(args, spec, started, setup, soak=soaked)
 
 
 async def run_upgrade(
@@ -1357,6 +1348,17 @@ async def run_upgrade(
         say=lambda text: print(f"[{datetime.now(UTC):%H:%M:%S}] {text}", flush=True),
     )
     figures = await scenario.run()  # first: the duration and the load are the run's
+    return scenario_results(args, spec, started, setup, upgrade_under_load=figures)
+
+
+def scenario_results(
+    args: argparse.Namespace,
+    spec: FleetSpec,
+    started: float,
+    setup: dict[str, float],
+    **figures: Any,
+) -> dict[str, Any]:
+    """The JSON of a run of one scenario (--soak, --upgrade-under-load), taken once it ran."""
     return {
         "started": datetime.fromtimestamp(started, UTC).isoformat(timespec="seconds"),
         "duration_s": round(time.time() - started, 1),
@@ -1365,7 +1367,7 @@ async def run_upgrade(
         "parameters": {"racks": args.racks, "nodes": spec.total_nodes},
         "controller_settings": controller_settings(args.overrides),
         "setup": setup,
-        "upgrade_under_load": figures,
+        **figures,
     }
 
 

@@ -22,28 +22,28 @@ import contextlib
 import gc
 import random
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 
-from computedomain.api import constants as c
-from computedomain.api.resources import CLIQUES, COMPUTE_DOMAINS
+from computedomain.api.resources import COMPUTE_DOMAINS
 from computedomain.devcluster.controlplane import ControlPlane
-from computedomain.devcluster.convergence import caches_differences, status_liars
+from computedomain.devcluster.convergence import (
+    caches_differences,
+    names_left_by_deleted_cds,
+    status_liars,
+)
 from computedomain.devcluster.faultproxy import Faults, fault_proxy
-from computedomain.devcluster.harness import RunningController, compute_domain, start_controller
-from computedomain.devcluster.watching import watch_objects
-from computedomain.devcluster.workloads import STATEFULSETS, workload
-from computedomain.runtime import objects
+from computedomain.devcluster.harness import RunningController, start_controller
+from computedomain.devcluster.workloads import Jobs
 from computedomain.runtime import resources as r
 from computedomain.runtime.client import ApiError, KubeClient
 from computedomain.runtime.informer import Informer
 from computedomain.sim.context import SimSettings
 from computedomain.sim.faults import FaultSettings
-from computedomain.sim.fleet import RACK_LABEL
 from computedomain.sim.simulator import Simulator
 
 Obj = dict[str, Any]
@@ -77,16 +77,12 @@ class Soak:
     apiserver_restarts: int = 3
     compactions: int = 1
     rng: random.Random = field(init=False)
-    free: dict[str, list[str]] = field(default_factory=dict)  # rack -> free node names
-    held: dict[str, tuple[str, list[str]]] = field(default_factory=dict)  # CD -> rack, nodes
+    jobs: Jobs = field(init=False)
     rss: list[tuple[float, float]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.rng = random.Random(self.seed)  # noqa: S311 - a reproducible churn
-        for node in self.nodes:
-            rack = objects.labels(node).get(RACK_LABEL)
-            if rack and rack != "none":
-                self.free.setdefault(rack, []).append(objects.name(node))
+        self.jobs = Jobs(self.client, NAMESPACE, self.nodes, self.rng)
 
     async def run(self) -> dict[str, Any]:
         await _create_namespace(self.client, NAMESPACE)
@@ -134,10 +130,12 @@ class Soak:
                         else:
                             await self._compact()
                             compacted += 1
-                    if created < self.cds and await self._create(f"soak-{created:04d}"):
+                    size = self.rng.choice((1, 2, 3, 4))
+                    if created < self.cds and await self.jobs.create(f"soak-{created:04d}", size):
                         created += 1
-                    if self.held and (len(self.held) > 40 or self.rng.random() < 0.4):
-                        await self._delete(self.rng.choice(sorted(self.held)))
+                    held = self.jobs.held
+                    if held and (len(held) > 40 or self.rng.random() < 0.4):
+                        await self.jobs.delete(self.rng.choice(sorted(held)))
                         deleted += 1
                     await asyncio.sleep(pace)  # the churn's pace: time passing by design
                 proxy.faults = Faults.none()
@@ -146,9 +144,9 @@ class Soak:
                 faults = sorted({x.fault for x in proxy.exchanges if x.fault})
                 gaps = proxy.retry_gaps("throttle")
                 early = sum(1 for gap in gaps if gap < 0.95)
-                for name in sorted(self.held):
-                    await self._delete(name)
-                orphans = await self._orphans_after_deletion()
+                for name in sorted(self.jobs.held):
+                    await self.jobs.delete(name)
+                orphans = await names_left_by_deleted_cds(self.client, NAMESPACE)
             finally:
                 sampler.cancel()
                 controller.task.cancel()
@@ -214,50 +212,6 @@ class Soak:
             self.rss.append((time.monotonic() - begin, rss_mb()))
             await asyncio.sleep(10)
 
-    async def _create(self, name: str) -> bool:
-        size = self.rng.choice((1, 2, 3, 4))
-        racks = [rack for rack, free in self.free.items() if len(free) >= size]
-        if not racks:
-            return False
-        rack = self.rng.choice(sorted(racks))
-        taken = [self.free[rack].pop() for _ in range(size)]
-        self.held[name] = (rack, taken)
-        cd = compute_domain(name, f"{name}-channel", 0)
-        body = workload(name, size, rct_name=f"{name}-channel", hostnames=taken)
-        await self._persist(lambda: self.client.create(COMPUTE_DOMAINS, cd, NAMESPACE))
-        await self._persist(lambda: self.client.create(STATEFULSETS, body, NAMESPACE))
-        return True
-
-    async def _delete(self, name: str) -> None:
-        rack, taken = self.held.pop(name)
-        for res in (STATEFULSETS, COMPUTE_DOMAINS):
-            await self._persist(
-                lambda res=res: self.client.delete(
-                    res, name, NAMESPACE, propagation_policy="Background"
-                )
-            )
-        self.free[rack].extend(taken)
-
-    async def _persist(self, call: Callable[[], Awaitable[Any]]) -> None:
-        """The churn's own write, retried while the apiserver restarts (connection refused,
-        503 until its paths are installed); AlreadyExists and NotFound mean it was done."""
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                await call()
-                return
-            except ApiError as error:
-                if error.is_already_exists or error.is_not_found:
-                    return
-                if time.monotonic() > deadline or not (
-                    error.status >= 500 or error.is_too_many_requests
-                ):
-                    raise
-            except (OSError, TimeoutError, aiohttp.ClientError):
-                if time.monotonic() > deadline:
-                    raise
-            await asyncio.sleep(0.5)  # the apiserver has no watch to offer while it is down
-
     async def _converge(self, controller: RunningController, since: float) -> float | None:
         await controller.wait_synced(120)
         deadline = since + 300
@@ -269,27 +223,6 @@ class Soak:
             await asyncio.sleep(0.5)  # polling caches and LISTs: no watch tells this
         self.say(f"soak: NOT converged after 300 s: {'; '.join(problems[:5])}")
         return None
-
-    async def _orphans_after_deletion(self) -> list[str]:
-        """What still names a CD once every CD is gone: children and node labels at once,
-        cliques after the garbage collector had 2 minutes (their owners are daemon pods)."""
-        await watch_objects(
-            self.client,
-            COMPUTE_DOMAINS,
-            lambda items: not items,
-            namespace=NAMESPACE,
-            within=300,
-            what="every soak CD finalized",
-        )
-        deadline = time.monotonic() + 120
-        while True:
-            found: list[str] = []
-            for res in (r.DAEMONSETS, r.RESOURCE_CLAIM_TEMPLATES, CLIQUES, r.NODES):
-                listed = await self.client.list(res, label_selector=c.CD_LABEL)
-                found += [f"{res.kind} {objects.object_key(item)}" for item in listed["items"]]
-            if not found or time.monotonic() > deadline:
-                return found
-            await asyncio.sleep(2)  # garbage collection has no watch to wait on
 
 
 async def _create_namespace(client: KubeClient, name: str) -> None:

@@ -43,23 +43,22 @@ import yaml
 from kubernetes_asyncio.client import ApiClient
 
 from computedomain.api import constants as c
-from computedomain.api.resources import CLIQUES, COMPUTE_DOMAINS
+from computedomain.api.resources import COMPUTE_DOMAINS
 from computedomain.devcluster.assets import REPO_ROOT
 from computedomain.devcluster.audit import AuditedWrite, AuditLog, service_account_user, tally
 from computedomain.devcluster.controlplane import ControlPlane
+from computedomain.devcluster.convergence import names_left_by_deleted_cds
 from computedomain.devcluster.handover import LeaseSeen, handovers, pod_of, writer_overlaps
-from computedomain.devcluster.harness import compute_domain
 from computedomain.devcluster.helm import find_helm, helm_version
 from computedomain.devcluster.podrunner import Kubelet
 from computedomain.devcluster.watching import watch_object, watch_objects
-from computedomain.devcluster.workloads import STATEFULSETS, workload
+from computedomain.devcluster.workloads import Jobs
 from computedomain.runtime import objects
 from computedomain.runtime import resources as r
 from computedomain.runtime.client import ApiError, KubeClient
 from computedomain.runtime.objects import condition
 from computedomain.sim.context import SimSettings
 from computedomain.sim.faults import FaultSettings
-from computedomain.sim.fleet import RACK_LABEL
 from computedomain.sim.simulator import Simulator
 
 Obj = dict[str, Any]
@@ -90,8 +89,7 @@ class UpgradeUnderLoad:
     workdir: Path
     say: Callable[[str], None]
     rng: random.Random = field(init=False)
-    free: dict[str, list[str]] = field(default_factory=dict)  # rack -> free node names
-    held: dict[str, tuple[str, list[str]]] = field(default_factory=dict)  # CD -> rack, nodes
+    jobs: Jobs = field(init=False)
     steady: list[str] = field(default_factory=list)
     lease_seen: list[LeaseSeen] = field(default_factory=list)
     timeline: list[dict[str, Any]] = field(default_factory=list)
@@ -100,10 +98,7 @@ class UpgradeUnderLoad:
 
     def __post_init__(self) -> None:
         self.rng = random.Random(self.seed)  # noqa: S311 - a reproducible churn
-        for node in self.nodes:
-            rack = objects.labels(node).get(RACK_LABEL)
-            if rack and rack != "none":
-                self.free.setdefault(rack, []).append(objects.name(node))
+        self.jobs = Jobs(self.client, NAMESPACE, self.nodes, self.rng)
 
     # -- the run ---------------------------------------------------------------------------------
 
@@ -150,7 +145,7 @@ class UpgradeUnderLoad:
             await self._rolled(old_tag)
             for size in STEADY_SIZES:
                 name = f"steady-{size}"
-                if await self._create(name, size):
+                if await self.jobs.create(name, size):
                     self.steady.append(name)
             await self._steady_ready()
             stop = asyncio.Event()
@@ -189,9 +184,9 @@ class UpgradeUnderLoad:
                 f"upgrade: {daemons['pods_checked']} daemon pods checked, "
                 f"{daemons['pods_replaced']} replaced, {daemons['restarts']} restarts"
             )
-            for name in sorted(self.held):
-                await self._delete(name)
-            orphans = await self._orphans_after_deletion()
+            for name in sorted(self.jobs.held):
+                await self.jobs.delete(name)
+            orphans = await names_left_by_deleted_cds(self.client, NAMESPACE)
         finally:
             if churn_task is not None and not churn_task.done():
                 churn_task.cancel()
@@ -338,42 +333,15 @@ class UpgradeUnderLoad:
         created = deleted = 0
         pace = 2.0
         while not stop.is_set():
-            if await self._create(f"churn-{created:04d}", self.rng.choice((1, 2, 3, 4))):
+            if await self.jobs.create(f"churn-{created:04d}", self.rng.choice((1, 2, 3, 4))):
                 created += 1
-            churned = sorted(set(self.held) - set(self.steady))
+            churned = sorted(set(self.jobs.held) - set(self.steady))
             if churned and (len(churned) > 20 or self.rng.random() < 0.4):
-                await self._delete(self.rng.choice(churned))
+                await self.jobs.delete(self.rng.choice(churned))
                 deleted += 1
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), pace)  # the churn's pace: time by design
         return created, deleted
-
-    async def _create(self, name: str, size: int) -> bool:
-        racks = [rack for rack, free in self.free.items() if len(free) >= size]
-        if not racks:
-            return False
-        rack = self.rng.choice(sorted(racks))
-        taken = [self.free[rack].pop() for _ in range(size)]
-        self.held[name] = (rack, taken)
-        cd = compute_domain(name, f"{name}-channel", 0)
-        body = workload(name, size, rct_name=f"{name}-channel", hostnames=taken)
-        for res, obj in ((COMPUTE_DOMAINS, cd), (STATEFULSETS, body)):
-            try:
-                await self.client.create(res, obj, NAMESPACE)
-            except ApiError as error:
-                if not error.is_already_exists:
-                    raise
-        return True
-
-    async def _delete(self, name: str) -> None:
-        rack, taken = self.held.pop(name)
-        for res in (STATEFULSETS, COMPUTE_DOMAINS):
-            try:
-                await self.client.delete(res, name, NAMESPACE, propagation_policy="Background")
-            except ApiError as error:
-                if not error.is_not_found:
-                    raise
-        self.free[rack].extend(taken)
 
     async def _steady_ready(self) -> None:
         def ready(cds: dict[str, Obj]) -> bool:
@@ -423,27 +391,6 @@ class UpgradeUnderLoad:
                 if not objects.meta(cd).get("deletionTimestamp")
             },
         }
-
-    async def _orphans_after_deletion(self) -> list[str]:
-        """What still names a CD once every CD is gone (as hack/soak.py): children and node
-        labels at once, cliques after the garbage collector had 2 minutes."""
-        await watch_objects(
-            self.client,
-            COMPUTE_DOMAINS,
-            lambda items: not items,
-            namespace=NAMESPACE,
-            within=300,
-            what="every CD finalized",
-        )
-        deadline = time.monotonic() + 120
-        while True:
-            found: list[str] = []
-            for res in (r.DAEMONSETS, r.RESOURCE_CLAIM_TEMPLATES, CLIQUES, r.NODES):
-                listed = await self.client.list(res, label_selector=c.CD_LABEL)
-                found += [f"{res.kind} {objects.object_key(item)}" for item in listed["items"]]
-            if not found or time.monotonic() > deadline:
-                return found
-            await asyncio.sleep(2)  # garbage collection has no watch to wait on
 
     # -- small helpers ---------------------------------------------------------------------------
 

@@ -3,11 +3,14 @@ and every ComputeDomain's status against the cliques and daemon pods it is proje
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from computedomain.api import constants as c
 from computedomain.api.resources import CLIQUES, COMPUTE_DOMAINS
+from computedomain.devcluster.watching import watch_objects
 from computedomain.runtime import objects
 from computedomain.runtime import resources as r
 from computedomain.runtime.client import KubeClient
@@ -93,3 +96,28 @@ async def status_liars(kube: KubeClient, namespace: str, driver_namespace: str) 
             if ready and node and node not in entries:
                 problems.append(f"{name}: daemon {objects.name(pod)} on {node} is Ready, no entry")
     return problems
+
+
+async def names_left_by_deleted_cds(
+    kube: KubeClient, namespace: str, *, finalized_within: float = 300, gc_within: float = 120
+) -> list[str]:
+    """Once every CD in ``namespace`` is gone: what still names a CD (children, cliques, node
+    labels). Cliques go by garbage collection after their daemon pods (their owners), so they
+    get ``gc_within`` seconds."""
+    await watch_objects(
+        kube,
+        COMPUTE_DOMAINS,
+        lambda items: not items,
+        namespace=namespace,
+        within=finalized_within,
+        what="every CD finalized",
+    )
+    deadline = time.monotonic() + gc_within
+    while True:
+        found: list[str] = []
+        for res in (r.DAEMONSETS, r.RESOURCE_CLAIM_TEMPLATES, CLIQUES, r.NODES):
+            listed = await kube.list(res, label_selector=c.CD_LABEL)
+            found += [f"{res.kind} {objects.object_key(item)}" for item in listed["items"]]
+        if not found or time.monotonic() > deadline:
+            return found
+        await asyncio.sleep(2)  # garbage collection has no watch to wait on
