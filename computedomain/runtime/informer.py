@@ -171,8 +171,6 @@ class Informer:
         # Polling: deletions fed in since the last list, which an older list must not undo.
         self._fed_deletions: dict[str, Obj] = {}
         self._resource_version: str | None = None
-        # The last watch delivered at least one event (bookmarks count) before it ended.
-        self._watch_progressed = False
         self._last_error: str | None = None
         self.relists = 0
         # LIST requests sent, pages included (tests read it).
@@ -230,10 +228,6 @@ class Informer:
                     "Informer failed unexpectedly", extra={"informer": self.name, "err": str(error)}
                 )
                 retry_after = None
-            if self._watch_progressed:
-                # The stream was established and delivered before it broke (a reset, a cut
-                # connection): a new failure, not one more of a series.
-                self._backoff.reset()
             await self.clock.sleep(max(self._backoff.next_delay(), retry_after or 0.0))
 
     # -- list / watch -----------------------------------------------------------------------
@@ -351,7 +345,6 @@ class Informer:
         timeout_seconds = self._rng.randint(low, high)
         started = self.clock.now()
         events = 0
-        self._watch_progressed = False
         try:
             async for event_type, obj in self.client.watch(
                 self.resource,
@@ -366,7 +359,10 @@ class Informer:
             ):
                 events += 1
                 self.feed(event_type, obj)
-                self._watch_progressed = True
+                if events == 1:
+                    # The stream works: a failure after this (a reset, a cut connection) is a
+                    # new one, not one more of a series, so it starts from the first delay.
+                    self._backoff.reset()
         except ApiError as error:
             if error.is_gone or "too large resource version" in error.message.lower():
                 log.info(
@@ -386,8 +382,6 @@ class Informer:
         if events == 0 and self.clock.now() - started < 1.0:
             # The server closed an empty watch at once: do not spin.
             await self.clock.sleep(self._backoff.next_delay())
-        else:
-            self._backoff.reset()
 
     def feed(self, event_type: str, obj: Obj) -> None:
         """One watch event (ADDED, MODIFIED, DELETED or BOOKMARK), as the watch delivers it."""
