@@ -26,6 +26,7 @@ from computedomain import distribution_version
 from computedomain.api import constants as c
 from computedomain.domain.selectors import SelectorError, matches, parse_selector
 from computedomain.domain.settings import DaemonSettings, ReconcilerSettings
+from computedomain.runtime.featuregates import FeatureGateError, parse_gates
 
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
@@ -61,32 +62,17 @@ def parse_duration(text: str, flag: str = "") -> float:
     return total
 
 
-# Go's strconv.ParseBool, which NVIDIA's feature-gate parser uses; any case of true/false too.
-_GATE_TRUE = frozenset({"1", "t", "T", "TRUE", "true", "True"})
-_GATE_FALSE = frozenset({"0", "f", "F", "FALSE", "false", "False"})
-
-
 def feature_gate_values(text: str, flag: str = "") -> dict[str, bool]:
     """Every gate "Name=true,Other=false," names (trailing comma ok), NVIDIA's included; refuses,
     as NVIDIA's binary does, a malformed pair or a name no NVIDIA component knows."""
-    given: dict[str, bool] = {}
-    for item in filter(None, (part.strip() for part in text.split(","))):
-        name, sep, raw = item.partition("=")
-        name, raw = name.strip(), raw.strip()
-        if not sep:
-            raise ConfigError(f"{_where(flag)}missing bool value for {name} (want {name}=true)")
-        if raw in _GATE_TRUE or raw.lower() == "true":
-            value = True
-        elif raw in _GATE_FALSE or raw.lower() == "false":
-            value = False
-        else:
-            raise ConfigError(
-                f"{_where(flag)}invalid feature gate {item!r} (want Name=true or Name=false)"
-            )
+    try:
+        given = parse_gates(text)
+    except FeatureGateError as err:
+        raise ConfigError(f"{_where(flag)}{err}") from None
+    for name in given:
         if name not in c.DEFAULT_FEATURE_GATES and name not in c.NVIDIA_OTHER_FEATURE_GATES:
             known = ", ".join(sorted({*c.DEFAULT_FEATURE_GATES, *c.NVIDIA_OTHER_FEATURE_GATES}))
             raise ConfigError(f"{_where(flag)}unrecognized feature gate: {name} (known: {known})")
-        given[name] = value
     return given
 
 

@@ -22,9 +22,9 @@ from computedomain.api.v1beta1 import (
 from computedomain.domain.labels import cd_uid_of, cd_uids_of_clique, clique_id_of_clique
 from computedomain.runtime import objects
 from computedomain.runtime.clock import parse_time
+from computedomain.runtime.featuregates import parse_gates
 
 _TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
-_GO_TRUE = frozenset({"1", "t", "T", "true", "TRUE", "True"})
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -334,25 +334,6 @@ def stale_clique_entries(clique: ComputeDomainClique, pods: Iterable[DaemonPod])
     return sorted({d.node_name for d in clique.daemons if d.node_name not in backed})
 
 
-def _parse_bool(value: str) -> bool | None:
-    if value in _GO_TRUE:
-        return True
-    if value in {"0", "f", "F", "false", "FALSE", "False"}:
-        return False
-    return None
-
-
-def parse_feature_gates(text: str) -> dict[str, bool]:
-    """``A=true,B=false,`` → {"A": True, "B": False}; malformed pairs are skipped."""
-    gates: dict[str, bool] = {}
-    for item in text.split(","):
-        name, sep, raw = item.strip().partition("=")
-        value = _parse_bool(raw.strip())
-        if sep and name and value is not None:
-            gates[name.strip()] = value
-    return gates
-
-
 def _daemon_env(daemonset: Mapping[str, Any]) -> Iterable[Mapping[str, Any]]:
     spec = ((daemonset.get("spec") or {}).get("template") or {}).get("spec") or {}
     for container in spec.get("containers") or []:
@@ -369,7 +350,7 @@ def uses_legacy_protocol(daemonset: Mapping[str, Any]) -> bool:
     """
     for env in _daemon_env(daemonset):
         if env.get("name") == c.FEATURE_GATES_ENV:
-            gates = parse_feature_gates(str(env.get("value") or ""))
+            gates = parse_gates(str(env.get("value") or ""), strict=False)
             return not gates.get(c.GATE_CLIQUES, False)
     return True
 

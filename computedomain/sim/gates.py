@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from computedomain.api import constants as c
+from computedomain.runtime.featuregates import FeatureGateError, parse_gates
 
 
 class InvalidFeatureGatesError(ValueError):
@@ -14,21 +15,12 @@ class InvalidFeatureGatesError(ValueError):
 
 
 def parse_feature_gates(value: str | None) -> dict[str, bool]:
-    """Parse ``A=true,B=false,`` (trailing comma allowed) into a mapping.
-
-    Unknown names are kept: whether to reject them is the caller's decision.
-    """
-    gates: dict[str, bool] = {}
-    for part in (value or "").split(","):
-        item = part.strip()
-        if not item:
-            continue
-        name, sep, raw = item.partition("=")
-        name, raw = name.strip(), raw.strip().lower()
-        if not sep or not name or raw not in ("true", "false"):
-            raise InvalidFeatureGatesError(f"invalid feature gate {item!r}")
-        gates[name] = raw == "true"
-    return gates
+    """``A=true,B=false,`` (trailing comma allowed) as a mapping; a malformed pair raises.
+    Unknown names are kept: whether to reject them is the caller's decision."""
+    try:
+        return parse_gates(value)
+    except FeatureGateError as err:
+        raise InvalidFeatureGatesError(str(err)) from None
 
 
 @dataclass(frozen=True)
