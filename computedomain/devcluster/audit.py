@@ -11,9 +11,10 @@ import json
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
 from typing import Any
+
+from computedomain.runtime.clock import parse_time
 
 # The pod a pod-bound ServiceAccount token belongs to, in the request's user info.
 POD_NAME_EXTRA = "authentication.kubernetes.io/pod-name"
@@ -92,10 +93,8 @@ class AuditLog:
 
 
 def _epoch(stamp: Any) -> float:
-    """An audit timestamp (RFC 3339 with microseconds) as seconds since the epoch; 0 if none."""
-    if not isinstance(stamp, str) or not stamp:
-        return 0.0
-    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+    """An audit timestamp (a MicroTime) as seconds since the epoch; 0 if none."""
+    return parse_time(stamp).timestamp() if isinstance(stamp, str) and stamp else 0.0
 
 
 def tally(writes: Iterable[AuditedWrite]) -> dict[str, int]:

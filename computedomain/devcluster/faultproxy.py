@@ -29,8 +29,8 @@ import socket
 import ssl
 import struct
 import time
-from collections.abc import AsyncIterator
-from dataclasses import dataclass, field, replace
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -126,13 +126,6 @@ class FaultProxy:
         config["clusters"][0]["cluster"]["server"] = f"https://127.0.0.1:{self.port}"
         path.write_text(yaml.safe_dump(config))
         return path
-
-    @property
-    def url(self) -> str:
-        return f"https://127.0.0.1:{self.port}"
-
-    def set_faults(self, **changes: Any) -> None:
-        self.faults = replace(self.faults, **changes)
 
     # -- life cycle -------------------------------------------------------------------------
 
@@ -265,7 +258,7 @@ class FaultProxy:
         self,
         request: web.Request,
         upstream: aiohttp.ClientResponse,
-        record: Any,
+        record: Callable[[int, str], None],
         faults: Faults,
     ) -> web.StreamResponse:
         response = web.StreamResponse(status=upstream.status)
@@ -276,7 +269,7 @@ class FaultProxy:
         by_reset = self._chance(faults.watch_cut_reset_share)
         try:
             async with asyncio.timeout(cut_after):
-                async for chunk in _chunks(upstream):
+                async for chunk in upstream.content.iter_any():
                     await response.write(chunk)
         except TimeoutError:
             if by_reset:
@@ -289,11 +282,6 @@ class FaultProxy:
         record(200, "")
         await response.write_eof()
         return response
-
-
-async def _chunks(upstream: aiohttp.ClientResponse) -> AsyncIterator[bytes]:
-    async for chunk in upstream.content.iter_any():
-        yield chunk
 
 
 def _status_response(
@@ -325,14 +313,13 @@ def _reset(request: web.Request) -> None:
 
 @contextlib.asynccontextmanager
 async def fault_proxy(
-    kubeconfig: Path, pki_dir: Path, *, seed: int = 0, faults: Faults | None = None
+    kubeconfig: Path, pki_dir: Path, *, seed: int = 0
 ) -> AsyncIterator[FaultProxy]:
     """A started proxy to the cluster of ``kubeconfig``, whose PKI (the apiserver's serving
-    certificate) is in ``pki_dir``; stopped on exit."""
+    certificate) is in ``pki_dir``, with no fault until ``proxy.faults`` says; stopped on exit."""
     proxy = FaultProxy.for_kubeconfig(
         kubeconfig, pki_dir / "apiserver.crt", pki_dir / "apiserver.key", seed=seed
     )
-    proxy.faults = faults or Faults()
     await proxy.start()
     try:
         yield proxy
