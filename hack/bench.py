@@ -28,7 +28,6 @@ import logging
 import math
 import os
 import platform
-import resource
 import statistics
 import subprocess
 import sys
@@ -49,10 +48,11 @@ from computedomain.api.resources import CLIQUES, COMPUTE_DOMAINS
 from computedomain.app import REPORTING_CONTROLLER, ControllerProcess
 from computedomain.config import SETTINGS, ConfigError, environ, parse_settings
 from computedomain.devcluster.clients import api_client_from_kubeconfig
-from computedomain.devcluster.cluster import populate
+from computedomain.devcluster.cluster import ensure_namespace, populate
 from computedomain.devcluster.controlplane import ControlPlane, free_port
 from computedomain.devcluster.harness import WRITE_METHODS, RunningController, compute_domain
 from computedomain.devcluster.harness import start_controller as start_controller_in_process
+from computedomain.devcluster.processes import rss_mb
 from computedomain.devcluster.watching import watch_objects
 from computedomain.devcluster.workloads import STATEFULSETS, workload
 from computedomain.observability.logging import configure_logging
@@ -90,14 +90,6 @@ Obj = dict[str, Any]
 
 def now() -> float:
     return time.monotonic()
-
-
-def rss_mb() -> float:
-    """Current resident set size of this process (VmRSS), in MiB."""
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024.0
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
 def settled_rss_mb() -> float:
@@ -331,11 +323,6 @@ class ObjectWatch:
 # -- objects -------------------------------------------------------------------------------------
 
 
-async def create_namespace(client: KubeClient, name: str) -> None:
-    body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
-    await client.create(r.NAMESPACES, body)
-
-
 # -- phases --------------------------------------------------------------------------------------
 
 
@@ -379,7 +366,7 @@ class Bench:
     async def burst(self) -> None:
         n = self.args.cds
         ns = "bench-burst"
-        await create_namespace(self.client, ns)
+        await ensure_namespace(self.client, ns)
         await self.ctl.settle(quiet=2.0, limit=30)
         writes_before, by_method_before = self.ctl.writes(), self.ctl.writes_by_method()
         conflicts_before, tally_before = self.ctl.conflicts(), self.ctl.tally.snapshot()
@@ -501,7 +488,7 @@ class Bench:
     async def projection(self) -> None:
         changes = self.args.changes
         ns = "bench-latency"
-        await create_namespace(self.client, ns)
+        await ensure_namespace(self.client, ns)
         entries_needed = math.ceil(changes / 2)
         fabric = [n for n in self.nodes if labels(n).get(c.GPU_CLIQUE_NODE_LABEL)]
         chosen = fabric[:entries_needed]
@@ -599,7 +586,7 @@ class Bench:
         m: int = self.args.jobs
         k: int = self.args.workers
         ns = "bench-e2e"
-        await create_namespace(self.client, ns)
+        await ensure_namespace(self.client, ns)
         settings = SimSettings(
             driver_namespace=DRIVER_NAMESPACE,
             faults=FaultSettings(),
@@ -764,13 +751,6 @@ asyncio.run(main())
 """
 
 
-def proc_rss_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024.0
-    return 0.0
-
-
 def proc_cpu_s(pid: int) -> float:
     """User + system CPU seconds of the process (all threads)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -832,7 +812,7 @@ async def measure_process(
         while now() - begin < 120 and child.returncode is None:
             text = await scrape(client, port)
             if metric_total(text, "controller_runtime_reconcile_total") > 0:
-                startup, rss_start = now() - begin, proc_rss_mb(child.pid)
+                startup, rss_start = now() - begin, rss_mb(child.pid)
                 break
             await asyncio.sleep(0.02)
         if startup is None or rss_start is None:
@@ -844,7 +824,7 @@ async def measure_process(
             total = metric_total(await scrape(client, port), "controller_runtime_reconcile_total")
             if total != last:
                 last, since = total, now()
-        gc_settled = proc_rss_mb(child.pid)
+        gc_settled = rss_mb(child.pid)
         cpu_before = proc_cpu_s(child.pid)
         await asyncio.sleep(idle_window)
         cpu = proc_cpu_s(child.pid) - cpu_before
@@ -1248,7 +1228,7 @@ async def run(args: argparse.Namespace, cp: ControlPlane, started: float) -> dic
         await populate(cp, spec, ready_timeout=600)
         setup["fleet_ready_s"] = round(now() - begin, 1)
         print(f"fleet: {spec.total_nodes} nodes Ready in {setup['fleet_ready_s']:.0f}s", flush=True)
-        await create_namespace(client, DRIVER_NAMESPACE)
+        await ensure_namespace(client, DRIVER_NAMESPACE)
         if args.upgrade_under_load:  # the chart creates the daemon ServiceAccount
             return await run_upgrade(args, cp, api, client, sim_client, spec, started, setup)
         sa = {

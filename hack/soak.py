@@ -18,7 +18,6 @@ Then:
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import gc
 import random
 import time
@@ -30,6 +29,7 @@ from typing import Any
 import aiohttp
 
 from computedomain.api.resources import COMPUTE_DOMAINS
+from computedomain.devcluster.cluster import ensure_namespace
 from computedomain.devcluster.controlplane import ControlPlane
 from computedomain.devcluster.convergence import (
     caches_differences,
@@ -38,6 +38,7 @@ from computedomain.devcluster.convergence import (
 )
 from computedomain.devcluster.faultproxy import Faults, fault_proxy
 from computedomain.devcluster.harness import RunningController, start_controller
+from computedomain.devcluster.processes import rss_mb
 from computedomain.devcluster.workloads import Jobs
 from computedomain.runtime import resources as r
 from computedomain.runtime.client import ApiError, KubeClient
@@ -50,13 +51,6 @@ Obj = dict[str, Any]
 NAMESPACE = "bench-soak"
 # Faults are on from this share of the run to that one; the rest runs clean.
 FAULT_WINDOW = (0.15, 0.75)
-
-
-def rss_mb() -> float:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024.0
-    return 0.0
 
 
 @dataclass
@@ -85,7 +79,7 @@ class Soak:
         self.jobs = Jobs(self.client, NAMESPACE, self.nodes, self.rng)
 
     async def run(self) -> dict[str, Any]:
-        await _create_namespace(self.client, NAMESPACE)
+        await ensure_namespace(self.client, NAMESPACE)
         settings = SimSettings(
             driver_namespace=self.driver_namespace, faults=FaultSettings(), seed=self.seed
         )
@@ -223,9 +217,3 @@ class Soak:
             await asyncio.sleep(0.5)  # polling caches and LISTs: no watch tells this
         self.say(f"soak: NOT converged after 300 s: {'; '.join(problems[:5])}")
         return None
-
-
-async def _create_namespace(client: KubeClient, name: str) -> None:
-    body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
-    with contextlib.suppress(ApiError):
-        await client.create(r.NAMESPACES, body)

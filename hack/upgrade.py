@@ -46,6 +46,7 @@ from computedomain.api import constants as c
 from computedomain.api.resources import COMPUTE_DOMAINS
 from computedomain.devcluster.assets import REPO_ROOT
 from computedomain.devcluster.audit import AuditedWrite, AuditLog, service_account_user, tally
+from computedomain.devcluster.cluster import ensure_namespace
 from computedomain.devcluster.controlplane import ControlPlane
 from computedomain.devcluster.convergence import names_left_by_deleted_cds
 from computedomain.devcluster.handover import LeaseSeen, handovers, pod_of, writer_overlaps
@@ -55,7 +56,7 @@ from computedomain.devcluster.watching import watch_object, watch_objects
 from computedomain.devcluster.workloads import Jobs
 from computedomain.runtime import objects
 from computedomain.runtime import resources as r
-from computedomain.runtime.client import ApiError, KubeClient
+from computedomain.runtime.client import KubeClient
 from computedomain.runtime.objects import condition
 from computedomain.sim.context import SimSettings
 from computedomain.sim.faults import FaultSettings
@@ -110,7 +111,7 @@ class UpgradeUnderLoad:
         self.helm = await asyncio.to_thread(find_helm, build=True)
         app_version = str(yaml.safe_load((CHART / "Chart.yaml").read_text())["appVersion"])
         old_tag, new_tag = app_version, f"{app_version}-next"
-        await _create_namespace(self.client, NAMESPACE)
+        await ensure_namespace(self.client, NAMESPACE)
         mark = audit.mark()
         self.begin = time.monotonic()
         kubelet = Kubelet(
@@ -448,9 +449,3 @@ def _compare_daemons(
 
 def _holder(lease: Obj | None) -> str:
     return str(((lease or {}).get("spec") or {}).get("holderIdentity") or "")
-
-
-async def _create_namespace(client: KubeClient, name: str) -> None:
-    body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
-    with contextlib.suppress(ApiError):
-        await client.create(r.NAMESPACES, body)

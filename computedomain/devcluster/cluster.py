@@ -11,7 +11,19 @@ from collections.abc import Callable
 from computedomain.devcluster.clients import api_client_from_kubeconfig
 from computedomain.devcluster.controlplane import ControlPlane
 from computedomain.devcluster.crds import CRD_DIR, apply_crds
+from computedomain.runtime.client import ApiError, KubeClient
+from computedomain.runtime.resources import NAMESPACES
 from computedomain.sim.fleet import FleetSpec, create_fleet, wait_nodes_ready
+
+
+async def ensure_namespace(client: KubeClient, name: str) -> None:
+    """The namespace exists (made now, or already there)."""
+    body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
+    try:
+        await client.create(NAMESPACES, body)
+    except ApiError as error:
+        if not error.is_already_exists:
+            raise
 
 
 async def populate(

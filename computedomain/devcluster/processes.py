@@ -39,6 +39,18 @@ def pid_runs(pid: int, binary_name: str) -> bool:
     return Path(argv0).name == binary_name
 
 
+def rss_mb(pid: int | str = "self") -> float:
+    """A process's resident set size (``VmRSS``), in MiB; 0 when it has none (gone)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return 0.0
+    for line in status.splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024.0
+    return 0.0
+
+
 def tail(path: Path, lines: int = 25) -> str:
     """The last ``lines`` lines of a log, for an error message."""
     try:
