@@ -28,6 +28,7 @@ from typing import Any
 import yaml
 
 from computedomain.devcluster.assets import REPO_ROOT
+from computedomain.devcluster.podrunner import resolve_env
 from computedomain.devcluster.processes import ChildProcess, spawn
 
 UPSTREAM_BUILD_SCRIPT = REPO_ROOT / "hack" / "upstream" / "build.sh"
@@ -152,18 +153,9 @@ def chart_controller_container(
 def container_environment(
     container: Mapping[str, Any], pod_name: str, namespace: str
 ) -> dict[str, str]:
-    """The container's env as the kubelet would resolve it for a pod ``namespace/pod_name``."""
-    field_values = {"metadata.name": pod_name, "metadata.namespace": namespace}
-    env: dict[str, str] = {}
-    for entry in container.get("env") or []:
-        if "value" in entry:
-            env[entry["name"]] = str(entry["value"])
-            continue
-        field = ((entry.get("valueFrom") or {}).get("fieldRef") or {}).get("fieldPath")
-        if field not in field_values:
-            raise ValueError(f"cannot resolve env {entry['name']} from {entry.get('valueFrom')}")
-        env[entry["name"]] = field_values[field]
-    return env
+    """The container's env as the kubelet would resolve it for a pod ``namespace/pod_name``
+    (the stand-in kubelet's own resolution)."""
+    return resolve_env({"metadata": {"name": pod_name, "namespace": namespace}}, container)
 
 
 def expand(argument: str, env: Mapping[str, str]) -> str:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from computedomain.devcluster.podrunner import PodRunError
 from computedomain.devcluster.upstream import (
     UpstreamBuild,
     UpstreamUnavailableError,
@@ -50,7 +51,7 @@ def test_container_environment_resolves_values_and_field_refs() -> None:
 
 def test_container_environment_refuses_what_it_cannot_resolve() -> None:
     container = {"env": [{"name": "X", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}}]}
-    with pytest.raises(ValueError, match="cannot resolve env X"):
+    with pytest.raises(PodRunError, match="env X: only values and fieldRefs"):
         container_environment(container, "pod-0", "driver")
 
 
