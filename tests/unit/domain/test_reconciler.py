@@ -141,6 +141,17 @@ def labelled(name: str, namespace: str, uid: str = UID, **extra_labels: str) -> 
     }
 
 
+def daemon_entry(node_name: str, ip: str, status: str, clique_id: str = "rack0.0") -> Obj:
+    """One daemon's entry in a clique, as NVIDIA's daemon writes it."""
+    return {
+        "nodeName": node_name,
+        "ipAddress": ip,
+        "cliqueID": clique_id,
+        "index": 0,
+        "status": status,
+    }
+
+
 def clique_of_cd(clique_id: str, daemons: list[Obj]) -> Obj:
     """The CD's ComputeDomainClique for ``clique_id`` in the driver namespace."""
     return {
@@ -382,13 +393,7 @@ async def test_a_pruned_clique_entry_leaves_status_in_the_same_reconcile(world: 
     node leaves one reconcile late, and an entry re-added meanwhile never leaves at all."""
     cd = world.client.add(COMPUTE_DOMAINS, {**compute_domain(), "status": {"status": "Ready"}})
     clique_id = "rack0.0"
-    ghost_entry = {
-        "nodeName": "ghost-node",
-        "ipAddress": "10.0.0.9",
-        "cliqueID": clique_id,
-        "index": 0,
-        "status": c.STATUS_NOT_READY,
-    }
+    ghost_entry = daemon_entry("ghost-node", "10.0.0.9", c.STATUS_NOT_READY)
     clique = world.client.add(CLIQUES, clique_of_cd(clique_id, [ghost_entry]))
     world.fill(cds=[cd], service_accounts=[service_account()], cliques=[clique])
     await world.reconcile(f"{NS}/cd")  # children, status with the entry; stale from now on
@@ -416,13 +421,7 @@ async def test_pruning_spares_an_entry_whose_daemon_pod_the_cache_has_not_seen(
     grace period starts over."""
     cd = world.client.add(COMPUTE_DOMAINS, {**compute_domain(), "status": {"status": "Ready"}})
     clique_id = "rack0.0"
-    entry = {
-        "nodeName": "node-a",
-        "ipAddress": "10.0.0.7",
-        "cliqueID": clique_id,
-        "index": 0,
-        "status": c.STATUS_READY,
-    }
+    entry = daemon_entry("node-a", "10.0.0.7", c.STATUS_READY)
     clique = world.client.add(CLIQUES, clique_of_cd(clique_id, [entry]))
     pod = labelled("daemon-node-a", DRIVER_NS, **{c.CLIQUE_ID_LABEL: clique_id})
     pod["spec"] = {"nodeName": "node-a"}
@@ -476,10 +475,8 @@ async def test_a_prune_on_a_stale_clique_is_a_conflict_and_looks_again_soon(
     CD is looked at again half a second later, from the newer clique."""
     cd = world.client.add(COMPUTE_DOMAINS, {**compute_domain(), "status": {"status": "Ready"}})
     clique_name = c.clique_name(UID, "rack0.0")
-    entry = {"nodeName": "gone", "ipAddress": "10.0.0.9", "cliqueID": "rack0.0", "index": 0}
-    clique = world.client.add(
-        CLIQUES, clique_of_cd("rack0.0", [{**entry, "status": c.STATUS_NOT_READY}])
-    )
+    entry = daemon_entry("gone", "10.0.0.9", c.STATUS_NOT_READY)
+    clique = world.client.add(CLIQUES, clique_of_cd("rack0.0", [entry]))
     world.fill(cds=[cd], service_accounts=[service_account()], cliques=[clique])
     await world.reconcile(f"{NS}/cd")
     await world.clock.advance(SETTINGS.orphan_grace_period)
