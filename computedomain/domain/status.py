@@ -327,6 +327,7 @@ class StatusWriter:
         wait: float | None = None
         pruned = False
         seen: set[tuple[str, str]] = set()
+        live: dict[str, list[projection.DaemonPod]] = {}  # namespace -> listed once per pass
         for raw in ctx.caches.cliques_of(uid):
             clique = projection.clique_from_dict(raw)
             due = []
@@ -340,7 +341,7 @@ class StatusWriter:
                 else:
                     wait = remaining if wait is None else min(wait, remaining)
             if due:
-                due = await self._still_stale(uid, clique, due, memory)
+                due = await self._still_stale(uid, clique, due, memory, live)
             if due:
                 body = dict(raw)
                 body["daemons"] = [
@@ -365,21 +366,27 @@ class StatusWriter:
         return wait, pruned
 
     async def _still_stale(
-        self, uid: str, clique: ComputeDomainClique, due: list[str], memory: DomainMemory
+        self,
+        uid: str,
+        clique: ComputeDomainClique,
+        due: list[str],
+        memory: DomainMemory,
+        live: dict[str, list[projection.DaemonPod]],
     ) -> list[str]:
         """The entries of ``due`` that no daemon pod backs in the apiserver either.
 
         Removing an entry is destructive (a live daemon does not write it again), and the pod
         cache may lag the clique cache by any amount after a cut watch: so the pods are
-        listed live first, and an entry a pod backs there starts its grace period over.
+        listed live first (once per namespace and pass, in ``live``), and an entry a pod backs
+        there starts its grace period over.
         """
-        listed = await self._ctx.client.list(
-            PODS,
-            namespace=clique.metadata.namespace,
-            label_selector=f"{c.CD_LABEL}={uid}",
-        )
-        live = [projection.daemon_pod_from_dict(pod) for pod in listed["items"]]
-        stale = set(projection.stale_clique_entries(clique, live))
+        namespace = clique.metadata.namespace or ""
+        if namespace not in live:
+            listed = await self._ctx.client.list(
+                PODS, namespace=namespace, label_selector=f"{c.CD_LABEL}={uid}"
+            )
+            live[namespace] = [projection.daemon_pod_from_dict(pod) for pod in listed["items"]]
+        stale = set(projection.stale_clique_entries(clique, live[namespace]))
         for node_name in set(due) - stale:
             memory.stale_entry_since.pop((clique.metadata.name, node_name), None)
             log.info(

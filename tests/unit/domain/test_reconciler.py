@@ -491,3 +491,29 @@ async def test_a_prune_on_a_stale_clique_is_a_conflict_and_looks_again_soon(
     assert world.client.bodies[1]["daemons"] == []  # what the prune wanted
     assert world.client.objects[("computedomaincliques", DRIVER_NS, clique_name)] == newer
     assert result.requeue_after == 0.5
+
+
+async def test_one_live_pod_list_serves_every_clique_of_a_pass(world: World) -> None:
+    """Two cliques with a stale entry each: the daemon pods are listed once, not per clique."""
+    cd = world.client.add(COMPUTE_DOMAINS, {**compute_domain(), "status": {"status": "Ready"}})
+    cliques = [
+        world.client.add(
+            CLIQUES,
+            clique_of_cd(
+                clique_id, [daemon_entry(node, "10.0.0.9", c.STATUS_NOT_READY, clique_id)]
+            ),
+        )
+        for clique_id, node in (("rack0.0", "ghost-a"), ("rack1.0", "ghost-b"))
+    ]
+    world.fill(cds=[cd], service_accounts=[service_account()], cliques=cliques)
+    await world.reconcile(f"{NS}/cd")
+    await world.clock.advance(SETTINGS.orphan_grace_period)
+
+    await world.reconcile(f"{NS}/cd")
+
+    assert world.client.calls == [
+        ("list", "pods", f"{DRIVER_NS}/{c.CD_LABEL}={UID}"),
+        ("replace", "computedomaincliques", f"{DRIVER_NS}/{c.clique_name(UID, 'rack0.0')}"),
+        ("replace", "computedomaincliques", f"{DRIVER_NS}/{c.clique_name(UID, 'rack1.0')}"),
+        ("patch", "computedomains/status", f"{NS}/cd"),
+    ]
