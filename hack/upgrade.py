@@ -134,7 +134,7 @@ class UpgradeUnderLoad:
         churn_task: asyncio.Task[tuple[int, int]] | None = None
         try:
             await asyncio.wait_for(simulator.wait_ready(), timeout=120)
-            env = [{"name": k, "value": v} for k, v in {**self.overrides}.items()]
+            env = [{"name": k, "value": v} for k, v in self.overrides.items()]
             await self._helm(
                 "install", RELEASE, str(CHART),
                 "--set", "controller.replicas=2",
