@@ -911,7 +911,7 @@ def report(results: dict[str, Any]) -> str:
     soak = results.get("soak")
     if soak:
         converged = soak["convergence_s"]
-        rss = soak["rss_mb"] or [0.0]
+        rss = soak["last_controller_rss_mb"] or [0.0]
         rows += [
             (
                 f"Soak: {soak['seconds']:.0f} s, CDs created / controller kills / apiserver "
@@ -935,7 +935,8 @@ def report(results: dict[str, Any]) -> str:
                 "",
             ),
             (
-                "Soak: RSS first / max / last (controller + simulator + proxy)",
+                f"Soak: last controller's RSS first / max / last over "
+                f"{soak['last_controller_lived_s']:.0f} s of churn (its own process)",
                 f"{rss[0]:.0f} / {max(rss):.0f} / {rss[-1]:.0f} MiB",
                 "no growth",
                 "",
@@ -1167,7 +1168,8 @@ def build_parser() -> argparse.ArgumentParser:
         type=float,
         metavar="SECONDS",
         help="run only the soak scenario (hack/soak.py) for this long: churn through the "
-        "fault proxy, controller kills, then convergence, orphans and RSS",
+        "fault proxy, controller kills (SIGKILL) in the first 70%%, then convergence, "
+        "orphans and the controller process's RSS",
     )
     parser.add_argument("--soak-cds", type=int, default=300, help="CDs created in the soak")
     parser.add_argument("--soak-kills", type=int, default=10, help="controller kills in the soak")

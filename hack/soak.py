@@ -6,20 +6,27 @@ given time ComputeDomains with 1-4 node workloads are created and deleted; the p
 (latency, 429 + Retry-After, 500/503 before and after the apiserver acted, mid-body resets,
 watch cuts) are on for the middle part of it, the apiserver is killed and started again and
 etcd is compacted (every resuming watch then gets 410) within that part, and the controller is
-killed (its task cancelled, no lease release, no drain) and started again at even intervals.
-Then:
+killed (SIGKILL: no lease release, no drain) and started again at even intervals within the
+first ``KILL_WINDOW`` of the run; the last one lives through the rest, so its memory is seen
+under churn for minutes. Then:
 
 - convergence: seconds from the last fault (faults off, last restart) until every informer's
   cache equals a fresh LIST and every CD's status says what its cliques and daemon pods say;
 - orphans: after every CD is deleted, children, cliques and node labels still naming a CD;
-- RSS of this process (controller, simulator and proxy together) sampled over the run.
+- the controller's own RSS: it runs as a process of its own (``hack/soak_controller.py``: the
+  controller plus a line protocol on stdin/stdout through which this process asks for its
+  caches' differences from a fresh LIST), sampled every 10 s.
 """
 
 from __future__ import annotations
 
 import asyncio
-import gc
+import json
+import os
 import random
+import signal
+import sys
+import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -32,17 +39,14 @@ from computedomain.api.resources import COMPUTE_DOMAINS
 from computedomain.devcluster.cluster import ensure_namespace
 from computedomain.devcluster.controlplane import ControlPlane
 from computedomain.devcluster.convergence import (
-    caches_differences,
     names_left_by_deleted_cds,
     status_liars,
 )
 from computedomain.devcluster.faultproxy import Faults, fault_proxy
-from computedomain.devcluster.harness import RunningController, start_controller
 from computedomain.devcluster.processes import rss_mb
 from computedomain.devcluster.workloads import Jobs
 from computedomain.runtime import resources as r
 from computedomain.runtime.client import ApiError, KubeClient
-from computedomain.runtime.informer import Informer
 from computedomain.sim.context import SimSettings
 from computedomain.sim.faults import FaultSettings
 from computedomain.sim.simulator import Simulator
@@ -51,6 +55,57 @@ Obj = dict[str, Any]
 NAMESPACE = "bench-soak"
 # Faults are on from this share of the run to that one; the rest runs clean.
 FAULT_WINDOW = (0.15, 0.75)
+# Controller kills fall within this first share of the run; the last controller lives on.
+KILL_WINDOW = 0.7
+RSS_SAMPLE_EVERY_S = 10.0
+CHILD = Path(__file__).with_name("soak_controller.py")
+
+
+@dataclass
+class ControllerChild:
+    """One controller process of the soak (see ``serve_controller``), with its stderr in a log."""
+
+    process: asyncio.subprocess.Process
+    incarnation: int
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    @classmethod
+    async def start(
+        cls, incarnation: int, proxied: Path, direct: Path, driver_namespace: str,
+        env: Mapping[str, str], log: Path,
+    ) -> ControllerChild:  # fmt: skip
+        argv = [sys.executable, str(CHILD), str(proxied), str(direct), driver_namespace]
+        argv += [f"{name}={value}" for name, value in env.items()]
+        with log.open("ab") as err:
+            process = await asyncio.create_subprocess_exec(
+                *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=err
+            )
+        child = cls(process, incarnation)
+        if await child._line(60) != "built":
+            raise RuntimeError(f"soak: controller {incarnation} did not start: see {log}")
+        return child
+
+    async def _line(self, within: float) -> str:
+        assert self.process.stdout is not None
+        line = await asyncio.wait_for(self.process.stdout.readline(), within)
+        return line.decode().strip()
+
+    async def cache_differences(self) -> list[str]:
+        """What its informers' caches say unlike a fresh LIST (after waiting for their sync)."""
+        assert self.process.stdin is not None
+        self.process.stdin.write(b"check\n")
+        await self.process.stdin.drain()
+        answer: list[str] = json.loads(await self._line(180))
+        return answer
+
+    async def kill(self) -> None:
+        """SIGKILL, as the OOM killer or a node loss would: no lease release, no drain."""
+        if self.process.returncode is None:
+            self.process.send_signal(signal.SIGKILL)
+        await self.process.wait()
 
 
 @dataclass
@@ -72,7 +127,9 @@ class Soak:
     compactions: int = 1
     rng: random.Random = field(init=False)
     jobs: Jobs = field(init=False)
-    rss: list[tuple[float, float]] = field(default_factory=list)
+    # (seconds into the run, controller incarnation, its RSS in MiB, this process's RSS)
+    rss: list[tuple[float, int, float, float]] = field(default_factory=list)
+    controller: ControllerChild | None = None
 
     def __post_init__(self) -> None:
         self.rng = random.Random(self.seed)  # noqa: S311 - a reproducible churn
@@ -87,13 +144,20 @@ class Soak:
         sim_task = asyncio.create_task(simulator.run())
         await asyncio.wait_for(simulator.wait_ready(), timeout=120)
         env = {"ORPHAN_GRACE_PERIOD": "5s", **self.overrides}
+        log = Path(tempfile.gettempdir()) / f"computedomain-soak-controller-{os.getpid()}.log"
         async with fault_proxy(self.kubeconfig, self.pki_dir, seed=self.seed) as proxy:
             proxied = proxy.kubeconfig(self.kubeconfig.parent / "soak-proxied.kubeconfig")
-            controller = await self._start(proxied, env)
+
+            async def start(incarnation: int) -> ControllerChild:
+                return await ControllerChild.start(
+                    incarnation, proxied, self.kubeconfig, self.driver_namespace, env, log
+                )
+
+            self.controller = await start(0)
             begin = time.monotonic()
-            created = deleted = restarts = 0
-            kill_every = self.seconds / (self.kills + 1) if self.kills else None
-            next_kill = begin + kill_every if kill_every else None
+            created = deleted = restarts = steps = 0
+            kill_every = self.seconds * KILL_WINDOW / self.kills if self.kills else None
+            next_kill = begin + kill_every / 2 if kill_every else None
             # Apiserver restarts and compactions fall inside the fault window, spread evenly.
             low, high = (self.seconds * share for share in FAULT_WINDOW)
             disturbances = sorted(
@@ -110,11 +174,14 @@ class Soak:
                     share = elapsed / self.seconds
                     faulty = FAULT_WINDOW[0] <= share < FAULT_WINDOW[1]
                     proxy.faults = Faults.hostile() if faulty else Faults.none()
-                    if next_kill is not None and time.monotonic() >= next_kill:
-                        controller.task.cancel()
-                        await asyncio.gather(controller.task, return_exceptions=True)
-                        controller = await self._start(proxied, env)
+                    if (
+                        next_kill is not None
+                        and restarts < self.kills
+                        and time.monotonic() >= next_kill
+                    ):
+                        await self.controller.kill()
                         restarts += 1
+                        self.controller = await start(restarts)
                         next_kill += kill_every or 0
                     while disturbances and elapsed >= disturbances[0][0]:
                         _, what = disturbances.pop(0)
@@ -131,10 +198,13 @@ class Soak:
                     if held and (len(held) > 40 or self.rng.random() < 0.4):
                         await self.jobs.delete(self.rng.choice(sorted(held)))
                         deleted += 1
-                    await asyncio.sleep(pace)  # the churn's pace: time passing by design
+                    # The churn's pace, kept on schedule: a slow step (a kill, an apiserver
+                    # restart) is caught up on, so the run creates what it was asked to.
+                    steps += 1
+                    await asyncio.sleep(max(0.0, begin + steps * pace - time.monotonic()))
                 proxy.faults = Faults.none()
                 quiet_since = time.monotonic()
-                converged = await self._converge(controller, quiet_since)
+                converged = await self._converge(self.controller, quiet_since)
                 faults = sorted({x.fault for x in proxy.exchanges if x.fault})
                 gaps = proxy.retry_gaps("throttle")
                 early = sum(1 for gap in gaps if gap < 0.95)
@@ -143,21 +213,17 @@ class Soak:
                 orphans = await names_left_by_deleted_cds(self.client, NAMESPACE)
             finally:
                 sampler.cancel()
-                controller.task.cancel()
-                await asyncio.gather(controller.task, sampler, return_exceptions=True)
+                await asyncio.gather(sampler, return_exceptions=True)
+                await self.controller.kill()
                 sim_task.cancel()
                 await asyncio.gather(sim_task, return_exceptions=True)
-        gc.collect()
-        # Killed controllers must leave nothing behind: the informers still alive now belong
-        # to the last one (and the simulator), whatever the number of kills.
-        live_informers = sum(1 for obj in gc.get_objects() if isinstance(obj, Informer))
+        last = [(t, mb) for t, inc, mb, _ in self.rss if inc == restarts and mb > 0]
         result = {
             "seconds": self.seconds,
-            "live_informers_at_end": live_informers,
-            "informers_per_controller": len(controller.process.caches.all),
             "cds_created": created,
             "cds_deleted_during_churn": deleted,
             "controller_kills": restarts,
+            "kill_window": KILL_WINDOW,
             "apiserver_restarts": restarted,
             "etcd_compactions": compacted,
             "fault_window": list(FAULT_WINDOW),
@@ -167,20 +233,25 @@ class Soak:
             "retries_before_retry_after": early,
             "convergence_s": converged,
             "orphans": orphans,
-            "rss_mb": [round(mb, 1) for _, mb in self.rss],
-            "rss_sample_every_s": 10,
+            "rss_sample_every_s": RSS_SAMPLE_EVERY_S,
+            # [seconds, incarnation, controller MiB, bench process MiB (simulator, proxy)]
+            "rss_samples": [
+                [round(t, 1), inc, round(mb, 1), round(own, 1)] for t, inc, mb, own in self.rss
+            ],
+            "last_controller_rss_mb": [round(mb, 1) for _, mb in last],
+            "last_controller_lived_s": round(last[-1][0] - last[0][0], 1) if last else 0.0,
+            "controller_log": str(log),
         }
+        first, peak, final = (
+            (last[0][1], max(mb for _, mb in last), last[-1][1]) if last else (0, 0, 0)
+        )
         self.say(
             f"soak: {created} CDs over {self.seconds:.0f}s, {restarts} kills, converged "
             f"{converged if converged is not None else 'NEVER'} s after the last fault, "
-            f"{len(orphans)} orphans, RSS {self.rss[0][1]:.0f} → {self.rss[-1][1]:.0f} MiB"
+            f"{len(orphans)} orphans, last controller's RSS {first:.0f} / {peak:.0f} / "
+            f"{final:.0f} MiB (first / max / last over {result['last_controller_lived_s']:.0f} s)"
         )
         return result
-
-    async def _start(self, kubeconfig: Path, env: Mapping[str, str]) -> RunningController:
-        return await start_controller(
-            kubeconfig, self.driver_namespace, env, wait_synced=None, log_verbosity=None
-        )
 
     async def _restart_apiserver(self) -> None:
         """Kill the apiserver (1 s grace) and start it again; back once it answers. The event
@@ -203,14 +274,21 @@ class Soak:
 
     async def _sample_rss(self, begin: float) -> None:
         while True:
-            self.rss.append((time.monotonic() - begin, rss_mb()))
-            await asyncio.sleep(10)
+            if self.controller is not None:
+                self.rss.append(
+                    (
+                        time.monotonic() - begin,
+                        self.controller.incarnation,
+                        rss_mb(self.controller.pid),
+                        rss_mb(),
+                    )
+                )
+            await asyncio.sleep(RSS_SAMPLE_EVERY_S)
 
-    async def _converge(self, controller: RunningController, since: float) -> float | None:
-        await controller.wait_synced(120)
+    async def _converge(self, controller: ControllerChild, since: float) -> float | None:
         deadline = since + 300
         while time.monotonic() < deadline:
-            problems = await caches_differences(controller.process.caches.all, self.client)
+            problems = await controller.cache_differences()
             problems += await status_liars(self.client, NAMESPACE, self.driver_namespace)
             if not problems:
                 return round(time.monotonic() - since, 1)
