@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +12,7 @@ from computedomain.devcluster.assets import REPO_ROOT
 from computedomain.devcluster.pki import Pki
 
 KWOK_STAGE_DIR = REPO_ROOT / "hack" / "controlplane" / "kwok"
+HEARTBEAT_STAGE = "node-heartbeat"
 KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
 KWOK_NODE_ANNOTATION_VALUE = "fake"
 SERVICE_CIDR = "10.0.0.0/24"
@@ -85,7 +87,15 @@ def apiserver_args(workdir: Path, pki: Pki, ports: dict[str, int]) -> list[str]:
     ]
 
 
-def kcm_args(kubeconfig: Path, pki: Pki, port: int) -> list[str]:
+def node_monitor_grace_s(node_heartbeat_s: float | None) -> int:
+    """KCM's grace before a silent Node turns Unknown: past the longest kwok heartbeat gap."""
+    longest = 25.0 if node_heartbeat_s is None else node_heartbeat_s * 1.4
+    return max(90, math.ceil(longest * 2))
+
+
+def kcm_args(
+    kubeconfig: Path, pki: Pki, port: int, node_heartbeat_s: float | None = None
+) -> list[str]:
     return [
         f"--kubeconfig={kubeconfig}",
         "--leader-elect=false",
@@ -97,10 +107,11 @@ def kcm_args(kubeconfig: Path, pki: Pki, port: int) -> list[str]:
         # csrsigning only logs errors without signing files; nothing here needs it.
         "--controllers=*,-csrsigning",
         "--node-monitor-period=5s",
-        # kwok runs without node leases here and heartbeats Node status every 20-45 s (its
-        # stage's delay plus jitter). At the default 40 s grace KCM turned a few Nodes Unknown
-        # for milliseconds every 20 s, and pods on them lost Ready; a test saw it once.
-        "--node-monitor-grace-period=90s",
+        # kwok runs without node leases here and heartbeats Node status every 20-25 s (its
+        # stage's delay up to its jitter bound). At the default 40 s grace KCM turned a few
+        # Nodes Unknown for milliseconds every 20 s, and pods on them lost Ready; a test saw it
+        # once. Slower heartbeats (a scale run's) get a grace of twice their longest gap.
+        f"--node-monitor-grace-period={node_monitor_grace_s(node_heartbeat_s)}s",
         # The default 20 QPS per controller client makes lifting the not-ready taint from a
         # 1,000-node fleet take a minute; big real clusters raise these limits too.
         f"--kube-api-qps={CONTROLLER_QPS}",
@@ -136,9 +147,16 @@ def kwok_stage_files(stage_dir: Path = KWOK_STAGE_DIR) -> list[Path]:
     return files
 
 
-def kwok_configuration_yaml(stage_dir: Path = KWOK_STAGE_DIR) -> str:
+def kwok_configuration_yaml(
+    stage_dir: Path = KWOK_STAGE_DIR, node_heartbeat_s: float | None = None
+) -> str:
     """One multi-document file: the KwokConfiguration first, then every Stage (kwok v0.8.0
-    has no built-in stages and exits with ``no stages found`` without them)."""
+    has no built-in stages and exits with ``no stages found`` without them).
+
+    ``node_heartbeat_s``: the mean time between two Node status writes of one node (default:
+    the stage's 20-25 s). A real kubelet renews a Lease every 10 s and writes its Node status
+    only every 5 min when nothing changed; at 10,000 nodes kwok's default would be ~440 Node
+    writes/s, which on this machine measures kwok and the apiserver, not the controller."""
     configuration: dict[str, Any] = {
         "apiVersion": "config.kwok.x-k8s.io/v1alpha1",
         "kind": "KwokConfiguration",
@@ -155,7 +173,17 @@ def kwok_configuration_yaml(stage_dir: Path = KWOK_STAGE_DIR) -> str:
     }
     documents = [yaml.safe_dump(configuration, sort_keys=False)]
     for path in kwok_stage_files(stage_dir):
-        documents.append(path.read_text())
+        text = path.read_text()
+        if node_heartbeat_s is not None:
+            stage = yaml.safe_load(text)
+            if stage["metadata"]["name"] == HEARTBEAT_STAGE:
+                # kwok waits a uniform time between the two: 0.6-1.4 times the mean.
+                stage["spec"]["delay"] = {
+                    "durationMilliseconds": round(node_heartbeat_s * 600),
+                    "jitterDurationMilliseconds": round(node_heartbeat_s * 1400),
+                }
+                text = yaml.safe_dump(stage, sort_keys=False)
+        documents.append(text)
     return "---\n".join(doc if doc.endswith("\n") else doc + "\n" for doc in documents)
 
 

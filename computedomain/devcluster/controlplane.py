@@ -129,6 +129,7 @@ class ControlPlane:
         timeout: float | None = None,
         detach: bool = False,
         log: Callable[[str], None] | None = None,
+        node_heartbeat_s: float | None = None,
     ) -> ControlPlane:
         """Start all five components (or attach to an existing cluster, see module doc).
 
@@ -137,6 +138,8 @@ class ControlPlane:
         process exits (for the ``up`` command); otherwise they die with it. Without
         ``detach``, call this from a long-lived thread (e.g. the main thread): the kernel's
         parent-death signal fires when the *thread* that started the children exits.
+        ``node_heartbeat_s``: mean seconds between a kwok node's status writes (see
+        ``kwok_configuration_yaml``; default kwok's stage, 20-25 s).
         """
         if use_existing_cluster():
             return cls.existing()
@@ -155,7 +158,7 @@ class ControlPlane:
             _remove_workdir=remove_workdir,
         )
         try:
-            cp._boot(assets, timeout, detach, log or (lambda _line: None))
+            cp._boot(assets, timeout, detach, log or (lambda _line: None), node_heartbeat_s)
         except BaseException:
             cp.stop()
             raise
@@ -182,7 +185,12 @@ class ControlPlane:
     # ---- start --------------------------------------------------------------------------
 
     def _boot(
-        self, assets: Assets, timeout: float, detach: bool, log: Callable[[str], None]
+        self,
+        assets: Assets,
+        timeout: float,
+        detach: bool,
+        log: Callable[[str], None],
+        node_heartbeat_s: float | None = None,
     ) -> None:
         assert self.workdir is not None
         begin = time.monotonic()
@@ -239,10 +247,11 @@ class ControlPlane:
         )
 
         t = time.monotonic()
-        start("kube-controller-manager", kcm_args(kcm_kubeconfig, pki, ports["kcm"]))
+        kcm = kcm_args(kcm_kubeconfig, pki, ports["kcm"], node_heartbeat_s)
+        start("kube-controller-manager", kcm)
         start("kube-scheduler", scheduler_args(scheduler_kubeconfig, ports["scheduler"]))
         kwok_config = self.workdir / "kwok.yaml"
-        kwok_config.write_text(kwok_configuration_yaml())
+        kwok_config.write_text(kwok_configuration_yaml(node_heartbeat_s=node_heartbeat_s))
         start("kwok", kwok_args(self.kubeconfig, kwok_config))
         # Serving certs of KCM and scheduler are self-signed; /healthz needs no credentials.
         insecure = ssl.create_default_context()

@@ -1,6 +1,7 @@
 import ipaddress
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -10,6 +11,7 @@ from computedomain.devcluster.components import (
     KWOK_STAGE_DIR,
     POD_CIDR,
     SERVICE_CIDR,
+    kcm_args,
     kwok_configuration_yaml,
 )
 from computedomain.devcluster.controlplane import (
@@ -39,6 +41,26 @@ def test_kwok_configuration_comes_first_then_the_project_stages() -> None:
     }
     # Job pods must not finish instantly.
     assert "pod-complete" not in stages
+
+
+def test_a_slower_node_heartbeat_changes_only_that_stage_and_kcms_grace(tmp_path: Path) -> None:
+    def stages(text: str) -> dict[str, dict[str, Any]]:
+        return {d["metadata"]["name"]: d for d in list(yaml.safe_load_all(text))[1:]}
+
+    stock = stages(kwok_configuration_yaml())
+    slow = stages(kwok_configuration_yaml(node_heartbeat_s=300))
+    assert slow["node-heartbeat"]["spec"]["delay"] == {
+        "durationMilliseconds": 180_000,
+        "jitterDurationMilliseconds": 420_000,
+    }
+    assert stock["node-heartbeat"]["spec"]["delay"]["durationMilliseconds"] == 20_000
+    del slow["node-heartbeat"]["spec"]["delay"], stock["node-heartbeat"]["spec"]["delay"]
+    assert slow == stock
+
+    pki = generate_pki(tmp_path / "pki")
+    grace = [a for a in kcm_args(tmp_path / "k", pki, 1, 300) if "grace" in a]
+    assert grace == ["--node-monitor-grace-period=840s"]  # twice the longest gap, 420 s
+    assert "--node-monitor-grace-period=90s" in kcm_args(tmp_path / "k", pki, 1)
 
 
 def test_project_pod_ready_leaves_dra_pods_to_the_simulator() -> None:
