@@ -7,11 +7,14 @@ racks = 1,152 nodes by default), runs our controller in this process, and measur
    NVIDIA's daemon writes it) until the CD's ``status.nodes`` shows it, each change isolated
    (spaced by the status coalescing window);
 2. burst: N CDs created at once until each has its three children and conditions, and the
-   controller's API writes per CD;
+   controller's API writes per CD; then all N deleted at once until they and their DaemonSets
+   and daemon RCTs are gone;
 3. end-to-end with the fleet simulator: M CDs x K StatefulSet workers until every CD is Ready,
    and the 409 conflicts the controller saw;
 4. idle: controller writes over a quiet window while every kwok node heartbeats;
-5. memory: process RSS before the controller starts and after it synced the fleet (and CDs).
+5. memory: process RSS before the controller starts and after it synced the fleet (and CDs);
+   with ``--preload-cds N``, N CDs exist before it starts and start-up is timed until each has
+   its conditions.
 
 Everything runs in one event loop on a shared machine, so the figures are for comparison
 within one run and against upstream's design limits, not absolute. Usage: ``hack/bench.sh
@@ -34,7 +37,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -67,6 +70,7 @@ from computedomain.sim.simulator import Simulator
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 RESULTS_DIR = REPO_ROOT / "bench-results"
+PRELOAD_NAMESPACE = "bench-preload"
 DRIVER_NAMESPACE = "nvidia-dra-driver-gpu"
 PROJECTION_TARGET_S = 0.250
 BURST_WRITES_TARGET = 5.0
@@ -112,9 +116,27 @@ def summary(values: Sequence[float]) -> dict[str, float]:
         "min": min(values),
         "p50": percentile(values, 50),
         "p95": percentile(values, 95),
+        "p99": percentile(values, 99),
         "max": max(values),
         "mean": statistics.fmean(values),
     }
+
+
+async def bounded(calls: Iterable[Awaitable[Any]], limit: int = 64) -> None:
+    """Await every call, at most ``limit`` at a time (a burst as many clients would send it)."""
+    slots = asyncio.Semaphore(limit)
+
+    async def one(call: Awaitable[Any]) -> None:
+        async with slots:
+            await call
+
+    await asyncio.gather(*(one(call) for call in calls))
+
+
+async def seconds_since(begin: float, tasks: Mapping[str, Awaitable[float]]) -> dict[str, float]:
+    """Each watch's moment of success (``watch_until``), as seconds after ``begin``."""
+    moments = await asyncio.gather(*tasks.values())
+    return {key: moment - begin for key, moment in zip(tasks, moments, strict=True)}
 
 
 def cd_ready(cd: Obj | None) -> bool:
@@ -343,11 +365,41 @@ class Bench:
     def say(self, text: str) -> None:
         print(f"[{datetime.now(UTC):%H:%M:%S}] {text}", flush=True)
 
+    async def preload(self) -> None:
+        """``--preload-cds`` CDs, created before the controller starts: the start-up meets them."""
+        n = self.args.preload_cds
+        if not n:
+            return
+        await ensure_namespace(self.client, PRELOAD_NAMESPACE)
+        begin = now()
+        await bounded(
+            self.client.create(
+                COMPUTE_DOMAINS, compute_domain(name, f"{name}-channel", 0), PRELOAD_NAMESPACE
+            )
+            for name in (f"preload-{i:04d}" for i in range(n))
+        )
+        self.say(f"preload: {n} CDs created in {now() - begin:.1f}s, before the controller")
+
     async def memory_and_start(self) -> None:
         baseline = settled_rss_mb()
         begin = now()
+        preloaded = self.args.preload_cds
+        reconciled = None
+        if preloaded:  # start-up ends when every CD met at start has its conditions
+            names = [f"preload-{i:04d}" for i in range(preloaded)]
+            reconciled = asyncio.create_task(
+                watch_until(
+                    self.client,
+                    COMPUTE_DOMAINS,
+                    lambda objects: all(condition(objects.get(n), "Ready") for n in names),
+                    namespace=PRELOAD_NAMESPACE,
+                    within=900,
+                    what="preloaded CDs' conditions",
+                )
+            )
         self.controller = await start_controller(self.kubeconfig, self.args.overrides)
         synced = now() - begin
+        all_reconciled = (await reconciled) - begin if reconciled is not None else None
         after_sync = settled_rss_mb()
         nodes = len(self.nodes)
         self.results["memory"] = {
@@ -357,11 +409,17 @@ class Bench:
             "per_node_kb": round((after_sync - baseline) * 1024 / nodes, 2),
             "nodes": nodes,
             "cache_sync_s": round(synced, 2),
+            "cds_present_at_start": preloaded,
+            "start_to_all_present_cds_reconciled_s": (
+                round(all_reconciled, 2) if all_reconciled is not None else None
+            ),
         }
         self.say(
             f"controller synced {nodes} nodes in {synced:.1f}s; RSS {baseline:.0f} → "
             f"{after_sync:.0f} MiB"
-        )
+            + (f"; {preloaded} CDs present reconciled in {all_reconciled:.1f}s"
+               if all_reconciled is not None else "")
+        )  # fmt: skip
 
     async def burst(self) -> None:
         n = self.args.cds
@@ -392,24 +450,10 @@ class Bench:
         def workload_rcts(objects: dict[str, Obj]) -> bool:
             return all(f"{name}-channel" in objects for name in names)
 
+        requests_before, cpu_before = self.ctl.running.requests(), time.process_time()
         begin = now()
         waiters = {
-            "daemonsets": watch_until(
-                self.client,
-                r.DAEMONSETS,
-                has_children(""),
-                namespace=DRIVER_NAMESPACE,
-                label_selector=c.CD_LABEL,
-                what="DaemonSets",
-            ),
-            "daemon_rcts": watch_until(
-                self.client,
-                r.RESOURCE_CLAIM_TEMPLATES,
-                has_children(c.TARGET_DAEMON),
-                namespace=DRIVER_NAMESPACE,
-                label_selector=c.CD_LABEL,
-                what="daemon RCTs",
-            ),
+            **self._driver_children(has_children(""), has_children(c.TARGET_DAEMON), ""),
             "workload_rcts": watch_until(
                 self.client, r.RESOURCE_CLAIM_TEMPLATES, workload_rcts, namespace=ns, what="RCTs"
             ),
@@ -425,20 +469,13 @@ class Bench:
             )
             uids.add(cd["metadata"]["uid"])
 
-        slots = asyncio.Semaphore(64)
-
-        async def create_bounded(name: str) -> None:
-            async with slots:
-                await create(name)
-
-        await asyncio.gather(*(create_bounded(name) for name in names))
+        await bounded(create(name) for name in names)
         created = now() - begin
-        done = {
-            key: t - begin
-            for key, t in zip(tasks, await asyncio.gather(*tasks.values()), strict=True)
-        }
+        done = await seconds_since(begin, tasks)
         complete = max(done.values())
         writes_at_complete = self.ctl.writes() - writes_before
+        requests_at_complete = self.ctl.running.requests() - requests_before
+        cpu_at_complete = time.process_time() - cpu_before
         settle = await self.ctl.settle(quiet=3.0)
         writes = self.ctl.writes() - writes_before
         by_method = {
@@ -461,6 +498,9 @@ class Bench:
             "writes_per_cd_excluding_events": round((writes - events) / n, 2),
             "conflicts_409": self.ctl.conflicts() - conflicts_before,
             "settle_s": round(settle, 1),
+            "requests_per_s_until_complete": round(requests_at_complete / complete, 1),
+            # this process: controller, watches of the benchmark; no simulator in this phase
+            "process_cpu_s_until_complete": round(cpu_at_complete, 2),
         }
         self.say(
             f"burst: {n} CDs have their children in "
@@ -474,6 +514,71 @@ class Bench:
         memory["burst_cds_mb"] = round(after - memory["rss_after_fleet_sync_mb"], 1)
         memory["per_cd_kb"] = round((after - memory["rss_after_fleet_sync_mb"]) * 1024 / n, 1)
         memory["caches"] = self.ctl.cache_sizes()
+        await self.delete_burst(ns, names, uids)
+
+    def _driver_children(
+        self,
+        daemonsets: Callable[[dict[str, Obj]], bool],
+        daemon_rcts: Callable[[dict[str, Obj]], bool],
+        what: str,
+    ) -> dict[str, Coroutine[Any, Any, float]]:
+        """Watches of the CDs' DaemonSets and daemon RCTs in the driver namespace, until each
+        check holds."""
+
+        def until(
+            res: Resource, check: Callable[[dict[str, Obj]], bool], kind: str
+        ) -> Coroutine[Any, Any, float]:
+            return watch_until(
+                self.client,
+                res,
+                check,
+                namespace=DRIVER_NAMESPACE,
+                label_selector=c.CD_LABEL,
+                what=kind + what,
+            )
+
+        return {
+            "daemonsets": until(r.DAEMONSETS, daemonsets, "DaemonSets"),
+            "daemon_rcts": until(r.RESOURCE_CLAIM_TEMPLATES, daemon_rcts, "daemon RCTs"),
+        }
+
+    async def delete_burst(self, ns: str, names: Sequence[str], uids: set[str]) -> None:
+        """Delete every CD of the burst at once: until the CDs are gone (finalizer released)
+        and until no DaemonSet or daemon RCT of theirs is left."""
+        n = len(names)
+        writes_before, requests_before = self.ctl.writes(), self.ctl.running.requests()
+
+        def none_of_theirs(objects: dict[str, Obj]) -> bool:
+            return not any(labels(o).get(c.CD_LABEL) in uids for o in objects.values())
+
+        begin = now()
+        waiters = {
+            "cds": watch_until(
+                self.client,
+                COMPUTE_DOMAINS,
+                lambda objects: not any(name in objects for name in names),
+                namespace=ns,
+                what="deleted CDs",
+            ),
+            **self._driver_children(none_of_theirs, none_of_theirs, " of deleted CDs"),
+        }
+        tasks = {key: asyncio.create_task(w) for key, w in waiters.items()}
+        await bounded(self.client.delete(COMPUTE_DOMAINS, name, ns) for name in names)
+        sent = now() - begin
+        done = await seconds_since(begin, tasks)
+        complete = max(done.values())
+        requests = self.ctl.running.requests() - requests_before
+        await self.ctl.settle(quiet=3.0)
+        self.results["deletion"] = {
+            "cds": n,
+            "deletes_sent_s": round(sent, 2),
+            "per_kind_s": {k: round(v, 2) for k, v in done.items()},
+            "all_gone_s": round(complete, 2),
+            "cds_per_s": round(n / complete, 1),
+            "writes_per_cd": round((self.ctl.writes() - writes_before) / n, 2),
+            "requests_per_s_until_gone": round(requests / complete, 1),
+        }
+        self.say(f"deletion: {n} CDs and their children gone in {complete:.1f}s")
 
     async def _count_events(self, namespaces: Sequence[str]) -> tuple[int, Counter[str]]:
         """Event objects our controller wrote, and how many by reason."""
@@ -986,8 +1091,9 @@ def report(results: dict[str, Any]) -> str:
     if lat:
         rows.append(
             (
-                "Projection clique→status.nodes p50 / p95 / max",
-                f"{fmt_ms(lat['p50'])} / {fmt_ms(lat['p95'])} / {fmt_ms(lat['max'])}",
+                "Projection clique→status.nodes p50 / p95 / p99 / max",
+                f"{fmt_ms(lat['p50'])} / {fmt_ms(lat['p95'])} / "
+                f"{fmt_ms(lat.get('p99'))} / {fmt_ms(lat['max'])}",
                 f"≤ 250 ms ({proj['within_target']}/{proj['changes']} within)",
                 "2 s poll: ~1 s mean, ≤ 2 s + write",
             )
@@ -1020,6 +1126,26 @@ def report(results: dict[str, Any]) -> str:
                 f"({burst['writes_per_cd_excluding_events']:.2f} w/o events)",
                 "≤ 6",
                 "6 (finalizer, 2 RCTs, DS, 2 status; §20)",
+            )
+        )
+        if "requests_per_s_until_complete" in burst:
+            rows.append(
+                (
+                    "Burst: controller's API requests per second until complete",
+                    f"{burst['requests_per_s_until_complete']:.0f}",
+                    "",
+                    "",
+                )
+            )
+    deletion = results.get("deletion", {})
+    if deletion:
+        rows.append(
+            (
+                f"Deletion: {deletion['cds']} CDs at once → CDs, DaemonSets, daemon RCTs gone",
+                f"{deletion['all_gone_s']:.1f} s ({deletion['requests_per_s_until_gone']:.0f} "
+                "requests/s)",
+                "",
+                "",
             )
         )
     e2e = results.get("end_to_end", {})
@@ -1056,6 +1182,16 @@ def report(results: dict[str, Any]) -> str:
             )
         )
     mem = results.get("memory", {})
+    if mem.get("start_to_all_present_cds_reconciled_s") is not None:
+        rows.append(
+            (
+                f"Start-up: {mem['cds_present_at_start']} CDs present → each has its conditions",
+                f"{mem['start_to_all_present_cds_reconciled_s']:.1f} s "
+                f"(caches synced {mem['cache_sync_s']:.1f} s)",
+                "",
+                "",
+            )
+        )
     if mem:
         rows.append(
             (
@@ -1143,11 +1279,26 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--racks", type=int, help="NVL72 racks of 18 nodes (default 64)")
     parser.add_argument("--cds", type=int, help="CDs in the burst (default 200)")
     parser.add_argument("--changes", type=int, help="clique changes timed (default 50)")
+    parser.add_argument(
+        "--preload-cds",
+        type=int,
+        default=0,
+        help="CDs created before the controller starts, kept through the run (default 0): "
+        "start-up is then timed until each has its conditions",
+    )
     parser.add_argument("--jobs", type=int, help="CDs in the end-to-end phase (default 16)")
     parser.add_argument("--workers", type=int, help="workers per end-to-end CD (default 8)")
     parser.add_argument("--idle-seconds", type=float, help="idle window (default 60)")
     parser.add_argument("--e2e-timeout", type=float, default=420.0)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument(
+        "--node-heartbeat",
+        type=float,
+        metavar="SECONDS",
+        help="mean seconds between two status writes of one kwok Node (default kwok's 20-25 s; "
+        "a real kubelet writes its status every 5 min when nothing changed: 300 for a large "
+        "fleet, whose heartbeats would otherwise load this machine more than the controller)",
+    )
     parser.add_argument(
         "--small-nodes",
         action="store_true",
@@ -1201,6 +1352,10 @@ def resolve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> argpar
     for key, value in (quick if args.quick else full).items():
         if getattr(args, key) is None:
             setattr(args, key, value)
+    if args.node_heartbeat is not None and args.node_heartbeat <= 0:
+        parser.error(f"--node-heartbeat {args.node_heartbeat:g}: must be more than 0 seconds")
+    if args.preload_cds < 0:
+        parser.error(f"--preload-cds {args.preload_cds}: must be 0 or more")
     overrides: dict[str, str] = {}
     for item in args.overrides:
         name, sep, value = item.partition("=")
@@ -1242,6 +1397,7 @@ async def run(args: argparse.Namespace, cp: ControlPlane, started: float) -> dic
         if args.soak is not None:
             return await run_soak(args, cp, client, sim_client, spec, started, setup)
         bench = Bench(args, client, cp.kubeconfig, build_nodes(spec))
+        await bench.preload()
         await bench.memory_and_start()
         controller = bench.controller
         await bench.burst()
@@ -1258,7 +1414,17 @@ async def run(args: argparse.Namespace, cp: ControlPlane, started: float) -> dic
             "machine": machine(),
             "parameters": {
                 k: getattr(args, k)
-                for k in ("quick", "racks", "cds", "changes", "jobs", "workers", "idle_seconds")
+                for k in (
+                    "quick",
+                    "racks",
+                    "cds",
+                    "preload_cds",
+                    "changes",
+                    "jobs",
+                    "workers",
+                    "idle_seconds",
+                    "node_heartbeat",
+                )
             },
             "controller_settings": controller_settings(args.overrides),
             "setup": setup,
@@ -1403,7 +1569,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         flush=True,
     )
     # Started from the main thread: the children die with the thread that spawned them.
-    with ControlPlane.start(log=lambda line: print(f"devcluster: {line}", flush=True)) as cp:
+    with ControlPlane.start(
+        log=lambda line: print(f"devcluster: {line}", flush=True),
+        node_heartbeat_s=args.node_heartbeat,
+    ) as cp:
         results = asyncio.run(run(args, cp, started))
     print()
     print(report(results))
