@@ -28,7 +28,7 @@ import signal
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -58,6 +58,8 @@ FAULT_WINDOW = (0.15, 0.75)
 # Controller kills fall within this first share of the run; the last controller lives on.
 KILL_WINDOW = 0.7
 RSS_SAMPLE_EVERY_S = 10.0
+# CDs created at once when the churn is behind its schedule.
+BATCH = 8
 CHILD = Path(__file__).with_name("soak_controller.py")
 
 
@@ -126,6 +128,7 @@ class Soak:
     apiserver_restarts: int = 3
     compactions: int = 1
     rng: random.Random = field(init=False)
+    hold: int = field(init=False)
     jobs: Jobs = field(init=False)
     # (seconds into the run, controller incarnation, its RSS in MiB, this process's RSS)
     rss: list[tuple[float, int, float, float]] = field(default_factory=list)
@@ -134,6 +137,8 @@ class Soak:
     def __post_init__(self) -> None:
         self.rng = random.Random(self.seed)  # noqa: S311 - a reproducible churn
         self.jobs = Jobs(self.client, NAMESPACE, self.nodes, self.rng)
+        # CDs alive at once: about a fifth of the fleet's nodes busy (1-4 nodes each).
+        self.hold = max(10, len(self.nodes) // 12)
 
     async def run(self) -> dict[str, Any]:
         await ensure_namespace(self.client, NAMESPACE)
@@ -155,7 +160,8 @@ class Soak:
 
             self.controller = await start(0)
             begin = time.monotonic()
-            created = deleted = restarts = steps = 0
+            created = deleted = restarts = serial = 0
+            replacing: asyncio.Task[None] | None = None
             kill_every = self.seconds * KILL_WINDOW / self.kills if self.kills else None
             next_kill = begin + kill_every / 2 if kill_every else None
             # Apiserver restarts and compactions fall inside the fault window, spread evenly.
@@ -178,10 +184,11 @@ class Soak:
                         next_kill is not None
                         and restarts < self.kills
                         and time.monotonic() >= next_kill
+                        and (replacing is None or replacing.done())
                     ):
-                        await self.controller.kill()
+                        # In the background: users go on while the controller is down.
                         restarts += 1
-                        self.controller = await start(restarts)
+                        replacing = asyncio.create_task(self._replace(start, restarts))
                         next_kill += kill_every or 0
                     while disturbances and elapsed >= disturbances[0][0]:
                         _, what = disturbances.pop(0)
@@ -191,17 +198,31 @@ class Soak:
                         else:
                             await self._compact()
                             compacted += 1
-                    size = self.rng.choice((1, 2, 3, 4))
-                    if created < self.cds and await self.jobs.create(f"soak-{created:04d}", size):
-                        created += 1
-                    held = self.jobs.held
-                    if held and (len(held) > 40 or self.rng.random() < 0.4):
-                        await self.jobs.delete(self.rng.choice(sorted(held)))
-                        deleted += 1
-                    # The churn's pace, kept on schedule: a slow step (a kill, an apiserver
-                    # restart) is caught up on, so the run creates what it was asked to.
-                    steps += 1
-                    await asyncio.sleep(max(0.0, begin + steps * pace - time.monotonic()))
+                    # On schedule: what a slow step (an apiserver restart, a slow API) held
+                    # back is created at once, up to BATCH at a time, as many users would.
+                    due = min(BATCH, int(elapsed / pace) + 1 - created, self.cds - created)
+                    if due > 0:
+                        sizes = [self.rng.choice((1, 2, 3, 4)) for _ in range(due)]
+                        made = await asyncio.gather(
+                            *(
+                                self.jobs.create(f"soak-{serial + i:04d}", size)
+                                for i, size in enumerate(sizes)
+                            )
+                        )
+                        serial += due
+                        created += sum(made)
+                    held = sorted(self.jobs.held)
+                    doomed = max(0, len(held) - self.hold) + (self.rng.random() < 0.4)
+                    doomed = min(doomed, len(held))
+                    if doomed:
+                        victims = self.rng.sample(held, doomed)
+                        await asyncio.gather(*(self.jobs.delete(name) for name in victims))
+                        deleted += doomed
+                    await asyncio.sleep(
+                        max(0.0, begin + (int(elapsed / pace) + 1) * pace - time.monotonic())
+                    )  # the churn's pace: time passing by design
+                if replacing is not None:
+                    await replacing
                 proxy.faults = Faults.none()
                 quiet_since = time.monotonic()
                 converged = await self._converge(self.controller, quiet_since)
@@ -222,6 +243,7 @@ class Soak:
             "seconds": self.seconds,
             "cds_created": created,
             "cds_deleted_during_churn": deleted,
+            "cds_alive_at_once_up_to": self.hold,
             "controller_kills": restarts,
             "kill_window": KILL_WINDOW,
             "apiserver_restarts": restarted,
@@ -252,6 +274,14 @@ class Soak:
             f"{final:.0f} MiB (first / max / last over {result['last_controller_lived_s']:.0f} s)"
         )
         return result
+
+    async def _replace(
+        self, start: Callable[[int], Awaitable[ControllerChild]], incarnation: int
+    ) -> None:
+        """SIGKILL the controller and start the next one (its RSS is sampled from then on)."""
+        assert self.controller is not None
+        await self.controller.kill()
+        self.controller = await start(incarnation)
 
     async def _restart_apiserver(self) -> None:
         """Kill the apiserver (1 s grace) and start it again; back once it answers. The event

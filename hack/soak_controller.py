@@ -6,6 +6,10 @@ apiserver. It imports no more than the controller does, so its RSS is the contro
 
 Prints "built" once the controller runs; then for each "check" line on stdin, one JSON line:
 its informers' differences from a fresh LIST made directly (after they are synced). Ends at EOF.
+
+To find what grows: ``SOAK_TRACEMALLOC=SECONDS`` traces allocations (slow), takes a baseline
+that many seconds after the start and then logs, every as many seconds, the 15 places in the
+controller's code whose live memory grew most since then (to stderr, the soak's log).
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import asyncio
 import json
 import os
 import sys
+import tracemalloc
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -21,11 +26,15 @@ from computedomain.devcluster.convergence import caches_differences
 from computedomain.devcluster.harness import start_controller
 from computedomain.runtime.client import load_client
 
+PACKAGE = Path(__file__).resolve().parent.parent / "computedomain"
+
 
 async def serve_controller(
     proxied: Path, direct: Path, driver_namespace: str, env: Mapping[str, str]
 ) -> None:
     running = await start_controller(proxied, driver_namespace, env, wait_synced=None)
+    if every := float(os.environ.get("SOAK_TRACEMALLOC", "0")):
+        growth = asyncio.create_task(log_growth(every))
     # Built as the controller builds its own: no second Kubernetes client library in memory.
     kube = await load_client(str(direct), 50.0, 100, field_manager="soak-audit")
     loop = asyncio.get_running_loop()
@@ -39,9 +48,43 @@ async def serve_controller(
             print(json.dumps(problems), flush=True)
     await running.shutdown()
     await kube.close()
+    if every:
+        growth.cancel()
+
+
+async def log_growth(every: float) -> None:
+    """Every ``every`` seconds, the controller code whose live allocations grew most since a
+    baseline taken ``every`` seconds in: each place is the innermost frame in our package
+    outside the dev cluster, so a dict grown by the JSON decoder counts where we called it."""
+    await asyncio.sleep(every)  # a sampling period: time passing by design
+    baseline = tracemalloc.take_snapshot()
+    ours = PACKAGE
+
+    def place(traceback: tracemalloc.Traceback) -> str:
+        for frame in reversed(traceback):  # innermost first
+            if frame.filename.startswith(str(ours)) and "/devcluster/" not in frame.filename:
+                return f"{Path(frame.filename).relative_to(ours.parent)}:{frame.lineno}"
+        return "(outside)"
+
+    while True:
+        await asyncio.sleep(every)
+        now = tracemalloc.take_snapshot()
+        grown: dict[str, int] = {}
+        for stat in now.compare_to(baseline, "traceback"):
+            key = place(stat.traceback)
+            grown[key] = grown.get(key, 0) + stat.size_diff
+        top = sorted(grown.items(), key=lambda item: -item[1])[:15]
+        print(
+            "tracemalloc growth since baseline: "
+            + "; ".join(f"{where} {size / 1024:+.0f} KiB" for where, size in top),
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 if __name__ == "__main__":
+    if float(os.environ.get("SOAK_TRACEMALLOC", "0")):
+        tracemalloc.start(25)
     if len(sys.argv) < 4:
         raise SystemExit(__doc__.split("\n\n")[1].strip())
     proxied_kubeconfig, direct_kubeconfig, namespace, *pairs = sys.argv[1:]
