@@ -1,4 +1,5 @@
 import random
+import tracemalloc
 from typing import Any
 
 import pytest
@@ -52,6 +53,27 @@ def test_observe_write_only_moves_forward() -> None:
     assert store.observe_write(pod("a", 11))
     assert store.get("ns/a") == pod("a", 11)
     assert store.observe_write(pod("new", 1))
+
+
+def test_a_removed_object_cannot_come_back_older_and_its_body_is_not_kept() -> None:
+    store = Store()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for i in range(200):
+            big = pod(f"p{i}", 10 + i)
+            big["spec"]["payload"] = f"{i:05d}" * 2_000  # ~10 KB, like a Pod with its status
+            store.upsert(big)
+            store.remove(object_key(big), last=big)
+        del big
+        kept = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert kept < 200 * 1_000, f"{kept} bytes kept for 200 deleted objects"
+    # What is kept still refuses a late, older answer about a deleted object, not a newer one.
+    assert not store.observe_write(pod("p7", 17))
+    assert store.get("ns/p7") is None
+    assert store.observe_write(pod("p7", 18))
 
 
 def test_strip_managed_fields() -> None:
