@@ -167,7 +167,7 @@ async def test_install_upgrade_rollback_uninstall(
     deployment = paths["Deployment"]
     assert await image_name(api_client, deployment) == f"{IMAGE}:v0.4.0"
     await helm_ok(
-        "upgrade", RELEASE, str(CHART), "--reuse-values", "--set", "daemonImage.tag=v0.4.1",
+        "upgrade", RELEASE, str(CHART), "--reuse-values", "--set", "image.tag=v0.4.1",
         "--wait", "--timeout", "120s",
     )  # fmt: skip
     assert await image_name(api_client, deployment) == f"{IMAGE}:v0.4.1"

@@ -18,6 +18,7 @@ from computedomain.devcluster.helm import HelmUnavailableError, find_helm
 ROOT = Path(__file__).resolve().parents[3]
 CHART = ROOT / "manifests" / "helm" / "computedomain-controller"
 NVIDIA_VALUES = ROOT / "tests" / "fixtures" / "helm" / "nvidia-values.yaml"
+OUR_NVIDIA_VALUES = ROOT / "tests" / "fixtures" / "helm" / "nvidia-values-ours.yaml"
 
 Obj = dict[str, Any]
 
