@@ -52,12 +52,15 @@ def template_args(
     namespace: str = "computedomain-system",
     values: Iterable[Path] = (),
     sets: Iterable[str] = (),
+    set_json: Iterable[str] = (),
 ) -> list[str]:
     args = ["template", release, str(CHART), "--namespace", namespace]
     for path in values:
         args += ["--values", str(path)]
     for item in sets:
         args += ["--set", item]
+    for item in set_json:
+        args += ["--set-json", item]
     return args
 
 
