@@ -398,6 +398,7 @@ def test_kube_version(helm: Path, version: str, admitted: bool) -> None:
     if admitted:
         assert result.returncode == 0, result.stderr
     else:
+        assert result.returncode != 0, f"the chart renders for Kubernetes {version}"
         assert error_line(result.stderr) == (
             "Error: chart requires kubeVersion: >=1.34.0-0 which is incompatible with "
             f"Kubernetes v{version}"
