@@ -140,7 +140,20 @@ def test_the_old_daemon_image_key_says_what_replaced_it(helm: Path) -> None:
     line = error_line(render_error(helm, sets=["daemonImage.tag=v0.4.1"]))
     assert line.endswith(
         "daemonImage is gone: NVIDIA's key image.repository / image.tag is the IMEX daemon "
-        "image now, and controllerImage.* ours"
+        "image now, and controllerImage.* ours (after --reuse-values: --set daemonImage=null)"
+    )
+
+
+@pytest.mark.parametrize(
+    "repository", ["computedomain-controller", "registry.example.com/gpu/computedomain-controller"]
+)
+def test_our_controller_image_as_image_is_refused(helm: Path, repository: str) -> None:
+    """The chart's earlier meaning of image.* (and the old docs' --set): the IMEX daemons would
+    run our controller image."""
+    line = error_line(render_error(helm, sets=[f"image.repository={repository}"]))
+    assert line.endswith(
+        f"image.repository={repository} is our controller image, but image.* is NVIDIA's DRA "
+        "driver image, which the IMEX daemons run: set controllerImage.repository instead"
     )
 
 

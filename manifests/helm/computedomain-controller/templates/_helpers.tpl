@@ -188,7 +188,10 @@ controller that crash-loops or two leaders that both write.
 */}}
 {{- define "computedomain-controller.validate" -}}
 {{- if .Values.daemonImage }}
-{{- fail "daemonImage is gone: NVIDIA's key image.repository / image.tag is the IMEX daemon image now, and controllerImage.* ours" }}
+{{- fail "daemonImage is gone: NVIDIA's key image.repository / image.tag is the IMEX daemon image now, and controllerImage.* ours (after --reuse-values: --set daemonImage=null)" }}
+{{- end }}
+{{- if regexMatch "(^|/)computedomain-controller([:@]|$)" (toString .Values.image.repository) }}
+{{- fail (printf "image.repository=%s is our controller image, but image.* is NVIDIA's DRA driver image, which the IMEX daemons run: set controllerImage.repository instead" (toString .Values.image.repository)) }}
 {{- end }}
 {{- if and (gt (int .Values.controller.replicas) 1) (ne (include "computedomain-controller.leaderElection" .) "true") }}
 {{- fail (printf "controller.replicas=%d with leader election off: every replica would write; set controller.leaderElection.enabled=true or controller.replicas=1" (int .Values.controller.replicas)) }}
