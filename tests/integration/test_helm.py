@@ -223,6 +223,9 @@ async def test_an_nvidia_values_file_installs(
             "-f", str(NVIDIA_VALUES), "-f", str(OUR_NVIDIA_VALUES),
             "--set", f"namespaceOverride={namespace}", "--set", f"fullnameOverride={fullname}",
             "--set", "controller.networkPolicy.enabled=true",
+            # The fleet has no control-plane node, and system-node-critical is admitted only in
+            # kube-system: NVIDIA's scheduling values would leave the pod unscheduled.
+            "--set", "controller.nodeSelector=null", "--set", "controller.priorityClassName=",
             "--set-json", f"controller.containers.computeDomain.env={json.dumps(env)}",
             "--wait", "--timeout", "120s",
         )  # fmt: skip
