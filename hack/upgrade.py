@@ -32,6 +32,7 @@ import asyncio
 import contextlib
 import json
 import random
+import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
@@ -74,6 +75,7 @@ NAMESPACE = "bench-upgrade"
 UPGRADE_AT, ROLLBACK_AT = 0.25, 0.6
 STEADY_SIZES = (1, 2, 3, 4)  # CDs created before the upgrade and kept to the end
 HELM_TIMEOUT = "300s"
+LE_ENV = "LEADER_ELECTION_ENABLED"
 
 
 @dataclass
@@ -134,12 +136,12 @@ class UpgradeUnderLoad:
         churn_task: asyncio.Task[tuple[int, int]] | None = None
         try:
             await asyncio.wait_for(simulator.wait_ready(), timeout=120)
-            env = [{"name": k, "value": v} for k, v in self.overrides.items()]
+            env = [{"name": k, "value": v} for k, v in self.overrides.items() if k != LE_ENV]
             await self._helm(
                 "install", RELEASE, str(CHART),
                 "--set", "controller.replicas=2",
                 "--set", "controller.leaderElection.enabled=true",
-                "--set", f"image.tag={old_tag}",
+                "--set", f"controllerImage.tag={old_tag}",
                 "--set-json", f"controller.containers.computeDomain.env={json.dumps(env)}",
                 "--wait", "--timeout", HELM_TIMEOUT,
             )  # fmt: skip
@@ -156,7 +158,7 @@ class UpgradeUnderLoad:
             self.say(f"upgrade: {len(before['pods'])} IMEX daemon pods before the upgrade")
             upgrade_s = await self._helm(
                 "upgrade", RELEASE, str(CHART), "--reuse-values",
-                "--set", f"image.tag={new_tag}", "--wait", "--timeout", HELM_TIMEOUT,
+                "--set", f"controllerImage.tag={new_tag}", "--wait", "--timeout", HELM_TIMEOUT,
             )  # fmt: skip
             upgrade_rolled_s = await self._rolled(new_tag)
             await self._sleep_until(self.seconds * ROLLBACK_AT)
@@ -253,7 +255,7 @@ class UpgradeUnderLoad:
         began = time.monotonic()
         self.timeline.append({"at_s": self._now(), "event": f"helm {args[0]} started"})
         process = await asyncio.create_subprocess_exec(
-            str(self.helm), *args,
+            str(self.helm), *args, *self._post_renderer(args[0]),
             "--namespace", self.driver_namespace,
             "--kubeconfig", str(self.control_plane.kubeconfig),
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
@@ -265,6 +267,28 @@ class UpgradeUnderLoad:
             raise RuntimeError(f"helm {' '.join(args)} failed: {err.decode(errors='replace')}")
         self.say(f"upgrade: helm {args[0]} done in {took:.1f}s ({len(out)} bytes of output)")
         return took
+
+    def _post_renderer(self, command: str) -> list[str]:
+        """The negative control (``--set LEADER_ELECTION_ENABLED=<false>``): the chart refuses two
+        replicas without leader election, so a post-renderer writes the override into the
+        rendered Deployment, on install and upgrade (a rollback reuses what was rendered)."""
+        value = self.overrides.get(LE_ENV)
+        if value is None or command not in ("install", "upgrade"):
+            return []
+        script = self.workdir / "leader-election-post-renderer"
+        script.write_text(
+            f"#!{sys.executable}\n"
+            "import sys, yaml\n"
+            "docs = [d for d in yaml.safe_load_all(sys.stdin) if d]\n"
+            "for d in docs:\n"
+            "    if d['kind'] == 'Deployment':\n"
+            "        for e in d['spec']['template']['spec']['containers'][0]['env']:\n"
+            f"            if e['name'] == {LE_ENV!r}:\n"
+            f"                e['value'] = {value!r}\n"
+            "yaml.safe_dump_all(docs, sys.stdout)\n"
+        )
+        script.chmod(0o755)
+        return ["--post-renderer", str(script)]
 
     async def _rolled(self, tag: str) -> float:
         """Seconds from now until exactly two controller pods run ``tag`` (the old ones gone:
@@ -291,7 +315,7 @@ class UpgradeUnderLoad:
             within=300,
             what=f"two controller pods of {tag}, the old ones gone",
         )
-        if self.overrides.get("LEADER_ELECTION_ENABLED", "true").lower() == "false":
+        if self.overrides.get(LE_ENV, "true").lower() == "false":
             return round(time.monotonic() - began, 1)  # the negative control: nobody leads
         await watch_object(
             self.client,

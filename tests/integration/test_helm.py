@@ -8,6 +8,7 @@ the controller (nothing here needs it to).
 from __future__ import annotations
 
 import asyncio
+import json
 import subprocess
 import uuid
 from collections.abc import AsyncIterator
@@ -22,7 +23,13 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from computedomain.devcluster.assets import AssetsUnavailableError, find_assets
 from computedomain.devcluster.rest import request_json
 from tests.kit.waiting import eventually
-from tests.unit.helm.support import CHART, helm_or_skip, run_helm
+from tests.unit.helm.support import (
+    CHART,
+    NVIDIA_VALUES,
+    OUR_NVIDIA_VALUES,
+    helm_or_skip,
+    run_helm,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -167,7 +174,7 @@ async def test_install_upgrade_rollback_uninstall(
     deployment = paths["Deployment"]
     assert await image_name(api_client, deployment) == f"{IMAGE}:v0.4.0"
     await helm_ok(
-        "upgrade", RELEASE, str(CHART), "--reuse-values", "--set", "daemonImage.tag=v0.4.1",
+        "upgrade", RELEASE, str(CHART), "--reuse-values", "--set", "image.tag=v0.4.1",
         "--wait", "--timeout", "120s",
     )  # fmt: skip
     assert await image_name(api_client, deployment) == f"{IMAGE}:v0.4.1"
@@ -191,6 +198,67 @@ async def test_install_upgrade_rollback_uninstall(
     await eventually(all_gone, within=60, what="every installed object deleted")
     # Helm never deletes CRDs: they and any ComputeDomain survive an uninstall.
     assert await crd_versions(api_client) == crds_before
+
+
+async def test_an_nvidia_values_file_installs(
+    helm: Path, kubeconfig_path: Path, api_client: ApiClient, release: tuple[str, str]
+) -> None:
+    """NVIDIA's values file with the keys of ours a swap adds, on the real apiserver: the
+    per-namespace Role and RoleBinding of an additional namespace and the NetworkPolicy are
+    accepted, and the controller runs with NVIDIA's driver image as IMAGE_NAME."""
+    namespace, fullname = release
+    extra = f"{namespace}-old"
+    await request_json(
+        api_client, "POST", "/api/v1/namespaces",
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": extra}},
+    )  # fmt: skip
+    env = [
+        {"name": "ADDITIONAL_NAMESPACES", "value": extra},
+        {"name": "MAX_NODES_PER_IMEX_DOMAIN", "value": "9"},
+    ]
+    try:
+        result = await asyncio.to_thread(
+            run_helm, helm, "install", RELEASE, str(CHART),
+            "--namespace", namespace, "--kubeconfig", str(kubeconfig_path),
+            "-f", str(NVIDIA_VALUES), "-f", str(OUR_NVIDIA_VALUES),
+            "--set", f"namespaceOverride={namespace}", "--set", f"fullnameOverride={fullname}",
+            "--set", "controller.networkPolicy.enabled=true",
+            # The fleet has no control-plane node, and system-node-critical is admitted only in
+            # kube-system: NVIDIA's scheduling values would leave the pod unscheduled.
+            "--set", "controller.nodeSelector=null", "--set", "controller.priorityClassName=",
+            "--set-json", f"controller.containers.computeDomain.env={json.dumps(env)}",
+            "--wait", "--timeout", "120s",
+        )  # fmt: skip
+        assert result.returncode == 0, result.stderr
+        for ns in (namespace, extra):
+            role = await get(api_client, f"{RBAC}/namespaces/{ns}/roles/{fullname}")
+            binding = await get(api_client, f"{RBAC}/namespaces/{ns}/rolebindings/{fullname}")
+            assert role is not None, ns
+            assert binding is not None, ns
+            assert binding["subjects"] == [
+                {"kind": "ServiceAccount", "name": fullname, "namespace": namespace}
+            ]
+        policy = await get(
+            api_client,
+            f"/apis/networking.k8s.io/v1/namespaces/{namespace}/networkpolicies/{fullname}",
+        )
+        assert policy is not None
+        deployment = f"/apis/apps/v1/namespaces/{namespace}/deployments/{fullname}"
+        assert (
+            await image_name(api_client, deployment) == "nvcr.io/nvidia/k8s-dra-driver-gpu:v25.8.1"
+        )
+        live = await request_json(api_client, "GET", deployment)
+        (container,) = live["spec"]["template"]["spec"]["containers"]
+        assert container["image"] == "registry.example.com/gpu/computedomain-controller:0.1.0-rc1"
+        names = [e["name"] for e in container["env"]]
+        assert names.count("MAX_NODES_PER_IMEX_DOMAIN") == 1
+        assert live["status"].get("availableReplicas") == 1
+    finally:
+        await asyncio.to_thread(
+            run_helm, helm, "uninstall", RELEASE, "--namespace", namespace,
+            "--kubeconfig", str(kubeconfig_path), "--ignore-not-found", "--wait",
+        )  # fmt: skip
+        await request_json(api_client, "DELETE", f"/api/v1/namespaces/{extra}")
 
 
 async def test_crd_upgrade_command_works_over_kubectl_create(

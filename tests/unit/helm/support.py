@@ -18,6 +18,7 @@ from computedomain.devcluster.helm import HelmUnavailableError, find_helm
 ROOT = Path(__file__).resolve().parents[3]
 CHART = ROOT / "manifests" / "helm" / "computedomain-controller"
 NVIDIA_VALUES = ROOT / "tests" / "fixtures" / "helm" / "nvidia-values.yaml"
+OUR_NVIDIA_VALUES = ROOT / "tests" / "fixtures" / "helm" / "nvidia-values-ours.yaml"
 
 Obj = dict[str, Any]
 
@@ -51,12 +52,15 @@ def template_args(
     namespace: str = "computedomain-system",
     values: Iterable[Path] = (),
     sets: Iterable[str] = (),
+    set_json: Iterable[str] = (),
 ) -> list[str]:
     args = ["template", release, str(CHART), "--namespace", namespace]
     for path in values:
         args += ["--values", str(path)]
     for item in sets:
         args += ["--set", item]
+    for item in set_json:
+        args += ["--set-json", item]
     return args
 
 

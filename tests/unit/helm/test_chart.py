@@ -12,10 +12,11 @@ import pytest
 import yaml
 
 from computedomain.api.constants import NVIDIA_COMPONENT_LABEL
-from computedomain.config import SETTINGS, parse_settings
+from computedomain.config import INERT_FLAGS, SETTINGS, parse_settings
 from tests.unit.helm.support import (
     CHART,
     NVIDIA_VALUES,
+    OUR_NVIDIA_VALUES,
     ROOT,
     Obj,
     container,
@@ -31,8 +32,11 @@ from tests.unit.helm.support import (
 MANIFESTS = ROOT / "manifests"
 RELEASE_NS = "computedomain-system"
 NVIDIA_NS = "nvidia-dra-driver-gpu"
-# Env the controller reads (its flag table), plus what the NVIDIA container runtime reads.
-KNOWN_ENV = {row.env for row in SETTINGS} | {"NVIDIA_VISIBLE_DEVICES"}
+# Env the controller reads (its flag table and NVIDIA's flags it accepts and ignores), plus what
+# the NVIDIA container runtime reads.
+KNOWN_ENV = (
+    {row.env for row in SETTINGS} | {row.env for row in INERT_FLAGS} | {"NVIDIA_VISIBLE_DEVICES"}
+)
 FLAG_DEFAULTS = {row.env: row.default for row in SETTINGS}
 # Set by the chart but not by manifests/manager (the controller's defaults, as values).
 CHART_ONLY_ENV = (
@@ -75,7 +79,7 @@ def default(helm: Path) -> list[Obj]:
 @pytest.fixture(scope="module")
 def nvidia(helm: Path) -> list[Obj]:
     # Another release namespace: namespaceOverride must put everything in NVIDIA's.
-    return render(helm, release="dra", namespace="other", values=[NVIDIA_VALUES])
+    return render(helm, release="dra", namespace="other", values=[NVIDIA_VALUES, OUR_NVIDIA_VALUES])
 
 
 def settings_from(objects: list[Obj], namespace: str) -> Any:
@@ -100,10 +104,15 @@ def test_chart_metadata() -> None:
 
 
 @pytest.mark.parametrize("strict", [False, True], ids=["lint", "lint-strict"])
-@pytest.mark.parametrize("values", [None, NVIDIA_VALUES], ids=["default", "nvidia"])
-def test_helm_lint_passes(helm: Path, strict: bool, values: Path | None) -> None:
+@pytest.mark.parametrize(
+    "values",
+    [(), (NVIDIA_VALUES,), (NVIDIA_VALUES, OUR_NVIDIA_VALUES)],
+    ids=["default", "nvidia", "swap"],
+)
+def test_helm_lint_passes(helm: Path, strict: bool, values: tuple[Path, ...]) -> None:
     args = ["lint", str(CHART)] + (["--strict"] if strict else [])
-    args += ["--values", str(values)] if values else []
+    for path in values:
+        args += ["--values", str(path)]
     result = run_helm(helm, *args)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "1 chart(s) linted, 0 chart(s) failed" in result.stdout
@@ -220,11 +229,13 @@ def test_deployment_equals_manifests_manager_apart_from_documented_differences(
     src_pod, pod = source["spec"]["template"]["spec"], rendered["spec"]["template"]["spec"]
     (src_c,), c = src_pod["containers"], container(default)
 
-    chart_env = [e for e in c["env"] if e["name"] not in CHART_ONLY_ENV]
-    for entry in chart_env:  # documented: NVIDIA's v0.4 chart image instead of nvcr.io's
-        if entry["name"] == "IMAGE_NAME":
-            assert entry["value"] == DAEMON_IMAGE
-            entry["value"] = next(e for e in src_c["env"] if e["name"] == "IMAGE_NAME")["value"]
+    chart_env = [dict(e) for e in c["env"] if e["name"] not in CHART_ONLY_ENV]  # a copy
+    # Documented: NVIDIA's v0.4 chart image instead of nvcr.io's, and NVIDIA's logVerbosity
+    # default for the controller too.
+    for entry, documented in (("IMAGE_NAME", DAEMON_IMAGE), ("LOG_VERBOSITY", "4")):
+        (rendered_entry,) = [e for e in chart_env if e["name"] == entry]
+        assert rendered_entry["value"] == documented
+        rendered_entry["value"] = next(e for e in src_c["env"] if e["name"] == entry)["value"]
     assert chart_env == src_c["env"]
     for name in CHART_ONLY_ENV:
         assert env_of(default)[name] == FLAG_DEFAULTS[name]
@@ -292,8 +303,8 @@ def label_maps(obj: Any) -> list[dict[str, Any]]:
 
 @pytest.mark.parametrize(
     ("values", "sets"),
-    [((), ()), ((), ALL_ON), ((NVIDIA_VALUES,), ())],
-    ids=["default", "all", "nvidia"],
+    [((), ()), ((), ALL_ON), ((NVIDIA_VALUES,), ()), ((NVIDIA_VALUES, OUR_NVIDIA_VALUES), ())],
+    ids=["default", "all", "nvidia", "swap"],
 )
 def test_every_env_var_is_one_the_controller_knows(
     helm: Path, values: tuple[Path, ...], sets: tuple[str, ...]
@@ -315,7 +326,7 @@ def test_default_env_configures_the_controller_as_documented(default: list[Obj])
     )
     assert (settings.kube_api_qps, settings.kube_api_burst) == (100, 200)
     assert (settings.metrics_address, settings.probe_address) == (":8080", ":8081")
-    assert (settings.log_verbosity, settings.daemon.log_verbosity) == (0, 4)
+    assert (settings.log_verbosity, settings.daemon.log_verbosity) == (4, 4)
     assert settings.daemon.image_pull_secrets == ()
     assert "FEATURE_GATES" not in env_of(default)
     assert "WORKERS" not in env_of(default)
@@ -383,12 +394,15 @@ def test_probes_may_share_the_metrics_port(helm: Path) -> None:
 
 def test_nvidia_values_env(nvidia: list[Obj]) -> None:
     env = env_of(nvidia)
-    assert env["IMAGE_NAME"] == "nvcr.io/nvidia/k8s-dra-driver-gpu:v25.8.1"
+    assert env["IMAGE_NAME"] == "nvcr.io/nvidia/k8s-dra-driver-gpu:v25.8.1"  # NVIDIA's image.*
     assert env["CD_DAEMON_IMAGE_PULL_SECRET_NAMES"] == "ngc-secret"
     assert env["LOG_VERBOSITY_CD_DAEMON"] == "6"
-    assert env["LOG_VERBOSITY"] == "0"  # ours: controller.logVerbosity, not logVerbosity
-    assert env["FEATURE_GATES"] == "ComputeDomainCliques=true,IMEXDaemonsWithDNSNames=true,"
-    assert env["NAMESPACE"] == NVIDIA_NS
+    assert env["LOG_VERBOSITY"] == "6"  # NVIDIA's logVerbosity: the controller's too
+    assert env["FEATURE_GATES"] == (
+        "ComputeDomainCliques=true,IMEXDaemonsWithDNSNames=true,MPSSupport=true,"
+    )
+    assert env["MAX_NODES_PER_IMEX_DOMAIN"] == "9"  # the env entry replaced the chart's
+    assert env["NAMESPACE"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}  # NVIDIA's
     assert env["LEADER_ELECTION_ENABLED"] == "false"
     assert env["LEADER_ELECTION_LEASE_LOCK_NAME"] == "dra-driver-nvidia-gpu-controller"
     assert env["LEADER_ELECTION_LEASE_LOCK_NAMESPACE"] == {
@@ -397,12 +411,13 @@ def test_nvidia_values_env(nvidia: list[Obj]) -> None:
     assert env["LEADER_ELECTION_LEASE_DURATION"] == "15s"
     assert env["LEADER_ELECTION_RENEW_DEADLINE"] == "10s"
     assert env["LEADER_ELECTION_RETRY_PERIOD"] == "2s"
-    assert container(nvidia)["env"][-1] == {
-        "name": "ADDITIONAL_NAMESPACES",
-        "value": "nvidia-dra-driver-gpu-old",
-    }
+    assert container(nvidia)["env"][-2:] == [
+        {"name": "ADDITIONAL_NAMESPACES", "value": "nvidia-dra-driver-gpu-old"},
+        {"name": "MAX_NODES_PER_IMEX_DOMAIN", "value": "9"},
+    ]
     settings = settings_from(nvidia, NVIDIA_NS)
     assert settings.daemon.feature_gates["ComputeDomainCliques"] is True
+    assert settings.daemon.max_nodes_per_imex_domain == 9
     assert settings.managed_namespaces == (NVIDIA_NS, "nvidia-dra-driver-gpu-old")
     assert settings.lease_namespace == NVIDIA_NS
 
@@ -422,7 +437,6 @@ def test_nvidia_values_pod(nvidia: list[Obj], default: list[Obj]) -> None:
     c, default_c = container(nvidia), container(default)
     assert c["image"] == "registry.example.com/gpu/computedomain-controller:0.1.0-rc1"
     assert c["imagePullPolicy"] == "Always"
-    # Helm merges maps: the limits.cpu default stays unless set to null (README says so).
     assert c["resources"] == {
         "requests": {"cpu": "100m", "memory": "256Mi"},
         "limits": {"cpu": "1", "memory": "1Gi"},
@@ -434,22 +448,31 @@ def test_nvidia_values_pod(nvidia: list[Obj], default: list[Obj]) -> None:
 
 
 def test_nvidia_values_rbac(nvidia: list[Obj]) -> None:
-    assert kinds(nvidia) == {
-        ("ServiceAccount", "computedomain-controller"),
-        ("ClusterRole", "computedomain-controller"),
-        ("ClusterRoleBinding", "computedomain-controller"),
-        ("Role", "computedomain-controller"),
-        ("RoleBinding", "computedomain-controller"),
-        ("Deployment", "computedomain-controller"),
-        ("Service", "computedomain-controller-metrics"),
-    }  # no daemon RBAC (NVIDIA's), no leader-election Role, no PDB (one replica)
-    for obj in nvidia:
-        if obj["kind"] not in ("ClusterRole", "ClusterRoleBinding"):
-            assert obj["metadata"]["namespace"] == NVIDIA_NS, obj["metadata"]["name"]
-    for kind in ("RoleBinding", "ClusterRoleBinding"):
-        assert find(nvidia, kind)["subjects"] == [
-            {"kind": "ServiceAccount", "name": "computedomain-controller", "namespace": NVIDIA_NS}
+    assert sorted(
+        (o["kind"], o["metadata"]["name"], o["metadata"].get("namespace", "")) for o in nvidia
+    ) == sorted(
+        [
+            ("ServiceAccount", "computedomain-controller", NVIDIA_NS),
+            ("ClusterRole", "computedomain-controller", ""),
+            ("ClusterRoleBinding", "computedomain-controller", ""),
+            ("Role", "computedomain-controller", NVIDIA_NS),
+            ("RoleBinding", "computedomain-controller", NVIDIA_NS),
+            # ADDITIONAL_NAMESPACES in the env values: a Role and RoleBinding there too.
+            ("Role", "computedomain-controller", f"{NVIDIA_NS}-old"),
+            ("RoleBinding", "computedomain-controller", f"{NVIDIA_NS}-old"),
+            ("Deployment", "computedomain-controller", NVIDIA_NS),
+            ("Service", "computedomain-controller-metrics", NVIDIA_NS),
         ]
+    )  # no daemon RBAC (NVIDIA's), no leader-election Role, no PDB (one replica)
+    for obj in nvidia:
+        if obj["kind"] in ("RoleBinding", "ClusterRoleBinding"):
+            assert obj["subjects"] == [
+                {
+                    "kind": "ServiceAccount",
+                    "name": "computedomain-controller",
+                    "namespace": NVIDIA_NS,
+                }
+            ]
 
 
 # ---- monitoring --------------------------------------------------------------------------------
@@ -494,12 +517,12 @@ def test_monitoring_objects(helm: Path) -> None:
 FAILURES = [
     (
         ["controller.leaderElection.enabled=false"],
-        "controller.replicas > 1 needs controller.leaderElection.enabled=true: "
-        "without leader election every replica writes",
+        "controller.replicas=2 with leader election off: every replica would write; set "
+        "controller.leaderElection.enabled=true or controller.replicas=1",
     ),
     (
-        ["daemonImage.repository="],
-        "daemonImage.repository is empty: set it to NVIDIA's DRA driver image of the release "
+        ["image.repository="],
+        "image.repository is empty: set it to NVIDIA's DRA driver image of the release "
         "your kubelet plugin runs",
     ),
     (

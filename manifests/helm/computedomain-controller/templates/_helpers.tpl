@@ -28,11 +28,69 @@ release namespace. "The release namespace" in values.yaml and README.md means th
 {{- end }}
 
 {{/*
+The value of an entry of controller.containers.computeDomain.env (the last of that name, as the
+Deployment renders it), "" when there is none or it has no `value`. Called with
+(list $ "NAME").
+*/}}
+{{- define "computedomain-controller.userEnv" -}}
+{{- $root := index . 0 }}
+{{- $name := index . 1 }}
+{{- $value := "" }}
+{{- range ($root.Values.controller.containers.computeDomain.env | default list) }}
+{{- if eq (toString .name) $name }}
+{{- $value = toString (.value | default "") }}
+{{- end }}
+{{- end }}
+{{- $value }}
+{{- end }}
+
+{{/*
 The driver namespace (NAMESPACE): daemon DaemonSets, their pods, cliques, the daemon
-ServiceAccount. driverNamespace, else the controller's namespace.
+ServiceAccount. driverNamespace, else a NAMESPACE value in the env values, else the
+controller's namespace.
 */}}
 {{- define "computedomain-controller.driverNamespace" -}}
-{{- default (include "computedomain-controller.namespace" .) .Values.driverNamespace }}
+{{- $fromEnv := include "computedomain-controller.userEnv" (list . "NAMESPACE") | trim }}
+{{- if and .Values.driverNamespace $fromEnv (ne $fromEnv .Values.driverNamespace) }}
+{{- fail (printf "driverNamespace=%s and env NAMESPACE=%s disagree: set one of them" .Values.driverNamespace $fromEnv) }}
+{{- end }}
+{{- .Values.driverNamespace | default $fromEnv | default (include "computedomain-controller.namespace" .) }}
+{{- end }}
+
+{{/*
+The additional namespaces, comma-joined: NVIDIA's ADDITIONAL_NAMESPACES entry of the env values,
+split at commas, trimmed, each once, without the driver namespace (as NVIDIA's chart reads it).
+*/}}
+{{- define "computedomain-controller.additionalNamespaces" -}}
+{{- $driverNs := include "computedomain-controller.driverNamespace" . }}
+{{- $namespaces := list }}
+{{- range splitList "," (include "computedomain-controller.userEnv" (list . "ADDITIONAL_NAMESPACES")) }}
+{{- $ns := trim . }}
+{{- if and $ns (ne $ns $driverNs) }}
+{{- $namespaces = append $namespaces $ns }}
+{{- end }}
+{{- end }}
+{{- join "," (uniq $namespaces) }}
+{{- end }}
+
+{{/*
+"true" when the controller elects a leader: LEADER_ELECTION_ENABLED in the env values when
+given (read as the controller reads it: 1/true/yes/on), else controller.leaderElection.enabled.
+*/}}
+{{- define "computedomain-controller.leaderElection" -}}
+{{- $fromEnv := "" }}
+{{- $given := false }}
+{{- range (.Values.controller.containers.computeDomain.env | default list) }}
+{{- if eq (toString .name) "LEADER_ELECTION_ENABLED" }}
+{{- $given = true }}
+{{- $fromEnv = toString (.value | default "") | trim | lower }}
+{{- end }}
+{{- end }}
+{{- if $given }}
+{{- has $fromEnv (list "1" "true" "yes" "on") }}
+{{- else }}
+{{- .Values.controller.leaderElection.enabled | toString }}
+{{- end }}
 {{- end }}
 
 {{- define "computedomain-controller.chart" -}}
@@ -89,17 +147,29 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
   namespace: {{ include "computedomain-controller.namespace" . }}
 {{- end }}
 
-{{/* The controller image; tag "" means the chart's appVersion. */}}
-{{- define "computedomain-controller.image" -}}
-{{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion | toString) }}
+{{/* Our controller image; tag "" means the chart's appVersion. */}}
+{{- define "computedomain-controller.controllerImage" -}}
+{{- printf "%s:%s" .Values.controllerImage.repository (.Values.controllerImage.tag | default .Chart.AppVersion | toString) }}
 {{- end }}
 
-{{/* IMAGE_NAME: NVIDIA's driver image (tag "" means daemonImage.repository as given). */}}
-{{- define "computedomain-controller.daemonImage" -}}
-{{- if .Values.daemonImage.tag }}
-{{- printf "%s:%s" .Values.daemonImage.repository (toString .Values.daemonImage.tag) }}
+{{/*
+The NVIDIA release whose driver image an empty image.tag means (NVIDIA's chart means its own
+appVersion there; this chart is made for v0.4.0, the controller's IMAGE_NAME default).
+*/}}
+{{- define "computedomain-controller.nvidiaRelease" -}}
+0.4.0
+{{- end }}
+
+{{/* IMAGE_NAME: NVIDIA's driver image, image.* (tag "" means v<nvidiaRelease>, or a digest in
+the repository as given). */}}
+{{- define "computedomain-controller.driverImage" -}}
+{{- $tag := .Values.image.tag | toString }}
+{{- if $tag }}
+{{- printf "%s:%s" .Values.image.repository $tag }}
+{{- else if contains "@" .Values.image.repository }}
+{{- .Values.image.repository }}
 {{- else }}
-{{- .Values.daemonImage.repository }}
+{{- printf "%s:v%s" .Values.image.repository (include "computedomain-controller.nvidiaRelease" .) }}
 {{- end }}
 {{- end }}
 
@@ -117,11 +187,20 @@ Values that cannot work: fail at install/template time with one line rather than
 controller that crash-loops or two leaders that both write.
 */}}
 {{- define "computedomain-controller.validate" -}}
-{{- if and (gt (int .Values.controller.replicas) 1) (not .Values.controller.leaderElection.enabled) }}
-{{- fail "controller.replicas > 1 needs controller.leaderElection.enabled=true: without leader election every replica writes" }}
+{{- if .Values.daemonImage }}
+{{- fail "daemonImage is gone: NVIDIA's key image.repository / image.tag is the IMEX daemon image now, and controllerImage.* ours (after --reuse-values: --set daemonImage=null)" }}
 {{- end }}
-{{- if not .Values.daemonImage.repository }}
-{{- fail "daemonImage.repository is empty: set it to NVIDIA's DRA driver image of the release your kubelet plugin runs" }}
+{{- if regexMatch "(^|/)computedomain-controller([:@]|$)" (toString .Values.image.repository) }}
+{{- fail (printf "image.repository=%s is our controller image, but image.* is NVIDIA's DRA driver image, which the IMEX daemons run: set controllerImage.repository instead" (toString .Values.image.repository)) }}
+{{- end }}
+{{- if and (gt (int .Values.controller.replicas) 1) (ne (include "computedomain-controller.leaderElection" .) "true") }}
+{{- fail (printf "controller.replicas=%d with leader election off: every replica would write; set controller.leaderElection.enabled=true or controller.replicas=1" (int .Values.controller.replicas)) }}
+{{- end }}
+{{- if not .Values.image.repository }}
+{{- fail "image.repository is empty: set it to NVIDIA's DRA driver image of the release your kubelet plugin runs" }}
+{{- end }}
+{{- if and .Values.resourceApiVersion (ne (toString .Values.resourceApiVersion) "resource.k8s.io/v1") }}
+{{- fail (printf "resourceApiVersion=%s: the controller writes ResourceClaimTemplates as resource.k8s.io/v1 only (Kubernetes 1.34+), as NVIDIA's v0.4.x controller does" (toString .Values.resourceApiVersion)) }}
 {{- end }}
 {{- if not .Values.controller.probes.address }}
 {{- fail "controller.probes.address is empty: the liveness and readiness probes need it" }}
