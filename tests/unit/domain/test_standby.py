@@ -112,9 +112,7 @@ async def test_a_deleted_cd_is_left_to_nvidias_controller_then_finalized(
     NVIDIA's controller cleans up too would make two writers of the same deletion."""
     deleted_at = format_time(world.clock.wall())
     stores = with_children(world)
-    world.client.objects[("computedomains", NS, "cd")]["metadata"]["deletionTimestamp"] = (
-        deleted_at
-    )
+    world.client.objects[("computedomains", NS, "cd")]["metadata"]["deletionTimestamp"] = deleted_at
     stores["cds"] = [world.client.objects[("computedomains", NS, "cd")]]
     node = world.client.add(r.NODES, {"metadata": {"name": "n1", "labels": {c.CD_LABEL: UID}}})
     world.fill(**stores, nodes=[node], service_accounts=[service_account()])
