@@ -103,6 +103,8 @@ async def test_ours_writes_nothing_while_nvidias_controller_runs_and_resumes_aft
         )
         await events_for(kube, namespace, "StandingBy", {"fresh"})
         await running.wait_idle()
+        so_far = audit.writes(since=mark, user=our_user)
+        assert not_events(so_far) == [], f"ours wrote while standing by: {tally(so_far)}"
         stood = await kube.get(COMPUTE_DOMAINS, "fresh", namespace)
         assert not stood["metadata"].get("finalizers"), stood["metadata"]
         assert not (stood.get("status") or {}).get("conditions"), stood["status"]
