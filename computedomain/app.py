@@ -84,14 +84,21 @@ class ControllerProcess:
             clock=self.clock,
             metrics=self.runtime_metrics,
         )
+
+        # While NVIDIA's controller runs, reconciles write nothing (they check first), and a
+        # write already on its way when the stand-by begins is refused here.
+        def standing_by() -> str:
+            return self.coexistence.standing_by
+
         self.reconciler = ComputeDomainReconciler(
-            self.client,
+            self.client.with_write_guard(standing_by),
             self.caches,
             s.reconciler,
             self.recorder,
             self.domain_metrics,
             self.clock,
             backlog=self.queue.len,
+            standing_by=standing_by,
         )
         self.controller = Controller(
             CONTROLLER_NAME,
@@ -105,7 +112,7 @@ class ControllerProcess:
         self.coexistence = CoexistenceMonitor(
             self.recorder,
             self.domain_metrics,
-            requeue_all=self.router.enqueue_all,
+            requeue_all=self._requeue_all,
             selectors=s.nvidia_controller_selectors,
         )
         wire(self.router, self.coexistence)
@@ -126,6 +133,12 @@ class ControllerProcess:
         )
         self.identity = f"{s.pod_name}-{uuid.uuid4()}"
         self.leading = asyncio.Event()
+
+    def _requeue_all(self) -> None:
+        """Every CD, and every orphan the caches know (what a stand-by left waiting)."""
+        self.router.enqueue_all()
+        for key in self.reconciler.sweeper.orphans():
+            self.queue.add(str(key))
 
     def _crds_installed(self) -> bool:
         if self.coexistence.crd_problem:

@@ -554,11 +554,12 @@ SETTINGS: Sequence[Setting] = (
     Setting("--nvidia-controller-selectors", "NVIDIA_CONTROLLER_SELECTORS",
             ";".join(c.NVIDIA_CONTROLLER_SELECTORS), _pod_selectors,
             "label selectors of NVIDIA's controller pods in the driver namespace, separated by "
-            "';' (k=v, k!=v, k, !k; ',' within one selector means and): a running one means two "
-            "controllers write the same objects (Warning event, alert). The default finds the "
+            "';' (k=v, k!=v, k, !k; ',' within one selector means and): while one runs, this "
+            "controller stands by, writing nothing to ComputeDomains until it is gone (Warning "
+            "events, gauge, alert). The default finds the "
             "pods of NVIDIA's chart v0.4.0 and v0.4.1, fresh (dra-driver-nvidia-gpu-component) "
             "or upgraded with nameOverride=nvidia-dra-driver-gpu; with another nameOverride add "
-            "<nameOverride>-component=controller; empty: no detection",
+            "<nameOverride>-component=controller; empty: no detection and no stand-by",
             "nvidia_controller_selectors",
             check=validated_by_parser("label selectors separated by ';', none matching our pods")),
     Setting("--http-endpoint", "HTTP_ENDPOINT", ":8080", _bind,

@@ -56,12 +56,15 @@ class AuditLog:
         """The current end of the log: writes after this point are read with ``since=``."""
         return self.path.stat().st_size if self.path.exists() else 0
 
-    def writes(self, since: int = 0, user: str | None = None) -> list[AuditedWrite]:
+    def writes(
+        self, since: int = 0, user: str | None = None, until: int | None = None
+    ) -> list[AuditedWrite]:
+        """Writes logged after the mark ``since`` and, given ``until`` (another mark), before it."""
         if not self.path.exists():
             return []
         with self.path.open("rb") as log:
             log.seek(since)
-            lines = log.read().splitlines()
+            lines = log.read(-1 if until is None else max(until - since, 0)).splitlines()
         found = []
         for line in lines:
             try:

@@ -6,10 +6,16 @@
   the stored one forever (a write loop). We detect the missing fields, write only the upstream
   fields, and say what to run.
 - NVIDIA's controller running beside ours (a later `helm upgrade` of NVIDIA's chart scales it
-  back to 1; its leader election is off by default and uses another Lease) means two writers of
-  status and finalizers. Its pods carry the selector label of NVIDIA's chart (contract §19),
-  found by `NVIDIA_CONTROLLER_SELECTORS` (one informer each); we count the running ones and say
-  so loudly: a log line, a gauge, and a Warning Event on each such pod.
+  back to 1; its leader election is off by default and uses another Lease) would mean two
+  writers of status, children, cliques, node labels and finalizers. Its pods carry the selector
+  label of NVIDIA's chart (contract §19), found by `NVIDIA_CONTROLLER_SELECTORS` (one informer
+  each). While one runs (phase Running, not terminating), ours **stands by**: ``standing_by``
+  gives the reason, the reconciler then writes nothing to any ComputeDomain or what belongs to
+  it, and the leader's API client refuses such writes still in flight. We say so loudly: a log
+  line per transition, the gauges, a Warning Event on each such pod (and one per CD, from the
+  reconciler). When the last one is gone every CD is reconciled again (level-triggered).
+  No condition on the CDs says it: NVIDIA's controller replaces the whole status with its own
+  two fields on each of its writes (docs/operations.md, Stand-by).
 """
 
 from __future__ import annotations
@@ -119,9 +125,11 @@ def concurrent_controller_message(pod: Mapping[str, Any]) -> str:
     namespace = meta.get("namespace")
     return (
         f"NVIDIA's ComputeDomain controller runs beside this one (pod {namespace}/"
-        f"{meta.get('name')}): two controllers write the same status and finalizers. Scale it "
-        f"to 0 (kubectl -n {namespace} scale deployment {nvidia_deployment_of(pod)} "
-        "--replicas=0) and keep it there in NVIDIA's Helm values (controller.replicas=0)"
+        f"{meta.get('name')}), so this one stands by: it writes nothing to ComputeDomains, their "
+        "children, cliques or node labels until no such pod runs, and NVIDIA's controller "
+        f"manages them meanwhile. Scale it to 0 (kubectl -n {namespace} scale deployment "
+        f"{nvidia_deployment_of(pod)} --replicas=0) and keep it there in NVIDIA's Helm values "
+        "(controller.replicas=0)"
     )
 
 
@@ -150,7 +158,10 @@ def trim_pod_identity(pod: dict[str, Any]) -> dict[str, Any]:
 
 class CoexistenceMonitor:
     """Reacts to the CD CRD and NVIDIA's controller pods; every replica logs and exports, only
-    the leader records Events (a standby writes nothing)."""
+    the leader records Events (a standby writes nothing).
+
+    ``requeue_all`` runs when what every reconcile depends on changed: the CRD's status fields,
+    and the start and the end of a stand-by."""
 
     def __init__(
         self,
@@ -168,8 +179,15 @@ class CoexistenceMonitor:
         self.missing_crds: list[str] = []
         self._running: dict[str, Mapping[str, Any]] = {}
         self._reported_pods: set[str] = set()
+        self._standing_by = ""
         metrics.set_crd_missing_status_fields(0)
         metrics.set_concurrent_controllers(0)
+        metrics.set_standing_by(False)
+
+    @property
+    def standing_by(self) -> str:
+        """Why this controller must write nothing to ComputeDomains now; empty when it may."""
+        return self._standing_by
 
     # CRD ---------------------------------------------------------------------------------------
     def crd_changed(self, crd: Mapping[str, Any] | None) -> None:
@@ -224,6 +242,22 @@ class CoexistenceMonitor:
         self._running = running
         self._reported_pods &= running.keys()
         self._metrics.set_concurrent_controllers(len(running))
+        first = next(iter(running.values()), None)
+        was_standing_by = bool(self._standing_by)
+        self._standing_by = concurrent_controller_message(first) if first is not None else ""
+        if bool(self._standing_by) != was_standing_by:
+            if self._standing_by:
+                log.warning(
+                    "Standing by: NVIDIA's controller runs; writing nothing to ComputeDomains, "
+                    "their children, cliques or node labels until no pod of it runs"
+                )
+            else:
+                log.info(
+                    "Resuming: no pod of NVIDIA's controller runs any more; reconciling every "
+                    "ComputeDomain"
+                )
+            # Every CD, both ways: each says it stands by (an Event), or gets back to work.
+            self._requeue_all()
         self._report()
 
     def set_leading(self, leading: bool) -> None:
@@ -231,6 +265,7 @@ class CoexistenceMonitor:
         self._report()
 
     def _report(self) -> None:
+        self._metrics.set_standing_by(self._leading and bool(self._standing_by))
         if not self._leading:
             return
         for uid, pod in self._running.items():

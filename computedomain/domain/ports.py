@@ -45,3 +45,6 @@ class CoexistenceMetricsSink(Protocol):
     def set_crd_missing_status_fields(self, count: int) -> None: ...
 
     def set_concurrent_controllers(self, count: int) -> None: ...
+
+    def set_standing_by(self, standing_by: bool) -> None:
+        """This replica leads and stands by (writes nothing to ComputeDomains)."""

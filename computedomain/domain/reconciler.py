@@ -10,6 +10,11 @@ The work is split where its seams are:
 - ``status``: projection, conditions, clique pruning, the status write and its events;
 - ``deletion``: children, node labels, then the finalizer;
 - ``sweeper``: orphans of CDs that are gone.
+
+While NVIDIA's controller runs (``standing_by`` gives a reason, see ``coexistence``) a
+reconcile writes nothing, not even on deletion: NVIDIA's controller, which uses the same
+finalizer, cleans up then. It records one Warning ``StandingBy`` per CD, and a Normal
+``Resumed`` when it gets back to work.
 """
 
 from __future__ import annotations
@@ -37,6 +42,10 @@ from computedomain.runtime.events import EventRecorder
 
 # A requeue goes behind the keys already waiting (a delay of 0 would mean "no requeue").
 CHILDREN_FIRST_REQUEUE = 0.001
+RESUMED_NOTE = (
+    "NVIDIA's ComputeDomain controller no longer runs: this controller manages the "
+    "ComputeDomain again"
+)
 
 
 class ComputeDomainReconciler:
@@ -49,8 +58,11 @@ class ComputeDomainReconciler:
         metrics: DomainMetricsSink,
         clock: Clock | None = None,
         backlog: Callable[[], int] | None = None,
+        standing_by: Callable[[], str] = lambda: "",
     ) -> None:
-        """``backlog``: how many reconciles wait to start (the work queue's ready keys)."""
+        """``backlog``: how many reconciles wait to start (the work queue's ready keys);
+        ``standing_by``: why nothing may be written now (empty: write)."""
+        self._standing_by = standing_by
         self._ctx = ReconcileContext(
             client, caches, settings, recorder, metrics, clock or SystemClock()
         )
@@ -64,14 +76,25 @@ class ComputeDomainReconciler:
 
     async def reconcile(self, key: str) -> Result:
         parsed = parse_key(key)
+        standing_by = self._standing_by()
         if isinstance(parsed, OrphanKey):
-            return await self.sweeper.reconcile(parsed)
+            # Orphans wait too: the end of the stand-by requeues them.
+            return Result() if standing_by else await self.sweeper.reconcile(parsed)
         obj = self._ctx.caches.cds.get(str(parsed))
         if obj is None:
             # Gone, also without our finalizer (removed by hand): its series go with it.
             self._ctx.metrics.forget_domain(parsed.namespace, parsed.name)
             return Result()
         cd = ComputeDomain.model_validate(obj)
+        memory = self._ctx.memory_of(cd.metadata.uid)
+        if standing_by:
+            if not memory.stood_by:
+                memory.stood_by = True
+                self._ctx.recorder.record(obj, "Warning", "StandingBy", "Reconcile", standing_by)
+            return Result()
+        if memory.stood_by:
+            memory.stood_by = False
+            self._ctx.recorder.record(obj, "Normal", "Resumed", "Reconcile", RESUMED_NOTE)
         if cd.metadata.deletion_timestamp:
             return await self._finalizer.finalize(cd, obj)
         return await self._reconcile_live(cd, obj)

@@ -231,6 +231,13 @@ class DomainMetrics:
             "nvidia-dra-driver-gpu-component=controller). Must be 0.",
             registry=registry,
         )
+        self._standing_by = Gauge(
+            PREFIX + "controller_standing_by",
+            "1 while this replica leads and stands by because NVIDIA's controller runs: it "
+            "writes nothing to ComputeDomains, their children, cliques or node labels until no "
+            "pod of NVIDIA's controller runs. 0 otherwise (also on replicas that do not lead).",
+            registry=registry,
+        )
 
     def observe_domain(
         self,
@@ -296,6 +303,9 @@ class DomainMetrics:
 
     def set_concurrent_controllers(self, count: int) -> None:
         self._concurrent_controllers.set(count)
+
+    def set_standing_by(self, standing_by: bool) -> None:
+        self._standing_by.set(1 if standing_by else 0)
 
     def known_domains(self) -> list[tuple[str, str]]:
         """The exported (namespace, name) pairs, e.g. to forget domains gone from the cache."""

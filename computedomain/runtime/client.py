@@ -192,6 +192,8 @@ class KubeClient:
         self.write_fence: Callable[[], bool] | None = None
         # A client made by `with_rate_limiter` follows the fence of the one it came from.
         self._fence_of: KubeClient | None = None
+        # Checked after the fence: a reason refuses the write (`with_write_guard`).
+        self._write_guard: Callable[[], str] | None = None
 
     def unfenced(self) -> KubeClient:
         """The same connection without the write fence (for the leader election itself)."""
@@ -206,6 +208,14 @@ class KubeClient:
         clone = copy.copy(self)
         clone.rate_limiter = rate_limiter
         clone._fence_of = self._fence_of or self
+        return clone
+
+    def with_write_guard(self, guard: Callable[[], str]) -> KubeClient:
+        """The same connection, budget and write fence, whose writes are also refused while
+        ``guard`` returns a reason (an empty one lets them through). Reads are never refused."""
+        clone = copy.copy(self)
+        clone._fence_of = self._fence_of or self
+        clone._write_guard = guard
         return clone
 
     def _fence(self) -> Callable[[], bool] | None:
@@ -334,6 +344,11 @@ class KubeClient:
                 raise ApiError(
                     0, "LeaseNotHeld", f"{method} {path}: refused, leadership not proven"
                 )
+            if method != "GET" and self._write_guard is not None and (why := self._write_guard()):
+                self.metrics.rest_client_requests_total.labels(
+                    code="<refused>", method=method, host=self.host
+                ).inc()
+                raise ApiError(0, "WriteRefused", f"{method} {path}: refused, {why}")
             response, started = await self._send(
                 method, path, query=query, body=body, content_type=content_type, accept=accept
             )

@@ -11,6 +11,7 @@ then a missing control plane fails the run.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import uuid
@@ -23,22 +24,28 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from computedomain.api.constants import DAEMON_SERVICE_ACCOUNT
 from computedomain.devcluster.assets import AssetsUnavailableError, find_assets
+from computedomain.devcluster.audit import service_account_user
 from computedomain.devcluster.clients import (
     api_client_from_kubeconfig,
+    request_service_account_token,
     service_account_api_client,
+    token_kubeconfig,
 )
 from computedomain.devcluster.controlplane import ControlPlane, free_port, use_existing_cluster
 from computedomain.devcluster.harness import Controllers
 from computedomain.devcluster.rest import request_json
-from computedomain.runtime.client import KubeClient
+from computedomain.runtime.client import ApiError, KubeClient
 from computedomain.runtime.resources import NAMESPACES, SERVICE_ACCOUNTS
 from tests.integration.cluster import STARTUP, fleet_node_names, run_control_plane
 from tests.integration.e2e_harness import EndToEnd, end_to_end
+from tests.integration.nvidia_install import CLUSTER_ROLE_BINDINGS
 from tests.kit.controllers import controllers_for, stop_after_cleanup
 from tests.kit.prometheus import RunningPrometheus, running_prometheus
+from tests.kit.rbac import cluster_admin_binding
 from tests.kit.waiting import eventually
 
 SaClientFactory = Callable[[str, str], Awaitable[ApiClient]]
+IdentityFactory = Callable[[str], Awaitable[tuple[Path, str]]]
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
@@ -202,3 +209,32 @@ def prometheus(metrics_port: int, tmp_path: Path) -> Iterator[RunningPrometheus]
     """A real Prometheus scraping ``metrics_port`` every second."""
     with running_prometheus(metrics_port, tmp_path) as running:
         yield running
+
+
+@pytest.fixture
+async def identities(
+    kube: KubeClient, api_client: ApiClient, control_plane: ControlPlane, tmp_path: Path
+) -> AsyncIterator[IdentityFactory]:
+    """`await identity(name)`: a kubeconfig of a fresh ServiceAccount with cluster-admin, and the
+    username the audit log records for it, so every write is attributed to one replica."""
+    ns = "default"
+    made: list[str] = []
+
+    async def make(name: str) -> tuple[Path, str]:
+        sa_name = f"{name}-{uuid.uuid4().hex[:6]}"
+        sa = {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": sa_name}}
+        await kube.create(SERVICE_ACCOUNTS, sa, ns)
+        await kube.create(CLUSTER_ROLE_BINDINGS, cluster_admin_binding(sa_name, sa_name, ns))
+        made.append(sa_name)
+        token = await request_service_account_token(api_client, ns, sa_name)
+        path = token_kubeconfig(
+            tmp_path / f"{sa_name}.kubeconfig", control_plane.server, control_plane.ca_file, token
+        )
+        return path, service_account_user(ns, sa_name)
+
+    yield make
+    for sa_name in made:
+        with contextlib.suppress(ApiError):
+            await kube.delete(CLUSTER_ROLE_BINDINGS, sa_name)
+        with contextlib.suppress(ApiError):
+            await kube.delete(SERVICE_ACCOUNTS, sa_name, ns)

@@ -165,6 +165,27 @@ async def install(admin: KubeClient) -> None:
     await ensure(admin, DEPLOYMENTS, controller_deployment(), ns)
 
 
+async def scale_controller(admin: KubeClient, replicas: int) -> None:
+    """Scale NVIDIA's stand-in controller Deployment and wait until that many of its pods run.
+    The stand-in runs no process: while a pod of it runs ours stands by, so a test that needs
+    ours to act (finalize a CD, write status) scales it to 0 first, as a swap does."""
+    body = {"spec": {"replicas": replicas}}
+    await admin.patch(DEPLOYMENTS, c.NVIDIA_CONTROLLER_DEPLOYMENT, body, NVIDIA_NAMESPACE)
+
+    def settled(pods: Objects) -> bool:
+        running = [p for p in pods.values() if (p.get("status") or {}).get("phase") == "Running"]
+        return len(running) == replicas if replicas else not pods
+
+    await watch_objects(
+        admin,
+        r.PODS,
+        settled,
+        namespace=NVIDIA_NAMESPACE,
+        label_selector=",".join(f"{k}={v}" for k, v in CONTROLLER_POD_SELECTOR.items()),
+        what=f"{replicas} pod(s) of NVIDIA's controller",
+    )
+
+
 async def uninstall(admin: KubeClient) -> None:
     await delete_quietly(admin, DEPLOYMENTS, c.NVIDIA_CONTROLLER_DEPLOYMENT, NVIDIA_NAMESPACE)
     await delete_quietly(admin, CLUSTER_ROLE_BINDINGS, STANDIN_BINDING, None)

@@ -12,20 +12,18 @@ import signal
 import sys
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
 import aiohttp
 import pytest
-from kubernetes_asyncio.client import ApiClient
 from prometheus_client.parser import text_string_to_metric_families
 
 from computedomain.api import constants as c
 from computedomain.api.resources import COMPUTE_DOMAINS
-from computedomain.devcluster.audit import AuditLog, service_account_user, tally
-from computedomain.devcluster.clients import request_service_account_token, token_kubeconfig
+from computedomain.devcluster.audit import AuditLog, tally
 from computedomain.devcluster.controlplane import ControlPlane, free_port
 from computedomain.devcluster.harness import WRITE_METHODS
 from computedomain.devcluster.watching import watch_object
@@ -33,9 +31,8 @@ from computedomain.runtime import resources as r
 from computedomain.runtime.client import ApiError, KubeClient
 from computedomain.runtime.clock import parse_time
 from computedomain.runtime.objects import condition
-from tests.integration.nvidia_install import CLUSTER_ROLE_BINDINGS
+from tests.integration.conftest import IdentityFactory
 from tests.kit.controllers import create_cd, delete_cds, wait_children
-from tests.kit.rbac import cluster_admin_binding
 from tests.kit.waiting import eventually
 
 CONTROLLER_SCRIPT = Path(sys.executable).with_name("computedomain-controller")
@@ -283,38 +280,9 @@ async def test_one_replica_leads_and_the_standby_takes_over(
 # -- issue 9: no split brain after a pause; a crash loop faster than the lease still leads ------
 
 
-@pytest.fixture
-async def identities(
-    kube: KubeClient, api_client: ApiClient, control_plane: ControlPlane, tmp_path: Path
-) -> AsyncIterator[Callable[[str], Awaitable[tuple[Path, str]]]]:
-    """`await identity(name)`: a kubeconfig of a fresh ServiceAccount with cluster-admin, and the
-    username the audit log records for it, so every write is attributed to one replica."""
-    ns = "default"
-    made: list[str] = []
-
-    async def make(name: str) -> tuple[Path, str]:
-        sa_name = f"{name}-{uuid.uuid4().hex[:6]}"
-        sa = {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": sa_name}}
-        await kube.create(r.SERVICE_ACCOUNTS, sa, ns)
-        await kube.create(CLUSTER_ROLE_BINDINGS, cluster_admin_binding(sa_name, sa_name, ns))
-        made.append(sa_name)
-        token = await request_service_account_token(api_client, ns, sa_name)
-        path = token_kubeconfig(
-            tmp_path / f"{sa_name}.kubeconfig", control_plane.server, control_plane.ca_file, token
-        )
-        return path, service_account_user(ns, sa_name)
-
-    yield make
-    for sa_name in made:
-        with contextlib.suppress(ApiError):
-            await kube.delete(CLUSTER_ROLE_BINDINGS, sa_name)
-        with contextlib.suppress(ApiError):
-            await kube.delete(r.SERVICE_ACCOUNTS, sa_name, ns)
-
-
 async def test_a_paused_leader_writes_nothing_after_it_resumes(
     # identities first: set up before, torn down after the replicas that use them
-    identities: Callable[[str], Awaitable[tuple[Path, str]]],
+    identities: IdentityFactory,
     replicas: Launcher,
     kube: KubeClient,
     control_plane: ControlPlane,

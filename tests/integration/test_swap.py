@@ -278,7 +278,9 @@ async def test_swap_in_and_back_out_leaves_running_imex_domains_alone(
         await watch.stop()
         await kubelet.stop()
         # The rollback left the CDs to NVIDIA's controller, which does not run here: let ours
-        # finalize them (e2e clean-up) and remove anything a failed run left behind.
+        # finalize them (e2e clean-up) and remove anything a failed run left behind. Its
+        # stand-in pod must go first, or ours stands by.
+        await nvidia.scale_controller(kube, 0)
         await e2e.start_controller()
 
 
@@ -354,6 +356,7 @@ async def test_outdated_crd_is_named_and_only_upstream_status_is_written(
     The controller says so (log, gauge, one Warning per CD), writes status.status and
     status.nodes only, and does not loop writing what the apiserver drops; after the CRD
     upgrade the conditions appear without a restart."""
+    await nvidia.scale_controller(kube, 0)  # swapped: NVIDIA's controller is at 0, ours works
     factory = controllers_for(control_plane.kubeconfig, nvidia.NVIDIA_NAMESPACE)
     logged = LogCapture("computedomain")
     try:

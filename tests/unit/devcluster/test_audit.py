@@ -40,3 +40,18 @@ def test_pod_and_times_of_each_write(tmp_path: Path) -> None:
     assert (first.received, first.completed) == (at + 0.25, at + 0.5)
     assert second.pod == ""
     assert AuditLog(log).writes(user="sa") == [first]
+
+
+def test_writes_between_two_marks(tmp_path: Path) -> None:
+    log = tmp_path / "audit.log"
+    audit = AuditLog(log)
+    stamp = "2026-12-04T11:00:00.000000Z"
+    log.write_text(event("before", None, stamp, stamp) + "\n")
+    start = audit.mark()
+    with log.open("a") as out:
+        out.write(event("within", None, stamp, stamp) + "\n")
+    end = audit.mark()
+    with log.open("a") as out:
+        out.write(event("after", None, stamp, stamp) + "\n")
+    assert [w.user for w in audit.writes(since=start, until=end)] == ["within"]
+    assert [w.user for w in audit.writes(since=start)] == ["within", "after"]

@@ -178,6 +178,10 @@ class Metrics:
     def __init__(self) -> None:
         self.missing = -1
         self.concurrent = -1
+        self.standing_by: bool | None = None
+
+    def set_standing_by(self, standing_by: bool) -> None:
+        self.standing_by = standing_by
 
     def set_crd_missing_status_fields(self, count: int) -> None:
         self.missing = count
@@ -214,6 +218,35 @@ def test_monitor_events_only_while_leading_once_per_pod(
     ]
     monitor.controller_pods_changed([])
     assert metrics.concurrent == 0
+
+
+def test_monitor_stands_by_while_a_pod_of_nvidias_controller_runs(
+    monitor_parts: tuple[CoexistenceMonitor, Recorder, Metrics, list[int]],
+) -> None:
+    """Level-triggered: every CD is requeued when the stand-by starts and when it ends, not
+    on every pod event; only a leader's gauge says it stands by."""
+    monitor, _, metrics, requeues = monitor_parts
+    assert (monitor.standing_by, metrics.standing_by) == ("", False)
+    monitor.controller_pods_changed([pod("starting", phase="Pending")])
+    assert (monitor.standing_by, requeues) == ("", [])
+
+    monitor.controller_pods_changed([pod("a")])
+    assert "so this one stands by" in monitor.standing_by
+    assert "scale deployment nvidia-dra-driver-gpu-controller --replicas=0" in monitor.standing_by
+    assert (len(requeues), metrics.standing_by) == (1, False)  # not leading: not standing by
+    monitor.set_leading(True)
+    assert metrics.standing_by is True
+    monitor.controller_pods_changed([pod("a"), pod("b")])
+    monitor.controller_pods_changed([pod("a", deleting=True), pod("b")])
+    assert len(requeues) == 1  # still standing by: nothing to requeue
+
+    monitor.controller_pods_changed([pod("a", deleting=True), pod("b", deleting=True)])
+    assert (monitor.standing_by, len(requeues), metrics.standing_by) == ("", 2, False)
+    monitor.controller_pods_changed([pod("c")])
+    assert (len(requeues), metrics.standing_by) == (3, True)
+    monitor.set_leading(False)
+    assert metrics.standing_by is False
+    assert monitor.standing_by  # a replica that does not lead writes nothing anyway
 
 
 def test_monitor_requeues_when_the_crd_changes(

@@ -94,9 +94,11 @@ def make_world(
     recorder: Any = None,
     registry: CollectorRegistry | None = None,
     backlog: Callable[[], int] | None = None,
+    standing_by: Callable[[], str] = lambda: "",
 ) -> World:
     """A reconciler over empty caches, one fake client, a recorder and a FakeClock;
-    ``backlog`` stands for the work queue's waiting keys (none by default)."""
+    ``backlog`` stands for the work queue's waiting keys (none by default), ``standing_by``
+    for NVIDIA's controller running (never by default)."""
     client, clock = FakeApiServer(), FakeClock()
     recorder = recorder if recorder is not None else FakeRecorder()
     caches = build_caches(client, driver_namespace=DRIVER_NS)  # type: ignore[arg-type]
@@ -108,6 +110,7 @@ def make_world(
         DomainMetrics(registry if registry is not None else CollectorRegistry()),
         clock,
         backlog=backlog,
+        standing_by=standing_by,
     )
     return World(client, caches, recorder, clock, reconciler)
 

@@ -32,3 +32,27 @@ async def test_own_budget_and_the_fence_set_later_on_the_original() -> None:
     # The leader election's own client stays unfenced.
     assert client.unfenced()._fence() is None
     await client.close()
+
+
+async def test_a_write_guard_refuses_writes_with_its_reason_and_follows_the_fence() -> None:
+    client = make_client()
+    reason = "standing by"
+    guarded = client.with_write_guard(lambda: reason)
+    with pytest.raises(ApiError) as refused:
+        await guarded.delete(r.DAEMONSETS, "ds", "default")
+    assert (refused.value.status, refused.value.reason) == (0, "WriteRefused")
+    assert refused.value.message.startswith("DELETE ")
+    assert refused.value.message.endswith(": refused, standing by")
+    assert (
+        guarded.metrics.rest_client_requests_total.labels(
+            code="<refused>", method="DELETE", host=guarded.host
+        )._value.get()
+        == 1
+    )
+    # The original client is not guarded; the guarded one follows its fence, set later.
+    assert client._write_guard is None
+    client.write_fence = lambda: False
+    with pytest.raises(ApiError) as fenced:
+        await guarded.create(r.EVENTS, {"metadata": {"name": "e"}}, "default")
+    assert fenced.value.reason == "LeaseNotHeld"
+    await client.close()

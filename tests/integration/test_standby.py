@@ -1,0 +1,163 @@
+"""Issue 17: NVIDIA's controller scaled back up beside ours (a `helm upgrade` of NVIDIA's release
+after the swap). From the moment its Deployment is created until its last pod is gone, the
+apiserver's audit log must show no write by our controller's identity except Events: nothing to
+a ComputeDomain (finalizer, status), its DaemonSet or ResourceClaimTemplates, cliques or Nodes,
+although a CD is created, one is deleted and one loses its finalizer meanwhile. Each CD gets a
+StandingBy Warning. Once NVIDIA's pod is gone, ours does all of that work by itself.
+
+NVIDIA's controller is the stand-in Deployment of nvidia_install (kwok shows its pod Running;
+no NVIDIA process writes here, so every write in the window would be ours alone).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import pytest
+
+from computedomain.api import constants as c
+from computedomain.api.resources import COMPUTE_DOMAINS
+from computedomain.devcluster.audit import AuditedWrite, AuditLog, tally
+from computedomain.devcluster.controlplane import ControlPlane
+from computedomain.devcluster.watching import Objects, watch_object, watch_objects
+from computedomain.runtime import resources as r
+from computedomain.runtime.client import ApiError, KubeClient
+from tests.integration import nvidia_install as nvidia
+from tests.integration.conftest import IdentityFactory
+from tests.integration.e2e_harness import pod_running
+from tests.kit.controllers import controllers_for, create_cd, stop_after_cleanup, wait_children
+
+pytestmark = pytest.mark.integration
+
+SELECTOR = ",".join(f"{k}={v}" for k, v in nvidia.CONTROLLER_POD_SELECTOR.items())
+
+
+def not_events(writes: list[AuditedWrite]) -> list[str]:
+    return [w.target for w in writes if w.resource != "events"]
+
+
+async def events_for(kube: KubeClient, namespace: str, reason: str, names: set[str]) -> None:
+    """Until every CD in ``names`` has an Event with ``reason``."""
+
+    def seen(events: Objects) -> bool:
+        regarding = {
+            (e.get("regarding") or {}).get("name")
+            for e in events.values()
+            if e.get("reason") == reason
+        }
+        return names <= regarding
+
+    await watch_objects(kube, r.EVENTS, seen, namespace=namespace, what=f"{reason} on {names}")
+
+
+async def test_ours_writes_nothing_while_nvidias_controller_runs_and_resumes_after(
+    identities: IdentityFactory,  # first: torn down after the controller that uses it
+    kube: KubeClient,
+    control_plane: ControlPlane,
+    namespace: str,
+    driver_namespace: str,
+    fleet_nodes: list[str],  # kwok nodes: where NVIDIA's stand-in pod runs
+) -> None:
+    assert control_plane.audit_log is not None
+    audit = AuditLog(control_plane.audit_log)
+    kubeconfig, our_user = await identities("ours")
+    factory = controllers_for(kubeconfig, driver_namespace)
+    try:
+        running = await factory.start()
+        cds: dict[str, dict[str, Any]] = {}
+        for name in ("kept", "doomed"):
+            cds[name] = await create_cd(kube, namespace, name, rct_name=f"{name}-channel")
+            await wait_children(kube, cds[name], driver_namespace, f"{name}-channel")
+        await running.wait_idle()
+
+        # -- NVIDIA's controller comes back ----------------------------------------------
+        mark = audit.mark()
+        account = {
+            "apiVersion": "v1",
+            "kind": "ServiceAccount",
+            "metadata": {"name": nvidia.NVIDIA_CONTROLLER_SA},
+        }
+        await kube.create(r.SERVICE_ACCOUNTS, account, driver_namespace)
+        await kube.create(nvidia.DEPLOYMENTS, nvidia.controller_deployment(), driver_namespace)
+        await watch_objects(
+            kube,
+            r.PODS,
+            lambda pods: any(pod_running(p) for p in pods.values()),
+            namespace=driver_namespace,
+            label_selector=SELECTOR,
+            what="NVIDIA's controller pod Running",
+        )
+        await events_for(kube, namespace, "StandingBy", {"kept", "doomed"})
+        assert running.registry.get_sample_value("computedomain_controller_standing_by") == 1.0
+
+        # Work that would make ours write at once: a new CD, a deletion, a finalizer gone.
+        fresh = await create_cd(kube, namespace, "fresh", rct_name="fresh-channel")
+        await kube.delete(COMPUTE_DOMAINS, "doomed", namespace)
+        await kube.patch(
+            COMPUTE_DOMAINS,
+            "kept",
+            [{"op": "remove", "path": "/metadata/finalizers"}],
+            namespace,
+            patch_type="json",
+        )
+        await events_for(kube, namespace, "StandingBy", {"fresh"})
+        await running.wait_idle()
+        so_far = audit.writes(since=mark, user=our_user)
+        assert not_events(so_far) == [], f"ours wrote while standing by: {tally(so_far)}"
+        stood = await kube.get(COMPUTE_DOMAINS, "fresh", namespace)
+        assert not stood["metadata"].get("finalizers"), stood["metadata"]
+        assert not (stood.get("status") or {}).get("conditions"), stood["status"]
+        doomed = await kube.get(COMPUTE_DOMAINS, "doomed", namespace)
+        assert doomed["metadata"]["finalizers"] == [c.FINALIZER]  # NVIDIA's to remove now
+        fresh_ds = f"{driver_namespace}/{c.daemon_name(fresh['metadata']['uid'])}"
+
+        # -- NVIDIA's controller goes -------------------------------------------------------
+        # The window ends as its deletion is asked for: a terminating pod no longer counts.
+        end = audit.mark()
+        await kube.delete(nvidia.DEPLOYMENTS, c.NVIDIA_CONTROLLER_DEPLOYMENT, driver_namespace)
+        await watch_objects(
+            kube,
+            r.PODS,
+            lambda pods: not pods,
+            namespace=driver_namespace,
+            label_selector=SELECTOR,
+            what="NVIDIA's controller pods gone",
+        )
+        standing = audit.writes(since=mark, user=our_user, until=end)
+        print(f"writes by ours while NVIDIA's controller ran: {tally(standing)}")
+        assert not_events(standing) == []
+        assert {w.resource for w in standing} == {"events"}  # it said so
+
+        # -- ours gets back to work by itself --------------------------------------------------
+        await wait_children(kube, fresh, driver_namespace, "fresh-channel", within=60)
+        await watch_object(
+            kube,
+            COMPUTE_DOMAINS,
+            "doomed",
+            lambda o: o is None,
+            namespace=namespace,
+            within=60,
+            what="doomed finalized",
+        )
+        await watch_object(
+            kube,
+            COMPUTE_DOMAINS,
+            "kept",
+            lambda o: o is not None and o["metadata"].get("finalizers") == [c.FINALIZER],
+            namespace=namespace,
+            within=60,
+            what="kept's finalizer back",
+        )
+        await events_for(kube, namespace, "Resumed", {"kept", "fresh"})
+        assert running.registry.get_sample_value("computedomain_controller_standing_by") == 0.0
+        resumed = audit.writes(since=end, user=our_user)
+        print(f"writes by ours after NVIDIA's controller went: {tally(resumed)}")
+        targets = not_events(resumed)
+        assert f"create daemonsets {fresh_ds}" in targets
+        assert f"create resourceclaimtemplates {namespace}/fresh-channel" in targets
+        assert f"patch computedomains {namespace}/kept" in targets
+    finally:
+        with contextlib.suppress(ApiError):
+            await kube.delete(nvidia.DEPLOYMENTS, c.NVIDIA_CONTROLLER_DEPLOYMENT, driver_namespace)
+        await stop_after_cleanup(factory, kube, namespace)
