@@ -639,11 +639,13 @@ async def test_in_refuses_a_second_swap(
     await scale_nvidia(kube, NVIDIA_REPLICAS)
     body = {"metadata": {"annotations": {"computedomain.dev/swap-method": "helm"}}}
     await kube.patch(nvidia.DEPLOYMENTS, c.NVIDIA_CONTROLLER_DEPLOYMENT, body, NVIDIA_NS)
-    before = await install_state(kube, NVIDIA_NS, versions=True)
+    # Names, replicas and annotations, not resourceVersions: the Deployment controller may
+    # still write the status after the annotation patch (seen once: 3065 -> 3068).
+    before = await install_state(kube, NVIDIA_NS)
     code, text = await run_script("in", "helm", control_plane.kubeconfig, namespace, check=False)
     assert code != 0
     assert "records a swap already" in text.splitlines()[-1], text
-    assert await install_state(kube, NVIDIA_NS, versions=True) == before
+    assert await install_state(kube, NVIDIA_NS) == before
 
 
 # Step of `swap.sh in` -> (method, the fault; None: ours never runs, so never takes the Lease).
@@ -699,15 +701,17 @@ async def test_a_failure_at_any_step_puts_nvidia_back_as_recorded(
             "in", method, control_plane.kubeconfig, namespace, env=env, check=False
         )
         assert code != 0
+        # NVIDIA's controller as recorded (and running: the script waited for its rollout),
+        # nothing of ours left, the record gone; then the one line that says so.
+        assert await install_state(kube, ours_ns) == before
+        deployment = await kube.get(nvidia.DEPLOYMENTS, c.NVIDIA_CONTROLLER_DEPLOYMENT, NVIDIA_NS)
+        assert deployment["status"].get("readyReplicas") == NVIDIA_REPLICAS
         last = text.splitlines()[-1]
         assert last.startswith(f"swap.sh: swap-in failed at step {step} "), text
         assert last.endswith(
             f"rolled back: deployment/{c.NVIDIA_CONTROLLER_DEPLOYMENT} in {NVIDIA_NS} is back"
             f" at {NVIDIA_REPLICAS} replicas, ours is removed"
         ), text
-        assert await install_state(kube, ours_ns) == before
-        deployment = await kube.get(nvidia.DEPLOYMENTS, c.NVIDIA_CONTROLLER_DEPLOYMENT, NVIDIA_NS)
-        assert deployment["status"].get("readyReplicas") == NVIDIA_REPLICAS
         assert kubelet.running() == []
     finally:
         await kubelet.stop()
