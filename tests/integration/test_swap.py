@@ -14,8 +14,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import shlex
 import time
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -29,13 +31,14 @@ from computedomain.devcluster.assets import REPO_ROOT, find_assets
 from computedomain.devcluster.audit import AuditedWrite, AuditLog, service_account_user, tally
 from computedomain.devcluster.controlplane import ControlPlane
 from computedomain.devcluster.crds import CRD_DIR, apply_crds
-from computedomain.devcluster.harness import RunningController
+from computedomain.devcluster.harness import Controllers, RunningController
 from computedomain.devcluster.helm import find_helm
 from computedomain.devcluster.podrunner import Kubelet
 from computedomain.devcluster.watching import Objects, watch_object, watch_objects
 from computedomain.runtime import resources as r
 from computedomain.runtime.client import KubeClient
 from computedomain.runtime.objects import condition
+from computedomain.runtime.resources import Resource
 from tests.integration import nvidia_install as nvidia
 from tests.integration.conftest import SaClientFactory
 from tests.integration.e2e_harness import EndToEnd, end_to_end, pod_ready, pod_running, workload
@@ -49,10 +52,20 @@ OUR_PODS = "app.kubernetes.io/name=computedomain-controller"
 CHILD_RESOURCES = ("daemonsets", "resourceclaimtemplates")
 
 
+# Our controller image as the chart would pull it; the stand-in kubelet runs this checkout.
+IMAGE = "computedomain-controller:0.1.0"
+
+
 async def run_script(
-    action: str, method: str, kubeconfig: Path, wait_namespace: str
+    action: str,
+    method: str | None,
+    kubeconfig: Path,
+    wait_namespace: str,
+    *,
+    env: dict[str, str] | None = None,
+    check: bool = True,
 ) -> tuple[int, str]:
-    env = {
+    environ = {
         **os.environ,
         "KUBECONFIG": str(kubeconfig),
         "KUBECTL": str(find_assets()["kubectl"]),
@@ -60,21 +73,26 @@ async def run_script(
         "NS": nvidia.NVIDIA_NAMESPACE,
         "WAIT_NAMESPACES": wait_namespace,
         "TIMEOUT": "120s",
+        "IMAGE": IMAGE,
+        **(env or {}),
     }
+    args = [action] if method is None else [action, method]
     process = await asyncio.create_subprocess_exec(
         "bash",
         str(REPO_ROOT / "hack" / "swap.sh"),
-        action,
-        method,
-        env=env,
+        *args,
+        env=environ,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT,
     )
     out, _ = await process.communicate()
     text = out.decode(errors="replace")
-    print(f"--- hack/swap.sh {action} {method}\n{text}")
-    assert process.returncode == 0, f"hack/swap.sh {action} {method} failed:\n{text}"
-    return process.returncode, text
+    print(f"--- hack/swap.sh {' '.join(args)}\n{text}")
+    code = process.returncode
+    assert code is not None
+    if check:
+        assert code == 0, f"hack/swap.sh {' '.join(args)} failed:\n{text}"
+    return code, text
 
 
 class NotReadyWatch:
@@ -190,6 +208,9 @@ async def test_swap_in_and_back_out_leaves_running_imex_domains_alone(
     uids = [cd["metadata"]["uid"] for cd in cds.values()]
     before = await snapshot(kube, uids)
     print(f"before the swap: {before}")
+    # Not the chart's default 1, so that `out` can only restore it from the record.
+    await scale_nvidia(kube, NVIDIA_REPLICAS)
+    installed = await install_state(kube, ours_ns)
 
     # -- swap in ----------------------------------------------------------------------------
     kubelet = Kubelet(api_client, control_plane, ours_ns, OUR_PODS, tmp_path)
@@ -244,7 +265,8 @@ async def test_swap_in_and_back_out_leaves_running_imex_domains_alone(
 
         # -- roll back ----------------------------------------------------------------------
         mark_out = audit.mark()
-        await run_script("out", method, control_plane.kubeconfig, ns)
+        # No method: `out` takes the one `in` recorded.
+        await run_script("out", None, control_plane.kubeconfig, ns)
         rollback = audit.writes(since=mark_out, user=our_user)
         print(f"writes by {our_user} during rollback: {tally(rollback)}")
         assert child_writes(rollback) == []
@@ -274,12 +296,16 @@ async def test_swap_in_and_back_out_leaves_running_imex_domains_alone(
             f"rollback {len(child_writes(rollback))}; NotReady moments: {len(seen)}"
         )
         assert seen == [], f"a CD left status.status Ready during the swap: {seen}"
+        assert await install_state(kube, ours_ns) == installed, (
+            "out did not restore what in changed"
+        )
     finally:
         await watch.stop()
         await kubelet.stop()
         # The rollback left the CDs to NVIDIA's controller, which does not run here: let ours
-        # finalize them (e2e clean-up) and remove anything a failed run left behind. Its
+        # finalize them (e2e clean-up) and remove anything a failed run left behind. NVIDIA's
         # stand-in pod must go first, or ours stands by.
+        await run_script("out", None, control_plane.kubeconfig, ns, check=False)
         await nvidia.scale_controller(kube, 0)
         await e2e.start_controller()
 
@@ -434,3 +460,305 @@ class LogCapture(logging.Handler):
     def close(self) -> None:
         self.logger.removeHandler(self)
         super().close()
+
+
+# -- what `in` changes and `out` restores; failures before and after the first change ---------
+
+NVIDIA_REPLICAS = 2
+NVIDIA_NS = nvidia.NVIDIA_NAMESPACE
+OWN_NS = "computedomain-system"
+ROLES = Resource("rbac.authorization.k8s.io", "v1", "roles", "Role", namespaced=True)
+ROLE_BINDINGS = Resource("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding", True)
+SERVICES = Resource("", "v1", "services", "Service", namespaced=True)
+SECRETS = Resource("", "v1", "secrets", "Secret", namespaced=True)
+CONFIG_MAPS = Resource("", "v1", "configmaps", "ConfigMap", namespaced=True)
+PDBS = Resource("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", namespaced=True)
+# What a swap can create or change, by namespace (Helm's release Secrets included).
+NAMESPACED = (
+    nvidia.DEPLOYMENTS,
+    r.SERVICE_ACCOUNTS,
+    ROLES,
+    ROLE_BINDINGS,
+    SERVICES,
+    SECRETS,
+    CONFIG_MAPS,
+    PDBS,
+    r.LEASES,
+)
+CLUSTER_WIDE = (nvidia.CLUSTER_ROLES, nvidia.CLUSTER_ROLE_BINDINGS, nvidia.CRDS)
+
+
+async def scale_nvidia(kube: KubeClient, replicas: int) -> None:
+    """Scale NVIDIA's controller and wait until its Deployment's status has caught up (the
+    Deployment controller writes it in several steps, each a new resourceVersion)."""
+    body = {"spec": {"replicas": replicas}}
+    await kube.patch(nvidia.DEPLOYMENTS, c.NVIDIA_CONTROLLER_DEPLOYMENT, body, NVIDIA_NS)
+
+    def settled(deployment: dict[str, Any] | None) -> bool:
+        status = (deployment or {}).get("status") or {}
+        counts = ("replicas", "updatedReplicas", "readyReplicas", "availableReplicas")
+        return deployment is not None and (
+            status.get("observedGeneration") == deployment["metadata"]["generation"]
+            and all(status.get(count, 0) == replicas for count in counts)
+        )
+
+    await watch_object(
+        kube,
+        nvidia.DEPLOYMENTS,
+        c.NVIDIA_CONTROLLER_DEPLOYMENT,
+        settled,
+        namespace=NVIDIA_NS,
+        what=f"NVIDIA's controller at {replicas} replicas",
+    )
+
+
+async def install_state(
+    kube: KubeClient, ours_ns: str, *, versions: bool = False
+) -> dict[str, Any]:
+    """The objects a swap may touch, by name (and resourceVersion with ``versions``), and NVIDIA's
+    controller Deployment's replicas, labels and annotations."""
+    deployment = await kube.get(nvidia.DEPLOYMENTS, c.NVIDIA_CONTROLLER_DEPLOYMENT, NVIDIA_NS)
+    meta = deployment["metadata"]
+    state: dict[str, Any] = {
+        "nvidia": {
+            "replicas": deployment["spec"]["replicas"],
+            "labels": meta.get("labels"),
+            "annotations": meta.get("annotations"),
+            "resourceVersion": meta["resourceVersion"] if versions else None,
+        },
+        "namespaces": sorted(
+            n["metadata"]["name"]
+            for n in (await kube.list(r.NAMESPACES))["items"]
+            if n["metadata"]["name"] in (NVIDIA_NS, ours_ns)
+        ),
+    }
+
+    def names(items: list[dict[str, Any]]) -> dict[str, str | None]:
+        return {
+            i["metadata"]["name"]: i["metadata"]["resourceVersion"] if versions else None
+            for i in items
+        }
+
+    for ns in sorted({NVIDIA_NS, ours_ns}):
+        for res in NAMESPACED:
+            state[f"{res.plural} in {ns}"] = names((await kube.list(res, ns))["items"])
+    for res in CLUSTER_WIDE:
+        state[res.plural] = names((await kube.list(res))["items"])
+    return state
+
+
+@dataclass(frozen=True)
+class Fault:
+    """The ``nth`` call of ``tool`` whose arguments match ``match`` (an extended regex) fails,
+    or prints ``stdout`` instead of running; every other call is the real tool's."""
+
+    tool: str  # kubectl or helm
+    match: str
+    nth: int = 1
+    stdout: str | None = None
+
+    def install(self, directory: Path) -> dict[str, str]:
+        """Writes the stand-in; returns the environment that puts it in place."""
+        real = find_assets()["kubectl"] if self.tool == "kubectl" else find_helm()
+        path = directory / f"faulty-{self.tool}"
+        count = directory / f"faulty-{self.tool}.count"
+        if self.stdout is None:
+            answer = 'echo "injected failure: $*" >&2; exit 1'
+        else:
+            answer = f"printf '%s\\n' {shlex.quote(self.stdout)}; exit 0"
+        path.write_text(
+            "#!/usr/bin/env bash\n"
+            f"re={shlex.quote(self.match)}\n"
+            'if [[ "$*" =~ $re ]]; then\n'
+            f"  n=$(( $(cat {count} 2>/dev/null || echo 0) + 1 ))\n"
+            f'  echo "$n" > {count}\n'
+            f'  if [ "$n" -eq {self.nth} ]; then {answer}; fi\n'
+            "fi\n"
+            f'exec {shlex.quote(str(real))} "$@"\n'
+        )
+        path.chmod(0o755)
+        return {self.tool.upper(): str(path)}
+
+
+PREFLIGHT_FAILURES = {
+    "no-image": ("helm", {"IMAGE": ""}, None, "preflight: IMAGE is not set"),
+    "old-cluster": (
+        "helm",
+        {},
+        Fault("kubectl", r"^get --raw /version$", stdout='{"gitVersion": "v1.20.0"}'),
+        "preflight: the cluster runs Kubernetes 1.20.0; our chart needs >=",
+    ),
+    "rbac": (
+        "helm-beside",
+        {},
+        Fault("kubectl", r"^auth can-i patch deployments -n \S+ --subresource scale$"),
+        f"preflight: not allowed to: patch deployments/scale in {NVIDIA_NS} (kubectl auth can-i)",
+    ),
+    "crd-dry-run": (
+        "helm",
+        {},
+        Fault("kubectl", r"^apply --server-side --force-conflicts --dry-run=server -f crds/$"),
+        "preflight (server-side dry run of the CRDs) failed (above); nothing was changed",
+    ),
+    "helm-dry-run": (
+        "helm",
+        {},
+        Fault("helm", r"--dry-run=server$"),
+        "preflight (server-side dry run of our install) failed (above); nothing was changed",
+    ),
+    "kustomize-dry-run": (
+        "kustomize",
+        {},
+        Fault("kubectl", r"^apply --dry-run=server -f \S+/ours\.yaml$"),
+        "preflight (server-side dry run of our install) failed (above); nothing was changed",
+    ),
+}
+
+
+@pytest.mark.usefixtures("nvidia_install")
+@pytest.mark.parametrize("case", list(PREFLIGHT_FAILURES))
+async def test_a_failed_preflight_changes_nothing(
+    case: str, kube: KubeClient, control_plane: ControlPlane, namespace: str, tmp_path: Path
+) -> None:
+    method, env, fault, says = PREFLIGHT_FAILURES[case]
+    ours_ns = OWN_NS if method == "helm-beside" else NVIDIA_NS
+    await scale_nvidia(kube, NVIDIA_REPLICAS)
+    before = await install_state(kube, ours_ns, versions=True)
+    env = {**env, **(fault.install(tmp_path) if fault else {})}
+    code, text = await run_script(
+        "in", method, control_plane.kubeconfig, namespace, env=env, check=False
+    )
+    assert code != 0
+    assert text.splitlines()[-1] == f"swap.sh: {says}" or says in text.splitlines()[-1], text
+    assert await install_state(kube, ours_ns, versions=True) == before
+
+
+@pytest.mark.usefixtures("nvidia_install")
+async def test_in_refuses_a_second_swap(
+    kube: KubeClient, control_plane: ControlPlane, namespace: str
+) -> None:
+    await scale_nvidia(kube, NVIDIA_REPLICAS)
+    body = {"metadata": {"annotations": {"computedomain.dev/swap-method": "helm"}}}
+    await kube.patch(nvidia.DEPLOYMENTS, c.NVIDIA_CONTROLLER_DEPLOYMENT, body, NVIDIA_NS)
+    # Names, replicas and annotations, not resourceVersions: the Deployment controller may
+    # still write the status after the annotation patch (seen once: 3065 -> 3068).
+    before = await install_state(kube, NVIDIA_NS)
+    code, text = await run_script("in", "helm", control_plane.kubeconfig, namespace, check=False)
+    assert code != 0
+    assert "records a swap already" in text.splitlines()[-1], text
+    assert await install_state(kube, NVIDIA_NS) == before
+
+
+# Step of `swap.sh in` -> (method, the fault; None: ours never runs, so never takes the Lease).
+ROLLBACKS = {
+    "1-record": (
+        "helm",
+        Fault("kubectl", r" annotate deployment \S+ computedomain\.dev/swap-replicas="),
+    ),
+    "2-crds": ("helm", Fault("kubectl", r"^apply --server-side --force-conflicts -f crds/$")),
+    "3-install-helm": ("helm", Fault("helm", r"^upgrade --install .* --wait ")),
+    "3-install-kustomize": ("kustomize", Fault("kubectl", r"^apply -f \S+/ours\.yaml$")),
+    "4-scale-nvidia": ("helm", Fault("kubectl", r" scale deployment \S+ --replicas=0$")),
+    "4-nvidia-pods": (
+        "helm",
+        Fault("kubectl", r" wait --for=delete pod -l dra-driver-nvidia-gpu-"),
+    ),
+    "5-ours-up-helm": ("helm", Fault("helm", r"^upgrade --install .* --wait ", nth=2)),
+    "5-ours-up-beside": ("helm-beside", Fault("helm", r"^upgrade --install .* --wait ", nth=2)),
+    "5-ours-up-kustomize": ("kustomize", Fault("kubectl", r"^apply -f \S+/ours\.yaml$", nth=2)),
+    "6-no-lease": ("helm", None),
+    "6-not-reconciled": ("helm", Fault("kubectl", r" wait computedomains --all ")),
+}
+
+
+@pytest.mark.usefixtures("nvidia_install")
+@pytest.mark.parametrize("case", list(ROLLBACKS))
+async def test_a_failure_at_any_step_puts_nvidia_back_as_recorded(
+    case: str,
+    kube: KubeClient,
+    api_client: ApiClient,
+    control_plane: ControlPlane,
+    namespace: str,
+    tmp_path: Path,
+) -> None:
+    method, fault = ROLLBACKS[case]
+    step = case.split("-")[0]
+    ours_ns = OWN_NS if method == "helm-beside" else NVIDIA_NS
+    await scale_nvidia(kube, NVIDIA_REPLICAS)
+    before = await install_state(kube, ours_ns)
+    env = {"TIMEOUT": "60s"}
+    if fault is None:
+        env["TIMEOUT"] = "15s"  # the Lease wait: nothing runs our pods
+    else:
+        env.update(fault.install(tmp_path))
+    kubelet = Kubelet(api_client, control_plane, ours_ns, OUR_PODS, tmp_path)
+    factory = controllers_for(control_plane.kubeconfig, NVIDIA_NS)
+    if case == "6-not-reconciled":
+        await create_cd(kube, namespace, "idle", num_nodes=2)  # something to wait for
+    if fault is not None:
+        kubelet.start()
+    try:
+        code, text = await run_script(
+            "in", method, control_plane.kubeconfig, namespace, env=env, check=False
+        )
+        assert code != 0
+        # NVIDIA's controller as recorded (and running: the script waited for its rollout),
+        # nothing of ours left, the record gone; then the one line that says so.
+        assert await install_state(kube, ours_ns) == before
+        deployment = await kube.get(nvidia.DEPLOYMENTS, c.NVIDIA_CONTROLLER_DEPLOYMENT, NVIDIA_NS)
+        assert deployment["status"].get("readyReplicas") == NVIDIA_REPLICAS
+        last = text.splitlines()[-1]
+        assert last.startswith(f"swap.sh: swap-in failed at step {step} "), text
+        assert last.endswith(
+            f"rolled back: deployment/{c.NVIDIA_CONTROLLER_DEPLOYMENT} in {NVIDIA_NS} is back"
+            f" at {NVIDIA_REPLICAS} replicas, ours is removed"
+        ), text
+        assert kubelet.running() == []
+    finally:
+        await kubelet.stop()
+        # A failed assertion above may leave a swap behind: `out` undoes it (or finds none).
+        await run_script("out", None, control_plane.kubeconfig, namespace, check=False)
+        if case == "6-not-reconciled":
+            await finalize_with_ours(kube, factory)
+        await stop_after_cleanup(factory, kube, namespace)
+
+
+@pytest.mark.usefixtures("nvidia_install")
+async def test_an_idle_compute_domain_is_a_good_swap_and_out_restores_it_exactly(
+    kube: KubeClient,
+    api_client: ApiClient,
+    control_plane: ControlPlane,
+    namespace: str,
+    tmp_path: Path,
+) -> None:
+    """Step 6 waits for our Ready condition, not for Ready=True: an idle CD (no workload yet)
+    is Ready=False WaitingForWorkload, and that is a good swap."""
+    await create_cd(kube, namespace, "idle", num_nodes=2)
+    await scale_nvidia(kube, NVIDIA_REPLICAS)
+    before = await install_state(kube, NVIDIA_NS)
+    kubelet = Kubelet(api_client, control_plane, NVIDIA_NS, OUR_PODS, tmp_path)
+    kubelet.start()
+    factory = controllers_for(control_plane.kubeconfig, NVIDIA_NS)
+    try:
+        _, text = await run_script(
+            "in", "helm", control_plane.kubeconfig, namespace, env={"TIMEOUT": "60s"}
+        )
+        ready = condition(await kube.get(COMPUTE_DOMAINS, "idle", namespace), "Ready")
+        assert (ready["status"], ready["reason"]) == ("False", "WaitingForWorkload")
+        assert "ComputeDomains reconciled: " in text
+        assert text.splitlines()[-1].endswith("--set controller.replicas=0"), text
+        _, text = await run_script("out", None, control_plane.kubeconfig, namespace)
+        assert await install_state(kube, NVIDIA_NS) == before, "out did not restore what in changed"
+        assert text.splitlines()[-1].endswith(f"--set controller.replicas={NVIDIA_REPLICAS}"), text
+    finally:
+        await kubelet.stop()
+        await run_script("out", None, control_plane.kubeconfig, namespace, check=False)
+        await finalize_with_ours(kube, factory)
+        await stop_after_cleanup(factory, kube, namespace)
+
+
+async def finalize_with_ours(kube: KubeClient, factory: Controllers) -> None:
+    """The CDs ours adopted carry its finalizer and children; NVIDIA's stand-in only plays a
+    controller, so one of ours (alone: NVIDIA's scaled to 0) finalizes them at the end."""
+    await scale_nvidia(kube, 0)
+    await factory.start()
