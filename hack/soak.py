@@ -262,7 +262,6 @@ class Soak:
             ],
             "last_controller_rss_mb": [round(mb, 1) for _, mb in last],
             "last_controller_lived_s": round(last[-1][0] - last[0][0], 1) if last else 0.0,
-            "controller_log": str(log),
         }
         first, peak, final = (
             (last[0][1], max(mb for _, mb in last), last[-1][1]) if last else (0, 0, 0)
@@ -271,7 +270,8 @@ class Soak:
             f"soak: {created} CDs over {self.seconds:.0f}s, {restarts} kills, converged "
             f"{converged if converged is not None else 'NEVER'} s after the last fault, "
             f"{len(orphans)} orphans, last controller's RSS {first:.0f} / {peak:.0f} / "
-            f"{final:.0f} MiB (first / max / last over {result['last_controller_lived_s']:.0f} s)"
+            f"{final:.0f} MiB (first / max / last over {result['last_controller_lived_s']:.0f} s); "
+            f"controller log {log}"
         )
         return result
 
