@@ -75,6 +75,17 @@ def namespaces_of(objects: list[Obj], kind: str, name: str) -> list[str]:
 # ---- the schema ----------------------------------------------------------------------------------
 
 
+def grants(role: Obj) -> set[tuple[str, str, str]]:
+    """Every (API group, resource, verb) a Role's rules allow."""
+    return {
+        (group, resource, verb)
+        for rule in role["rules"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    }
+
+
 def test_schema_lists_every_value_and_nvidias_other_keys() -> None:
     schema = json.loads((CHART / "values.schema.json").read_text())
     values = yaml.safe_load((CHART / "values.yaml").read_text())
@@ -243,24 +254,12 @@ def test_additional_namespaces_get_nvidias_per_namespace_rbac(helm: Path) -> Non
     driver_role = next(
         o for o in objects if o["kind"] == "Role" and o["metadata"]["namespace"] == RELEASE_NS
     )
-    allowed = {
-        (group, resource, verb)
-        for rule in driver_role["rules"]
-        for group in rule["apiGroups"]
-        for resource in rule["resources"]
-        for verb in rule["verbs"]
-    }
+    allowed = grants(driver_role)
     for namespace in extra:
         role = next(
             o for o in objects if o["kind"] == "Role" and o["metadata"]["namespace"] == namespace
         )
-        granted = {
-            (group, resource, verb)
-            for rule in role["rules"]
-            for group in rule["apiGroups"]
-            for resource in rule["resources"]
-            for verb in rule["verbs"]
-        }
+        granted = grants(role)
         assert granted <= allowed, granted - allowed  # never more than the driver namespace
         # What the controller does there: watch DaemonSets, daemon pods and cliques, delete
         # and unfinalize DaemonSets, prune cliques.
