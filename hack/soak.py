@@ -235,6 +235,8 @@ class Soak:
             finally:
                 sampler.cancel()
                 await asyncio.gather(sampler, return_exceptions=True)
+                if replacing is not None:  # an error mid-replacement: the new one stops too
+                    await asyncio.gather(replacing, return_exceptions=True)
                 await self.controller.kill()
                 sim_task.cancel()
                 await asyncio.gather(sim_task, return_exceptions=True)
