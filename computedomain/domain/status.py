@@ -230,6 +230,15 @@ class StatusWriter:
         if missing_fields:
             # Only now reported: a held or failed write leaves their transitions to the next.
             memory.conditions = conditions
+        elif not projection.status_equal(dict(written.get("status") or {}), desired_status):
+            # Just after a CRD upgrade the apiserver may still prune with the old schema for a
+            # moment. Nothing else would requeue this CD (the watch shows our own write), so
+            # retry with backoff until the fields stick.
+            log.info(
+                "The apiserver dropped status fields; writing again",
+                extra={"computeDomain": objects.object_key(obj)},
+            )
+            return Result(requeue=True)
         return result
 
     def _coalescing(self, memory: DomainMemory) -> float | None:

@@ -31,6 +31,8 @@ class FakeApiServer:
     # What each call sent (None for reads and deletes), in the order of ``calls``.
     bodies: list[Any] = field(default_factory=list)
     _rv: Any = field(default_factory=lambda: itertools.count(100))
+    # Status fields a status write drops, as an apiserver still serving an older CRD schema.
+    pruned_status_fields: tuple[str, ...] = ()
 
     def add(self, res: Resource, obj: Obj) -> Obj:
         stored = copy.deepcopy(obj)
@@ -128,6 +130,9 @@ class FakeApiServer:
         else:
             self._precondition(res, stored, patch)
             _merge(stored, {k: v for k, v in patch.items() if k != "metadata"})
+        if subresource == "status":
+            for pruned in self.pruned_status_fields:
+                (stored.get("status") or {}).pop(pruned, None)
         stored["metadata"]["resourceVersion"] = str(next(self._rv))
         return copy.deepcopy(stored)
 

@@ -261,3 +261,22 @@ async def test_the_window_grows_while_changes_keep_coming_and_resets_when_quiet(
     await fold(wait)  # t=11
     assert await change(10) is None  # quiet for longer than the window: at once, window 1 s
     assert await change(0.5) == pytest.approx(0.5)
+
+
+async def test_status_fields_the_apiserver_dropped_are_written_again() -> None:
+    """Just after a CRD upgrade the apiserver may prune with the old schema for a moment: the
+    write is retried (our own watch event would not requeue the CD) until the fields stick."""
+    world = make_world(0.0)
+    start(world)
+    set_daemons(world, {"n1": c.STATUS_NOT_READY})
+    world.client.pruned_status_fields = ("conditions",)
+    result = await world.reconcile(KEY)
+    assert world.client.calls == [STATUS_PATCH]
+    assert result.requeue
+
+    world.client.pruned_status_fields = ()
+    result = await world.reconcile(KEY)
+    assert world.client.calls == [STATUS_PATCH]
+    assert not result.requeue
+    assert not (await world.reconcile(KEY)).requeue
+    assert world.client.calls == []
