@@ -9,7 +9,7 @@ from typing import Any
 from computedomain.api import constants as c
 from computedomain.api.resources import CLIQUES, COMPUTE_DOMAINS
 from computedomain.devcluster.harness import Controllers
-from computedomain.devcluster.watching import watch_object
+from computedomain.devcluster.watching import watch_object, watch_objects
 from computedomain.runtime import resources as r
 from computedomain.runtime.client import ApiError, KubeClient
 from computedomain.runtime.objects import condition, labels
@@ -338,9 +338,18 @@ async def test_foreign_object_is_left_untouched_and_reported(
     assert condition(cd, "ChildrenReady")["status"] == "False"
     after = await kube.get(r.RESOURCE_CLAIM_TEMPLATES, "taken", namespace)
     assert after["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]
-    events = await kube.list(r.EVENTS, namespace=namespace)
-    reasons = {(e["reason"], e["type"]) for e in events["items"]}
-    assert ("ForeignObject", "Warning") in reasons
+    # Events are posted in the background: the condition can be written before its Event.
+    await watch_objects(
+        kube,
+        r.EVENTS,
+        lambda events: any(
+            (e.get("reason"), e.get("type")) == ("ForeignObject", "Warning")
+            for e in events.values()
+        ),
+        namespace=namespace,
+        within=30.0,
+        what="ForeignObject Warning event",
+    )
 
 
 async def _label_node(kube: KubeClient, node: str, uid: str) -> None:
@@ -573,6 +582,12 @@ async def test_domain_deleted_before_its_first_reconcile_is_no_error(
 
     assert result.requeue_after is None
     assert not result.requeue
+    # Its children are orphans now: the sweeper removes them, so none outlives the test.
+    selector = f"{c.CD_LABEL}={cd['metadata']['uid']}"
+    for res in (r.DAEMONSETS, r.RESOURCE_CLAIM_TEMPLATES):
+        await watch_objects(
+            kube, res, lambda objs: not objs, label_selector=selector, what=f"orphaned {res.kind}"
+        )
 
 
 def _finalizers(obj: dict[str, Any] | None) -> list[str]:
