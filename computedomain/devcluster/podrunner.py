@@ -16,9 +16,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import re
 import signal
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -49,6 +50,21 @@ FIELD_PATHS = {
 }
 
 
+# The argv a container runs, before ``$(VAR)`` expansion: what stands for its image here.
+Entrypoint = Callable[[Mapping[str, Any]], Sequence[str]]
+
+
+def controller_entrypoint(container: Mapping[str, Any]) -> list[str]:
+    """Our image: its ENTRYPOINT (our controller, from this environment) and the container's
+    args."""
+    return [*CONTROLLER_COMMAND, *(container.get("args") or [])]
+
+
+def expand(argument: str, env: Mapping[str, str]) -> str:
+    """Kubernetes' ``$(VAR)`` expansion of a command argument."""
+    return re.sub(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)", lambda m: env.get(m[1], m[0]), argument)
+
+
 class PodRunError(RuntimeError):
     """The pod asks for something this stand-in kubelet cannot provide."""
 
@@ -58,8 +74,9 @@ def resolve_env(pod: Mapping[str, Any], container: Mapping[str, Any]) -> dict[st
     env: dict[str, str] = {}
     for item in container.get("env") or []:
         name = item["name"]
-        if "value" in item:
-            env[name] = str(item["value"])
+        if "valueFrom" not in item:
+            # The apiserver drops an empty value: `value: ""` comes back as no value at all.
+            env[name] = str(item.get("value") or "")
             continue
         ref = (item.get("valueFrom") or {}).get("fieldRef") or {}
         path = FIELD_PATHS.get(ref.get("fieldPath", ""))
@@ -117,12 +134,13 @@ async def run_pod(
     workdir: Path,
     *,
     container: str | None = None,
-    command: Sequence[str] = CONTROLLER_COMMAND,
+    entrypoint: Entrypoint = controller_entrypoint,
     bind_token: bool = False,
 ) -> LocalPod:
     """Start the pod's container (the first one, or ``container``) as a local process that is
-    sent SIGTERM once the pod is deleted. With ``bind_token`` its token is bound to the pod (as
-    a kubelet's projected token), so the audit log names the pod of each request."""
+    sent SIGTERM once the pod is deleted; ``entrypoint`` says what runs for its image. With
+    ``bind_token`` its token is bound to the pod (as a kubelet's projected token), so the audit
+    log names the pod of each request."""
     meta = pod["metadata"]
     spec = pod["spec"]
     containers = spec["containers"]
@@ -140,8 +158,7 @@ async def run_pod(
     log_path = workdir / f"{meta['name']}.log"
     with log_path.open("wb") as out:
         process = await asyncio.create_subprocess_exec(
-            *command,
-            *(chosen.get("args") or []),
+            *(expand(arg, env) for arg in entrypoint(chosen)),
             stdin=asyncio.subprocess.DEVNULL,
             stdout=out,
             stderr=asyncio.subprocess.STDOUT,
@@ -200,9 +217,11 @@ class Kubelet:
         workdir: Path,
         *,
         bind_tokens: bool = False,
+        entrypoint: Entrypoint = controller_entrypoint,
     ) -> None:
         self.admin = admin
         self.bind_tokens = bind_tokens
+        self.entrypoint = entrypoint
         self.cp = cp
         self.namespace = namespace
         self.selector = selector
@@ -238,7 +257,12 @@ class Kubelet:
             )
             for pod in fresh:
                 self.pods[pod["metadata"]["name"]] = await run_pod(
-                    self.admin, self.cp, pod, self.workdir, bind_token=self.bind_tokens
+                    self.admin,
+                    self.cp,
+                    pod,
+                    self.workdir,
+                    entrypoint=self.entrypoint,
+                    bind_token=self.bind_tokens,
                 )
 
     def running(self) -> list[LocalPod]:

@@ -18,7 +18,6 @@ from __future__ import annotations
 import fcntl
 import json
 import os
-import re
 import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -28,7 +27,7 @@ from typing import Any
 import yaml
 
 from computedomain.devcluster.assets import REPO_ROOT
-from computedomain.devcluster.podrunner import resolve_env
+from computedomain.devcluster.podrunner import Entrypoint, PodRunError, expand, resolve_env
 from computedomain.devcluster.processes import ChildProcess, spawn
 
 UPSTREAM_BUILD_SCRIPT = REPO_ROOT / "hack" / "upstream" / "build.sh"
@@ -158,9 +157,18 @@ def container_environment(
     return resolve_env({"metadata": {"name": pod_name, "namespace": namespace}}, container)
 
 
-def expand(argument: str, env: Mapping[str, str]) -> str:
-    """Kubernetes' ``$(VAR)`` expansion of a command argument."""
-    return re.sub(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)", lambda m: env.get(m[1], m[0]), argument)
+def controller_entrypoint(build: UpstreamBuild) -> Entrypoint:
+    """What NVIDIA's image runs for a controller container: the build's binary, through
+    hack/upstream/run.sh (templates at /templates), with the container's arguments. For pods of
+    NVIDIA's Deployment that the stand-in kubelet runs."""
+
+    def argv(container: Mapping[str, Any]) -> list[str]:
+        command = [*(container.get("command") or []), *(container.get("args") or [])]
+        if not command or Path(command[0]).name != CONTROLLER:
+            raise PodRunError(f"unexpected controller command {command}")
+        return ["bash", str(UPSTREAM_RUN_SCRIPT), str(build.bin_dir), CONTROLLER, *command[1:]]
+
+    return argv
 
 
 def start_controller(

@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from computedomain.devcluster.podrunner import PodRunError
+from computedomain.devcluster.podrunner import PodRunError, expand
 from computedomain.devcluster.upstream import (
     UpstreamBuild,
     UpstreamUnavailableError,
     container_environment,
-    expand,
+    controller_entrypoint,
     find_upstream,
     upstream_required,
 )
@@ -40,12 +40,14 @@ def test_container_environment_resolves_values_and_field_refs() -> None:
             {"name": "LOG_VERBOSITY", "value": "4"},
             {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
             {"name": "NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+            {"name": "PPROF_PATH"},  # `value: ""` as the apiserver returns it
         ]
     }
     assert container_environment(container, "pod-0", "driver") == {
         "LOG_VERBOSITY": "4",
         "POD_NAME": "pod-0",
         "NAMESPACE": "driver",
+        "PPROF_PATH": "",
     }
 
 
@@ -66,3 +68,17 @@ def test_a_named_bin_dir_must_hold_the_build(tmp_path: Path) -> None:
     with pytest.raises(UpstreamUnavailableError, match="compute-domain-controller"):
         find_upstream(env={"NVIDIA_UPSTREAM_BIN": str(tmp_path / "bin")})
     assert UpstreamBuild(tmp_path / "bin").templates == tmp_path / "templates"
+
+
+def test_nvidias_controller_container_runs_the_build_through_run_sh(tmp_path: Path) -> None:
+    argv = controller_entrypoint(UpstreamBuild(tmp_path / "bin"))
+    container = {"command": ["compute-domain-controller", "-v", "$(LOG_VERBOSITY)"]}
+    assert argv(container)[2:] == [
+        str(tmp_path / "bin"),
+        "compute-domain-controller",
+        "-v",
+        "$(LOG_VERBOSITY)",
+    ]
+    assert argv(container)[1].endswith("hack/upstream/run.sh")
+    with pytest.raises(PodRunError, match="unexpected controller command"):
+        argv({"command": ["sh", "-c", "true"]})
