@@ -34,6 +34,12 @@ from computedomain.devcluster.clients import (
 from computedomain.devcluster.controlplane import ControlPlane, free_port, use_existing_cluster
 from computedomain.devcluster.harness import Controllers
 from computedomain.devcluster.rest import request_json
+from computedomain.devcluster.upstream import (
+    UpstreamBuild,
+    UpstreamUnavailableError,
+    find_upstream,
+    upstream_required,
+)
 from computedomain.runtime.client import ApiError, KubeClient
 from computedomain.runtime.resources import NAMESPACES, SERVICE_ACCOUNTS
 from tests.integration.cluster import STARTUP, fleet_node_names, run_control_plane
@@ -154,6 +160,18 @@ async def sa_api_client(
     finally:
         for client in made:
             await client.close()
+
+
+@pytest.fixture(scope="session")
+def upstream() -> UpstreamBuild:
+    """NVIDIA's build (hack/upstream/build.sh); skips without it, fails where it is required."""
+    required = upstream_required()
+    try:
+        return find_upstream(build=required)
+    except UpstreamUnavailableError as error:
+        if required:
+            pytest.fail(f"required (CI, NVIDIA_DRA_DRIVER_SRC or hack/test.sh): {error}")
+        pytest.skip(str(error))
 
 
 @pytest.fixture

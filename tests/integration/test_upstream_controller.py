@@ -32,12 +32,9 @@ from computedomain.devcluster.helm import find_helm
 from computedomain.devcluster.processes import tail
 from computedomain.devcluster.upstream import (
     UpstreamBuild,
-    UpstreamUnavailableError,
     chart_controller_container,
     container_environment,
-    find_upstream,
     start_controller,
-    upstream_required,
 )
 from computedomain.devcluster.watching import Objects, watch_object, watch_objects
 from computedomain.runtime import resources as r
@@ -151,17 +148,6 @@ KNOWN_DIFFERENCES: dict[str, dict[str, tuple[Any, Any]]] = {
     },
 }
 MISSING = "<absent>"
-
-
-@pytest.fixture(scope="session")
-def upstream() -> UpstreamBuild:
-    required = upstream_required()
-    try:
-        return find_upstream(build=required)
-    except UpstreamUnavailableError as error:
-        if required:
-            pytest.fail(f"required (CI, NVIDIA_DRA_DRIVER_SRC or hack/test.sh): {error}")
-        pytest.skip(str(error))
 
 
 def _replace_uid(value: Any, uid: str) -> Any:
