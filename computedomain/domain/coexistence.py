@@ -6,14 +6,17 @@
   the stored one forever (a write loop). We detect the missing fields, write only the upstream
   fields, and say what to run.
 - NVIDIA's controller running beside ours (a later `helm upgrade` of NVIDIA's chart scales it
-  back to 1; its leader election is off by default and uses another Lease) would mean two
-  writers of status, children, cliques, node labels and finalizers. Its pods carry the selector
-  label of NVIDIA's chart (contract §19), found by `NVIDIA_CONTROLLER_SELECTORS` (one informer
-  each). While one runs (phase Running, not terminating), ours **stands by**: ``standing_by``
-  gives the reason, the reconciler then writes nothing to any ComputeDomain or what belongs to
-  it, and the leader's API client refuses such writes still in flight. We say so loudly: a log
-  line per transition, the gauges, a Warning Event on each such pod (and one per CD, from the
-  reconciler). When the last one is gone every CD is reconciled again (level-triggered).
+  back to 1) would mean two writers of status, children, cliques, node labels and finalizers.
+  Its pods carry the selector label of NVIDIA's chart (contract §19), found by
+  `NVIDIA_CONTROLLER_SELECTORS` (one informer each). A pod whose leader election is on and
+  names the Lease ours leads on cannot write while ours leads (it waits for that Lease), so it
+  is only reported: standing by then would leave no controller writing at all. While any other
+  one runs (phase Running, not terminating; its leader election is off by default), ours
+  **stands by**: ``standing_by`` gives the reason, the reconciler then writes nothing to any
+  ComputeDomain or what belongs to it, and the leader's API client refuses such writes still in
+  flight. We say so loudly: a log line per transition, the gauges, a Warning Event on each such
+  pod (and one per CD, from the reconciler). When the last one is gone every CD is reconciled
+  again (level-triggered).
   No condition on the CDs says it: NVIDIA's controller replaces the whole status with its own
   two fields on each of its writes (docs/operations.md, Stand-by).
 """
@@ -120,14 +123,68 @@ def nvidia_deployment_of(pod: Mapping[str, Any]) -> str:
     return f"{chosen[0]}-controller" if chosen else c.NVIDIA_CONTROLLER_DEPLOYMENT
 
 
-def concurrent_controller_message(pod: Mapping[str, Any]) -> str:
+# NVIDIA's controller's leader-election settings (environment; flags of the same name win) and
+# their defaults in its binary: off, Lease default/nvidia-compute-domain-controller.
+NVIDIA_LE_ENABLED = "LEADER_ELECTION_ENABLED"
+NVIDIA_LE_NAME = "LEADER_ELECTION_LEASE_LOCK_NAME"
+NVIDIA_LE_NAMESPACE = "LEADER_ELECTION_LEASE_LOCK_NAMESPACE"
+NVIDIA_LE_SETTINGS = {
+    NVIDIA_LE_ENABLED: "--leader-election-enabled",
+    NVIDIA_LE_NAME: "--leader-election-lease-lock-name",
+    NVIDIA_LE_NAMESPACE: "--leader-election-lease-lock-namespace",
+}
+NVIDIA_LE_DEFAULTS = {
+    NVIDIA_LE_ENABLED: "false",
+    NVIDIA_LE_NAME: "nvidia-compute-domain-controller",
+    NVIDIA_LE_NAMESPACE: "default",
+}
+_TRUE = {"1", "t", "T", "true", "TRUE", "True"}
+
+
+def nvidia_lease(pod: Mapping[str, Any]) -> tuple[str, str] | None:
+    """The Lease (namespace, name) one of NVIDIA's controller pods must hold before it writes,
+    or None: its leader election is off (its chart's default), it writes as soon as it runs."""
+    containers = (pod.get("spec") or {}).get("containers") or []
+    settings = dict(NVIDIA_LE_DEFAULTS)
+    if containers:
+        container = containers[0]
+        for item in container.get("env") or []:
+            if item.get("name") in settings and "valueFrom" not in item:
+                settings[item["name"]] = str(item.get("value") or "")
+        argv = [*(container.get("command") or [])[1:], *(container.get("args") or [])]
+        for env, flag in NVIDIA_LE_SETTINGS.items():
+            for index, arg in enumerate(argv):
+                if arg == flag and env == NVIDIA_LE_ENABLED:
+                    settings[env] = "true"
+                elif arg.startswith(f"{flag}="):
+                    settings[env] = arg.split("=", 1)[1]
+                elif arg == flag and index + 1 < len(argv):
+                    settings[env] = argv[index + 1]
+    if settings[NVIDIA_LE_ENABLED] not in _TRUE:
+        return None
+    return settings[NVIDIA_LE_NAMESPACE], settings[NVIDIA_LE_NAME]
+
+
+def concurrent_controller_message(
+    pod: Mapping[str, Any], shared_lease: tuple[str, str] | None = None
+) -> str:
+    """What an SRE reads about one of NVIDIA's controller pods running beside ours: ours stands
+    by, or (``shared_lease``: both elect on that Lease) the Lease lets one write at a time."""
     meta = objects.meta(pod)
     namespace = meta.get("namespace")
+    if shared_lease is None:
+        what = (
+            "so this one stands by: it writes nothing to ComputeDomains, their children, cliques "
+            "or node labels until no such pod runs, and NVIDIA's controller manages them meanwhile"
+        )
+    else:
+        what = (
+            f"and elects its leader on the same Lease {shared_lease[0]}/{shared_lease[1]}, so "
+            "only the holder of that Lease writes (this one keeps working while it leads)"
+        )
     return (
         f"NVIDIA's ComputeDomain controller runs beside this one (pod {namespace}/"
-        f"{meta.get('name')}), so this one stands by: it writes nothing to ComputeDomains, their "
-        "children, cliques or node labels until no such pod runs, and NVIDIA's controller "
-        f"manages them meanwhile. Scale it to 0 (kubectl -n {namespace} scale deployment "
+        f"{meta.get('name')}), {what}. Scale it to 0 (kubectl -n {namespace} scale deployment "
         f"{nvidia_deployment_of(pod)} --replicas=0) and keep it there in NVIDIA's Helm values "
         "(controller.replicas=0)"
     )
@@ -152,6 +209,21 @@ def trim_pod_identity(pod: dict[str, Any]) -> dict[str, Any]:
             )
             if key in meta
         },
+        # Its leader-election settings: whether it can write while ours leads (nvidia_lease).
+        "spec": {
+            "containers": [
+                {
+                    "command": container.get("command") or [],
+                    "args": container.get("args") or [],
+                    "env": [
+                        item
+                        for item in container.get("env") or []
+                        if item.get("name") in NVIDIA_LE_SETTINGS
+                    ],
+                }
+                for container in ((pod.get("spec") or {}).get("containers") or [])[:1]
+            ]
+        },
         "status": {"phase": (pod.get("status") or {}).get("phase")},
     }
 
@@ -169,9 +241,13 @@ class CoexistenceMonitor:
         metrics: CoexistenceMetricsSink,
         requeue_all: Callable[[], None],
         selectors: Sequence[str] = c.NVIDIA_CONTROLLER_SELECTORS,
+        own_lease: tuple[str, str] | None = None,
     ) -> None:
         self._recorder = recorder
         self._selectors = tuple(selectors)
+        # The Lease ours leads on (None: leader election off). A pod of NVIDIA's controller
+        # that must hold the same Lease to write cannot write while ours leads: no stand-by.
+        self._own_lease = own_lease
         self._metrics = metrics
         self._requeue_all = requeue_all
         self._leading = False
@@ -230,7 +306,7 @@ class CoexistenceMonitor:
         }
         for uid, pod in running.items():
             if uid not in self._running:
-                log.warning("Concurrent controller: %s", concurrent_controller_message(pod))
+                log.warning("Concurrent controller: %s", self._message(pod))
         for uid, pod in self._running.items():
             if uid not in running:
                 meta = objects.meta(pod)
@@ -241,10 +317,11 @@ class CoexistenceMonitor:
                 )
         self._running = running
         self._reported_pods &= running.keys()
-        self._metrics.set_concurrent_controllers(len(running))
-        first = next(iter(running.values()), None)
+        writers = [pod for pod in running.values() if not self._shares_our_lease(pod)]
+        # Only those that can write beside ours: one waiting on our Lease is reported by Event.
+        self._metrics.set_concurrent_controllers(len(writers))
         was_standing_by = bool(self._standing_by)
-        self._standing_by = concurrent_controller_message(first) if first is not None else ""
+        self._standing_by = concurrent_controller_message(writers[0]) if writers else ""
         if bool(self._standing_by) != was_standing_by:
             if self._standing_by:
                 log.warning(
@@ -273,5 +350,13 @@ class CoexistenceMonitor:
                 continue
             self._reported_pods.add(uid)
             self._recorder.record(
-                pod, "Warning", "ConcurrentController", "Detect", concurrent_controller_message(pod)
+                pod, "Warning", "ConcurrentController", "Detect", self._message(pod)
             )
+
+    def _shares_our_lease(self, pod: Mapping[str, Any]) -> bool:
+        return self._own_lease is not None and nvidia_lease(pod) == self._own_lease
+
+    def _message(self, pod: Mapping[str, Any]) -> str:
+        return concurrent_controller_message(
+            pod, self._own_lease if self._shares_our_lease(pod) else None
+        )

@@ -228,7 +228,8 @@ class DomainMetrics:
             "Running pods of NVIDIA's ComputeDomain controller seen beside this one in the "
             "driver namespace (NVIDIA_CONTROLLER_SELECTORS; by default the labels "
             "dra-driver-nvidia-gpu-component=controller and "
-            "nvidia-dra-driver-gpu-component=controller). Must be 0.",
+            "nvidia-dra-driver-gpu-component=controller) that can write beside it: not one "
+            "whose leader election waits on the Lease this one leads on. Must be 0.",
             registry=registry,
         )
         self._standing_by = Gauge(

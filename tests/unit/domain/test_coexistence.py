@@ -16,6 +16,7 @@ from computedomain.domain.coexistence import (
     concurrent_controller_message,
     crd_outdated_message,
     missing_status_fields,
+    nvidia_lease,
     running_nvidia_controllers,
     trim_pod_identity,
 )
@@ -292,3 +293,79 @@ class Queue:
 
     def add_after(self, key: str, delay: float, priority: int = 0) -> None:
         pass
+
+
+def with_leader_election(
+    body: dict[str, Any], env: dict[str, str], args: list[str] | None = None
+) -> dict[str, Any]:
+    """``body`` running NVIDIA's controller command with these settings, as its chart renders
+    them (values, and the downward API for others that do not matter here)."""
+    container = {
+        "name": "compute-domain",
+        "command": ["compute-domain-controller", "-v", "$(LOG_VERBOSITY)", *(args or [])],
+        "env": [
+            {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+            {"name": "LOG_VERBOSITY", "value": "4"},
+            *({"name": k, "value": v} for k, v in env.items()),
+        ],
+    }
+    return {**body, "spec": {"containers": [container]}}
+
+
+LE_ON = {
+    "LEADER_ELECTION_ENABLED": "true",
+    "LEADER_ELECTION_LEASE_LOCK_NAME": "dra-driver-nvidia-gpu-controller",
+    "LEADER_ELECTION_LEASE_LOCK_NAMESPACE": "nvidia-dra-driver-gpu",
+}
+SHARED = ("nvidia-dra-driver-gpu", "dra-driver-nvidia-gpu-controller")
+
+
+def test_nvidias_lease_is_read_as_its_binary_reads_it() -> None:
+    """Off by default (its chart's default too); flags win over the environment; the binary's
+    own defaults fill what is not given."""
+    assert nvidia_lease(pod("a")) is None
+    assert (
+        nvidia_lease(with_leader_election(pod("a"), {"LEADER_ELECTION_ENABLED": "false"})) is None
+    )
+    assert nvidia_lease(with_leader_election(pod("a"), LE_ON)) == SHARED
+    only_on = with_leader_election(pod("a"), {"LEADER_ELECTION_ENABLED": "1"})
+    assert nvidia_lease(only_on) == ("default", "nvidia-compute-domain-controller")
+    flags = ["--leader-election-enabled", "--leader-election-lease-lock-name=other"]
+    assert nvidia_lease(with_leader_election(pod("a"), {}, flags)) == (
+        "default",
+        "other",
+    )
+    # What the caches keep of the pod is enough to tell.
+    trimmed = trim_pod_identity(with_leader_election(pod("a"), LE_ON))
+    assert nvidia_lease(trimmed) == SHARED
+    assert [e["name"] for e in trimmed["spec"]["containers"][0]["env"]] == list(LE_ON)
+
+
+def test_a_pod_of_nvidias_controller_on_our_own_lease_is_reported_but_no_stand_by() -> None:
+    """It cannot write while ours holds the Lease (and ours writes nothing when it does not):
+    standing by would leave no controller at all. One on another Lease, or without leader
+    election, can write at any time: ours stands by."""
+    recorder, metrics, requeues = Recorder(), Metrics(), []
+    monitor = CoexistenceMonitor(
+        recorder,  # type: ignore[arg-type]
+        metrics,
+        requeue_all=lambda: requeues.append(1),
+        own_lease=SHARED,
+    )
+    monitor.set_leading(True)
+    waiting = with_leader_election(pod("waiting"), LE_ON)
+    monitor.controller_pods_changed([waiting])
+    assert (monitor.standing_by, metrics.standing_by, requeues) == ("", False, [])
+    assert metrics.concurrent == 0  # it cannot write beside ours: nothing for an alert
+    assert recorder.events == [("waiting", "Warning", "ConcurrentController")]
+    message = concurrent_controller_message(waiting, SHARED)
+    assert "same Lease nvidia-dra-driver-gpu/dra-driver-nvidia-gpu-controller" in message
+
+    elsewhere = {**LE_ON, "LEADER_ELECTION_LEASE_LOCK_NAME": "another"}
+    for name, body in (("other-lease", elsewhere), ("no-election", {})):
+        other = with_leader_election(pod(name), body)
+        monitor.controller_pods_changed([waiting, other])
+        assert f"pod nvidia-dra-driver-gpu/{name}), so this one stands by" in monitor.standing_by
+        assert (metrics.standing_by, metrics.concurrent) == (True, 1)
+        monitor.controller_pods_changed([waiting])
+        assert monitor.standing_by == ""
