@@ -582,9 +582,14 @@ async def test_domain_deleted_before_its_first_reconcile_is_no_error(
 
     assert result.requeue_after is None
     assert not result.requeue
-    # Its children are orphans now: the sweeper removes them, so none outlives the test.
+    # Its children are orphans now, and the cache this test made stale still knows the CD, so
+    # no sweep comes: remove them here, so none outlives the test.
     selector = f"{c.CD_LABEL}={cd['metadata']['uid']}"
     for res in (r.DAEMONSETS, r.RESOURCE_CLAIM_TEMPLATES):
+        for child in (await kube.list(res, label_selector=selector))["items"]:
+            name, ns = child["metadata"]["name"], child["metadata"]["namespace"]
+            await kube.patch(res, name, {"metadata": {"finalizers": None}}, ns)
+            await kube.delete(res, name, ns)
         await watch_objects(
             kube, res, lambda objs: not objs, label_selector=selector, what=f"orphaned {res.kind}"
         )
