@@ -125,6 +125,18 @@ async def install(
     await install_nvidia_crd(admin, build)
 
 
+async def upgrade(
+    build: UpstreamBuild, helm_path: Path, kubeconfig: Path, values: dict[str, Any] | None = None
+) -> None:
+    """`helm upgrade` of NVIDIA's release with the install's values (and ``values``), as an SRE
+    upgrades it with their values file: Helm's three-way merge puts back what the chart says,
+    e.g. the controller's replicas that a swap scaled to 0."""
+    args = ["upgrade", RELEASE, str(build.chart), "-n", NVIDIA_NAMESPACE, "--skip-crds"]
+    for key, value in {**CHART_VALUES, **(values or {})}.items():
+        args += ["--set-json", f"{key}={json.dumps(value)}"]
+    await helm(helm_path, kubeconfig, *args)
+
+
 async def uninstall(api_client: ApiClient, helm_path: Path, kubeconfig: Path) -> None:
     """`helm uninstall`; the fleet's DeviceClasses (the release took them) are put back."""
     try:

@@ -35,7 +35,7 @@ from computedomain.devcluster.crds import CRD_DIR, apply_crds
 from computedomain.devcluster.harness import Controllers, RunningController
 from computedomain.devcluster.helm import find_helm
 from computedomain.devcluster.podrunner import Kubelet
-from computedomain.devcluster.upstream import UpstreamBuild
+from computedomain.devcluster.upstream import RELEASE, UpstreamBuild
 from computedomain.devcluster.watching import Objects, watch_object, watch_objects
 from computedomain.runtime import resources as r
 from computedomain.runtime.client import KubeClient
@@ -43,7 +43,7 @@ from computedomain.runtime.objects import condition
 from computedomain.runtime.resources import Resource
 from tests.integration import nvidia_install as nvidia
 from tests.integration.e2e_harness import EndToEnd, end_to_end, pod_ready, pod_running, workload
-from tests.kit.controllers import controllers_for, create_cd, stop_after_cleanup
+from tests.kit.controllers import controllers_for, create_cd, stop_after_cleanup, wait_children
 from tests.kit.waiting import eventually
 
 pytestmark = pytest.mark.integration
@@ -297,8 +297,10 @@ async def test_swap_in_and_back_out_leaves_running_imex_domains_alone(
         assert left["items"] == left_rcts["items"] == []
         await e2e.nodes_labelled(fresh_uid, lambda names: not names, "job-c labels gone")
 
-        # The classic accident: NVIDIA's controller scaled back up beside ours.
-        await concurrent_controller_is_reported(kube, kubelet)
+        # The classic accident: NVIDIA's release upgraded without the values change.
+        await nvidias_upgrade_leaves_one_writer(
+            method, ns, kube, audit, control_plane, nvidia_install, kubelet, nvidia_kubelet
+        )
 
         # -- roll back ----------------------------------------------------------------------
         mark_out = audit.mark()
@@ -356,21 +358,36 @@ async def test_swap_in_and_back_out_leaves_running_imex_domains_alone(
         await e2e.start_controller()
 
 
-async def concurrent_controller_is_reported(kube: KubeClient, kubelet: Kubelet) -> None:
+async def nvidias_upgrade_leaves_one_writer(
+    method: str,
+    namespace: str,
+    kube: KubeClient,
+    audit: AuditLog,
+    control_plane: ControlPlane,
+    build: UpstreamBuild,
+    kubelet: Kubelet,
+    nvidia_kubelet: Kubelet,
+) -> None:
+    """`helm upgrade` of NVIDIA's release without controller.replicas=0 runs NVIDIA's real
+    controller beside ours again. Never two writers: where ours elects on NVIDIA's Lease (helm,
+    kustomize) NVIDIA's waits for it and ours keeps working; on a Lease of its own
+    (helm-beside) ours stands by while NVIDIA's leads. The upgrade with the values change
+    ends it."""
     ns = nvidia.NVIDIA_NAMESPACE
-    await kube.patch(
-        nvidia.DEPLOYMENTS, c.NVIDIA_CONTROLLER_DEPLOYMENT, {"spec": {"replicas": 1}}, ns
+    nvidia_user = service_account_user(ns, nvidia.NVIDIA_CONTROLLER_SA)
+    our_user = service_account_user(
+        "computedomain-system" if method == "helm-beside" else ns, OUR_SA
     )
-
-    # v0.4.1's pods: no nvidia-dra-driver-gpu-component label, only the chart's selector label.
-    selector = ",".join(f"{k}={v}" for k, v in nvidia.CONTROLLER_POD_SELECTOR.items())
+    shared_lease = method != "helm-beside"
+    mark = audit.mark()
+    await nvidia.upgrade(build, find_helm(), control_plane.kubeconfig)
     running = await watch_objects(
         kube,
         r.PODS,
         lambda pods: [p for p in pods.values() if pod_running(p)],
         namespace=ns,
-        label_selector=selector,
-        what="NVIDIA's controller pod running",
+        label_selector=nvidia.SELECTOR,
+        what="NVIDIA's controller pod running after helm upgrade",
     )
     names = {pod["metadata"]["name"] for pod in running}
 
@@ -384,22 +401,57 @@ async def concurrent_controller_is_reported(kube: KubeClient, kubelet: Kubelet) 
         return found or None
 
     events = await watch_objects(kube, r.EVENTS, warned, namespace=ns, what="ConcurrentController")
-    print(f"Warning event: {events[0]['note']}")
+    print(f"after helm upgrade of NVIDIA's release, Warning event: {events[0]['note']}")
     assert events[0]["type"] == "Warning"
     assert f"scale deployment {c.NVIDIA_CONTROLLER_DEPLOYMENT} --replicas=0" in events[0]["note"]
-    assert any("Concurrent controller" in pod.log_text() for pod in kubelet.running())
-    assert await concurrent_gauge(kubelet) == 1.0
-    await kube.patch(
-        nvidia.DEPLOYMENTS, c.NVIDIA_CONTROLLER_DEPLOYMENT, {"spec": {"replicas": 0}}, ns
+    assert ("same Lease" in events[0]["note"]) is shared_lease
+    # Counted only when it can write beside ours (the alert's input).
+    assert await concurrent_gauge(kubelet) == (0.0 if shared_lease else 1.0)
+
+    # NVIDIA's process got as far as its leader election: waiting, or leading.
+    wanted = "Leader election candidate registered" if shared_lease else "Became leader"
+
+    async def nvidia_says() -> bool:
+        return any(wanted in pod.log_text() for pod in nvidia_kubelet.running())
+
+    await eventually(nvidia_says, within=60, what=f"NVIDIA's controller log: {wanted}")
+    if not shared_lease:
+        await watch_objects(
+            kube,
+            r.EVENTS,
+            lambda events: any(e.get("reason") == "StandingBy" for e in events.values()),
+            what="StandingBy",
+        )
+    # A new CD meanwhile is made and then finalized by one controller: the one that writes.
+    cd = await create_cd(kube, namespace, "job-d", rct_name="job-d-channel")
+    await wait_children(kube, cd, ns, "job-d-channel", within=60)
+    await kube.delete(COMPUTE_DOMAINS, "job-d", namespace)
+    await watch_object(
+        kube, COMPUTE_DOMAINS, "job-d", lambda o: o is None, namespace=namespace, within=60
     )
-    await watch_objects(
-        kube,
-        r.PODS,
-        lambda pods: not [p for p in pods.values() if pod_running(p)],
-        namespace=ns,
-        label_selector=selector,
-        what="NVIDIA's controller pods gone",
-    )
+    end = audit.mark()
+    await nvidia.upgrade(build, find_helm(), control_plane.kubeconfig, {"controller.replicas": 0})
+    await nvidia.scale_controller(kube, 0)  # waits: the Deployment says 0 and no pod is left
+
+    def writes_to_domains(user: str) -> list[str]:
+        return [
+            w.target
+            for w in audit.writes(since=mark, user=user, until=end)
+            if w.resource in ("computedomains", "computedomaincliques", *CHILD_RESOURCES)
+        ]
+
+    nvidia_writes, our_writes = writes_to_domains(nvidia_user), writes_to_domains(our_user)
+    print(f"while both ran: NVIDIA's writes {nvidia_writes}, ours {our_writes}")
+    uid = cd["metadata"]["uid"]
+    writer = our_writes if shared_lease else nvidia_writes
+    assert f"create daemonsets {ns}/{c.daemon_name(uid)}" in writer
+    assert f"delete daemonsets {ns}/{c.daemon_name(uid)}" in writer
+    if shared_lease:
+        assert nvidia_writes == [], "NVIDIA's controller wrote without holding the Lease"
+        upgraded = [pod for pod in nvidia_kubelet.pods.values() if pod.name in names]
+        assert not any("Became leader" in pod.log_text() for pod in upgraded)
+    else:
+        assert our_writes == [], "ours wrote while standing by"
 
     async def gauge_back_to_zero() -> bool:
         return await concurrent_gauge(kubelet) == 0.0
@@ -561,9 +613,13 @@ async def install_state(
             for i in items
         }
 
+    # NVIDIA's release history is the SRE's (a helm upgrade of it adds one), not the swap's.
+    nvidia_history = f"sh.helm.release.v1.{RELEASE}."
     for ns in sorted({NVIDIA_NS, ours_ns}):
         for res in NAMESPACED:
-            state[f"{res.plural} in {ns}"] = names((await kube.list(res, ns))["items"])
+            items = (await kube.list(res, ns))["items"]
+            items = [i for i in items if not i["metadata"]["name"].startswith(nvidia_history)]
+            state[f"{res.plural} in {ns}"] = names(items)
     for res in CLUSTER_WIDE:
         state[res.plural] = names((await kube.list(res))["items"])
     return state
