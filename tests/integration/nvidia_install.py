@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +60,42 @@ CHART_VALUES: dict[str, Any] = {
 # detection and hack/swap.sh must find them by this one.
 CONTROLLER_POD_SELECTOR = {f"{c.NVIDIA_CHART_NAME}-component": c.NVIDIA_CONTROLLER_COMPONENT}
 SELECTOR = ",".join(f"{k}={v}" for k, v in CONTROLLER_POD_SELECTOR.items())
+
+
+@dataclass(frozen=True)
+class Shape:
+    """One of the two documented install shapes of NVIDIA's chart, as release RELEASE: a fresh
+    install, or one upgraded from NVIDIA's older chart, which keeps its old names through
+    `nameOverride`. The chart names the Deployment, its Lease, the controller's
+    ServiceAccount and the pods' selector label after the name."""
+
+    key: str
+    name: str  # the chart's name, or its nameOverride
+    values: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def deployment(self) -> str:
+        return f"{self.name}-controller"
+
+    @property
+    def lease(self) -> str:
+        return self.deployment
+
+    @property
+    def controller_sa(self) -> str:
+        # `<fullname>-service-account-controller`; the fullname is the release name when that
+        # already contains the name, else `<release>-<name>`.
+        fullname = RELEASE if self.name in RELEASE else f"{RELEASE}-{self.name}"
+        return f"{fullname}-service-account-controller"
+
+    @property
+    def selector(self) -> str:
+        return f"{self.name}-component={c.NVIDIA_CONTROLLER_COMPONENT}"
+
+
+FRESH = Shape("fresh", c.NVIDIA_CHART_NAME)
+UPGRADED = Shape("upgraded", RELEASE, {"nameOverride": RELEASE})
+SHAPES = {shape.key: shape for shape in (FRESH, UPGRADED)}
 
 
 def controller_deployment(replicas: int = 1) -> dict[str, Any]:
@@ -111,7 +148,11 @@ async def helm(helm_path: Path, kubeconfig: Path, *args: str) -> str:
 
 
 async def install(
-    admin: KubeClient, build: UpstreamBuild, helm_path: Path, kubeconfig: Path
+    admin: KubeClient,
+    build: UpstreamBuild,
+    helm_path: Path,
+    kubeconfig: Path,
+    shape: Shape = FRESH,
 ) -> None:
     """`helm install` of NVIDIA's chart into NVIDIA_NAMESPACE, then the chart's own CRD."""
     args = ["install", RELEASE, str(build.chart), "-n", NVIDIA_NAMESPACE, "--create-namespace"]
@@ -119,20 +160,24 @@ async def install(
     # install that predates ours would have it. Its DeviceClasses and the daemon's ClusterRole
     # may exist already (the fleet's, an earlier test's install of ours): the release takes them.
     args += ["--skip-crds", "--take-ownership"]
-    for key, value in CHART_VALUES.items():
+    for key, value in {**CHART_VALUES, **shape.values}.items():
         args += ["--set-json", f"{key}={json.dumps(value)}"]
     await helm(helm_path, kubeconfig, *args)
     await install_nvidia_crd(admin, build)
 
 
 async def upgrade(
-    build: UpstreamBuild, helm_path: Path, kubeconfig: Path, values: dict[str, Any] | None = None
+    build: UpstreamBuild,
+    helm_path: Path,
+    kubeconfig: Path,
+    values: dict[str, Any] | None = None,
+    shape: Shape = FRESH,
 ) -> None:
     """`helm upgrade` of NVIDIA's release with the install's values (and ``values``), as an SRE
     upgrades it with their values file: Helm's three-way merge puts back what the chart says,
     e.g. the controller's replicas that a swap scaled to 0."""
     args = ["upgrade", RELEASE, str(build.chart), "-n", NVIDIA_NAMESPACE, "--skip-crds"]
-    for key, value in {**CHART_VALUES, **(values or {})}.items():
+    for key, value in {**CHART_VALUES, **shape.values, **(values or {})}.items():
         args += ["--set-json", f"{key}={json.dumps(value)}"]
     await helm(helm_path, kubeconfig, *args)
 
@@ -172,27 +217,31 @@ async def install_nvidia_crd(admin: KubeClient, build: UpstreamBuild) -> None:
 
 
 def controller_kubelet(
-    api_client: ApiClient, control_plane: ControlPlane, build: UpstreamBuild, workdir: Path
+    api_client: ApiClient,
+    control_plane: ControlPlane,
+    build: UpstreamBuild,
+    workdir: Path,
+    shape: Shape = FRESH,
 ) -> Kubelet:
     """Runs every pod of NVIDIA's controller Deployment as NVIDIA's binary (start() it)."""
     return Kubelet(
         api_client,
         control_plane,
         NVIDIA_NAMESPACE,
-        SELECTOR,
+        shape.selector,
         workdir,
         entrypoint=controller_entrypoint(build),
     )
 
 
 async def scale_controller(
-    admin: KubeClient, replicas: int, namespace: str = NVIDIA_NAMESPACE
+    admin: KubeClient, replicas: int, namespace: str = NVIDIA_NAMESPACE, shape: Shape = FRESH
 ) -> None:
     """Scale NVIDIA's controller Deployment; wait until its status has caught up (the Deployment
     controller writes it in several steps) and exactly that many of its pods run, none when 0:
     while one runs, ours stands by."""
     body = {"spec": {"replicas": replicas}}
-    await admin.patch(DEPLOYMENTS, c.NVIDIA_CONTROLLER_DEPLOYMENT, body, namespace)
+    await admin.patch(DEPLOYMENTS, shape.deployment, body, namespace)
 
     def settled(deployment: dict[str, Any] | None) -> bool:
         status = (deployment or {}).get("status") or {}
@@ -205,7 +254,7 @@ async def scale_controller(
     await watch_object(
         admin,
         DEPLOYMENTS,
-        c.NVIDIA_CONTROLLER_DEPLOYMENT,
+        shape.deployment,
         settled,
         namespace=namespace,
         what=f"NVIDIA's controller Deployment at {replicas} replicas",
@@ -220,6 +269,6 @@ async def scale_controller(
         r.PODS,
         pods_settled,
         namespace=namespace,
-        label_selector=SELECTOR,
+        label_selector=shape.selector,
         what=f"{replicas} pod(s) of NVIDIA's controller",
     )

@@ -184,24 +184,33 @@ async def e2e(
         yield env
 
 
+@dataclass(frozen=True)
+class NvidiaInstall:
+    build: UpstreamBuild  # whose binary ``nvidia.controller_kubelet`` runs for its pods
+    shape: nvidia.Shape
+
+
 @pytest.fixture
 async def nvidia_install(
+    request: pytest.FixtureRequest,
     kube: KubeClient,
     api_client: ApiClient,
     control_plane: ControlPlane,
     upstream: UpstreamBuild,
-) -> AsyncIterator[UpstreamBuild]:
-    """NVIDIA's chart installed (its controller Deployment at 1 replica, pods not run); yields
-    the build, whose binary ``nvidia.controller_kubelet`` runs for the Deployment's pods."""
+) -> AsyncIterator[NvidiaInstall]:
+    """NVIDIA's chart installed (its controller Deployment at 1 replica, pods not run), in the
+    install shape ``request.param`` names (indirect parametrization; default fresh)."""
+    shape = nvidia.SHAPES[getattr(request, "param", nvidia.FRESH.key)]
     helm = find_helm()
-    await nvidia.install(kube, upstream, helm, control_plane.kubeconfig)
+    await nvidia.install(kube, upstream, helm, control_plane.kubeconfig, shape)
     try:
-        yield upstream
+        yield NvidiaInstall(upstream, shape)
     finally:
         await nvidia.uninstall(api_client, helm, control_plane.kubeconfig)
         await apply_crds(api_client, CRD_DIR)  # later tests need our CRD back, whatever happened
 
 
+@pytest.mark.parametrize("nvidia_install", sorted(nvidia.SHAPES), indirect=True)
 @pytest.mark.parametrize("method", ["helm", "kustomize", "helm-beside"])
 async def test_swap_in_and_back_out_leaves_running_imex_domains_alone(
     method: str,
@@ -209,7 +218,7 @@ async def test_swap_in_and_back_out_leaves_running_imex_domains_alone(
     kube: KubeClient,
     api_client: ApiClient,
     control_plane: ControlPlane,
-    nvidia_install: UpstreamBuild,
+    nvidia_install: NvidiaInstall,
     tmp_path: Path,
 ) -> None:
     assert control_plane.audit_log is not None
@@ -220,12 +229,13 @@ async def test_swap_in_and_back_out_leaves_running_imex_domains_alone(
 
     # -- before: NVIDIA's controller made the children, the daemons are Ready ---------------
     # NVIDIA's real controller, as the pod of its chart's Deployment.
+    shape = nvidia_install.shape
     nvidia_kubelet = nvidia.controller_kubelet(
-        api_client, control_plane, nvidia_install, tmp_path / "nvidia"
+        api_client, control_plane, nvidia_install.build, tmp_path / "nvidia", shape
     )
     nvidia_kubelet.start()
     # Not the chart's default 1, so that `out` can only restore it from the record.
-    await nvidia.scale_controller(kube, NVIDIA_REPLICAS)
+    await nvidia.scale_controller(kube, NVIDIA_REPLICAS, shape=shape)
     await e2e.start_simulator()
     jobs = {"job-a": "r00", "job-b": "r01"}
     cds = {}
@@ -247,7 +257,7 @@ async def test_swap_in_and_back_out_leaves_running_imex_domains_alone(
     uids = [cd["metadata"]["uid"] for cd in cds.values()]
     before = await snapshot(kube, uids)
     print(f"before the swap: {before}")
-    installed = await install_state(kube, ours_ns)
+    installed = await install_state(kube, ours_ns, shape=shape)
 
     # -- swap in ----------------------------------------------------------------------------
     kubelet = Kubelet(api_client, control_plane, ours_ns, OUR_PODS, tmp_path)
@@ -320,11 +330,7 @@ async def test_swap_in_and_back_out_leaves_running_imex_domains_alone(
             r.SERVICE_ACCOUNTS, ours_ns, field_selector=f"metadata.name={OUR_SA}"
         )
         assert ours["items"] == [], "our ServiceAccount outlived the rollback"
-        lease_name = (
-            "computedomain-controller"
-            if method == "helm-beside"
-            else (c.NVIDIA_CONTROLLER_DEPLOYMENT)
-        )
+        lease_name = "computedomain-controller" if method == "helm-beside" else shape.lease
         # NVIDIA's controller takes its Lease back; ours holds no Lease any more.
         leases = await kube.list(r.LEASES, ours_ns, field_selector=f"metadata.name={lease_name}")
         for lease in leases["items"]:
@@ -343,7 +349,7 @@ async def test_swap_in_and_back_out_leaves_running_imex_domains_alone(
         for name in jobs:
             cd = await kube.get(COMPUTE_DOMAINS, name, ns)
             assert cd["status"]["status"] == c.STATUS_READY, name
-        assert await install_state(kube, ours_ns) == installed, (
+        assert await install_state(kube, ours_ns, shape=shape) == installed, (
             "out did not restore what in changed"
         )
     finally:
@@ -353,7 +359,7 @@ async def test_swap_in_and_back_out_leaves_running_imex_domains_alone(
         # clean-up): NVIDIA's pods must be gone first (its kubelet releases them), or ours
         # stands by.
         await run_script("out", None, control_plane.kubeconfig, ns, check=False)
-        await nvidia.scale_controller(kube, 0)
+        await nvidia.scale_controller(kube, 0, shape=shape)
         await nvidia_kubelet.stop()
         await e2e.start_controller()
 
@@ -364,7 +370,7 @@ async def nvidias_upgrade_leaves_one_writer(
     kube: KubeClient,
     audit: AuditLog,
     control_plane: ControlPlane,
-    build: UpstreamBuild,
+    install: NvidiaInstall,
     kubelet: Kubelet,
     nvidia_kubelet: Kubelet,
 ) -> None:
@@ -374,19 +380,20 @@ async def nvidias_upgrade_leaves_one_writer(
     (helm-beside) ours stands by while NVIDIA's leads. The upgrade with the values change
     ends it."""
     ns = nvidia.NVIDIA_NAMESPACE
-    nvidia_user = service_account_user(ns, nvidia.NVIDIA_CONTROLLER_SA)
+    shape = install.shape
+    nvidia_user = service_account_user(ns, shape.controller_sa)
     our_user = service_account_user(
         "computedomain-system" if method == "helm-beside" else ns, OUR_SA
     )
     shared_lease = method != "helm-beside"
     mark = audit.mark()
-    await nvidia.upgrade(build, find_helm(), control_plane.kubeconfig)
+    await nvidia.upgrade(install.build, find_helm(), control_plane.kubeconfig, shape=shape)
     running = await watch_objects(
         kube,
         r.PODS,
         lambda pods: [p for p in pods.values() if pod_running(p)],
         namespace=ns,
-        label_selector=nvidia.SELECTOR,
+        label_selector=shape.selector,
         what="NVIDIA's controller pod running after helm upgrade",
     )
     names = {pod["metadata"]["name"] for pod in running}
@@ -403,7 +410,7 @@ async def nvidias_upgrade_leaves_one_writer(
     events = await watch_objects(kube, r.EVENTS, warned, namespace=ns, what="ConcurrentController")
     print(f"after helm upgrade of NVIDIA's release, Warning event: {events[0]['note']}")
     assert events[0]["type"] == "Warning"
-    assert f"scale deployment {c.NVIDIA_CONTROLLER_DEPLOYMENT} --replicas=0" in events[0]["note"]
+    assert f"scale deployment {shape.deployment} --replicas=0" in events[0]["note"]
     assert ("same Lease" in events[0]["note"]) is shared_lease
     # Counted only when it can write beside ours (the alert's input).
     assert await concurrent_gauge(kubelet) == (0.0 if shared_lease else 1.0)
@@ -430,8 +437,10 @@ async def nvidias_upgrade_leaves_one_writer(
         kube, COMPUTE_DOMAINS, "job-d", lambda o: o is None, namespace=namespace, within=60
     )
     end = audit.mark()
-    await nvidia.upgrade(build, find_helm(), control_plane.kubeconfig, {"controller.replicas": 0})
-    await nvidia.scale_controller(kube, 0)  # waits: the Deployment says 0 and no pod is left
+    values = {"controller.replicas": 0}
+    await nvidia.upgrade(install.build, find_helm(), control_plane.kubeconfig, values, shape)
+    # Waits: the Deployment says 0 and no pod is left.
+    await nvidia.scale_controller(kube, 0, shape=shape)
 
     def writes_to_domains(user: str) -> list[str]:
         return [
@@ -587,11 +596,11 @@ CLUSTER_WIDE = (nvidia.CLUSTER_ROLES, nvidia.CLUSTER_ROLE_BINDINGS, nvidia.CRDS)
 
 
 async def install_state(
-    kube: KubeClient, ours_ns: str, *, versions: bool = False
+    kube: KubeClient, ours_ns: str, *, versions: bool = False, shape: nvidia.Shape = nvidia.FRESH
 ) -> dict[str, Any]:
     """The objects a swap may touch, by name (and resourceVersion with ``versions``), and NVIDIA's
     controller Deployment's replicas, labels and annotations."""
-    deployment = await kube.get(nvidia.DEPLOYMENTS, c.NVIDIA_CONTROLLER_DEPLOYMENT, NVIDIA_NS)
+    deployment = await kube.get(nvidia.DEPLOYMENTS, shape.deployment, NVIDIA_NS)
     meta = deployment["metadata"]
     state: dict[str, Any] = {
         "nvidia": {
