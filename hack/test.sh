@@ -64,6 +64,26 @@ fi
 if [ "${CI:-}" = "true" ] || [ -n "${NVIDIA_DRA_DRIVER_SRC:-}" ]; then
   export COMPUTEDOMAIN_REQUIRE_UPSTREAM=1
 fi
+# NVIDIA's v0.4.0 chart for the swap tests (the build above brings v0.4.1's):
+# NVIDIA_UPSTREAM_CHART_V040 (a directory hack/upstream/chart.sh filled) wins; otherwise the pinned
+# one from NVIDIA_DRA_DRIVER_CHART_SRC or the network. Required under CI=true or with the source.
+if [ -z "${NVIDIA_UPSTREAM_CHART_V040:-}" ]; then
+  chart_status=0
+  chart_log=$(mktemp)
+  chart_dir=$(bash hack/upstream/chart.sh 2>"$chart_log" | tail -n 1) || chart_status=$?
+  if [ "$chart_status" -eq 0 ] && [ -f "$chart_dir/Chart.yaml" ]; then
+    export NVIDIA_UPSTREAM_CHART_V040="$chart_dir"
+  elif [ "${CI:-}" = "true" ] || [ -n "${NVIDIA_DRA_DRIVER_CHART_SRC:-}" ]; then
+    cat "$chart_log" >&2
+    echo "test.sh: FAILED: NVIDIA's v0.4.0 chart unavailable (hack/upstream/chart.sh)" >&2
+    rm -f "$chart_log"
+    exit 1
+  else
+    echo "test.sh: the swap tests on NVIDIA's v0.4.0 chart will not run:" \
+      "$(tail -n 1 "$chart_log")" >&2
+  fi
+  rm -f "$chart_log"
+fi
 # Integration tests must run, never skip, under this script.
 export COMPUTEDOMAIN_REQUIRE_CONTROL_PLANE=1
 

@@ -32,6 +32,9 @@ from computedomain.devcluster.processes import ChildProcess, spawn
 
 UPSTREAM_BUILD_SCRIPT = REPO_ROOT / "hack" / "upstream" / "build.sh"
 UPSTREAM_RUN_SCRIPT = REPO_ROOT / "hack" / "upstream" / "run.sh"
+UPSTREAM_CHART_SCRIPT = REPO_ROOT / "hack" / "upstream" / "chart.sh"
+# NVIDIA's release whose chart hack/upstream/chart.sh provides (the build brings v0.4.1's).
+OLDER_CHART_VERSION = "v0.4.0"
 CONTROLLER = "compute-domain-controller"
 DAEMON = "compute-domain-daemon"
 CHART_NAME = "dra-driver-nvidia-gpu"
@@ -109,7 +112,34 @@ def find_upstream(*, build: bool = False, env: Mapping[str, str] | None = None) 
         )
     if env.get("NVIDIA_UPSTREAM_BIN"):
         return UpstreamBuild(Path(env["NVIDIA_UPSTREAM_BIN"])).check()
-    args = ["bash", str(UPSTREAM_BUILD_SCRIPT)] + ([] if build else ["--cached"])
+    bin_dir = _run_script(UPSTREAM_BUILD_SCRIPT, build=build, env=env)
+    return UpstreamBuild(bin_dir).check()
+
+
+def older_chart_required(env: Mapping[str, str] | None = None) -> bool:
+    """True where the tests on NVIDIA's v0.4.0 chart must run: under CI, or with its source
+    given."""
+    env = os.environ if env is None else env
+    return env.get("CI", "").lower() == "true" or bool(env.get("NVIDIA_DRA_DRIVER_CHART_SRC"))
+
+
+def find_older_chart(*, fetch: bool = False, env: Mapping[str, str] | None = None) -> Path:
+    """NVIDIA's v0.4.0 chart: ``NVIDIA_UPSTREAM_CHART_V040`` (a directory chart.sh filled)
+    wins, then hack/upstream/chart.sh's cache (filled first when ``fetch``)."""
+    env = os.environ if env is None else env
+    chart = (
+        Path(env["NVIDIA_UPSTREAM_CHART_V040"])
+        if env.get("NVIDIA_UPSTREAM_CHART_V040")
+        else _run_script(UPSTREAM_CHART_SCRIPT, build=fetch, env=env)
+    )
+    if not (chart / "Chart.yaml").is_file():
+        raise UpstreamUnavailableError(f"{chart} holds no Chart.yaml")
+    return chart
+
+
+def _run_script(script: Path, *, build: bool, env: Mapping[str, str]) -> Path:
+    """What one of the hack/upstream scripts prints last (a path); one build at a time."""
+    args = ["bash", str(script)] + ([] if build else ["--cached"])
     cache_root = _cache_root(env)
     cache_root.mkdir(parents=True, exist_ok=True)
     with (cache_root / "upstream-build.lock").open("w") as lock:
@@ -117,14 +147,14 @@ def find_upstream(*, build: bool = False, env: Mapping[str, str] | None = None) 
         try:
             out = subprocess.run(args, capture_output=True, text=True, check=False, env=dict(env))
         except OSError as exc:
-            raise UpstreamUnavailableError(f"cannot run {UPSTREAM_BUILD_SCRIPT}: {exc}") from exc
+            raise UpstreamUnavailableError(f"cannot run {script}: {exc}") from exc
     lines = out.stdout.strip().splitlines()
     if out.returncode != 0 or not lines:
         why = out.stderr.strip().splitlines()[-1:] or [f"exit code {out.returncode}"]
         if out.returncode == _UNAVAILABLE:
             raise UpstreamUnavailableError(why[0])
-        raise UpstreamUnavailableError(f"hack/upstream/build.sh failed: {why[0]}")
-    return UpstreamBuild(Path(lines[-1])).check()
+        raise UpstreamUnavailableError(f"hack/upstream/{script.name} failed: {why[0]}")
+    return Path(lines[-1])
 
 
 def chart_controller_container(

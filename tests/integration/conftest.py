@@ -37,7 +37,9 @@ from computedomain.devcluster.rest import request_json
 from computedomain.devcluster.upstream import (
     UpstreamBuild,
     UpstreamUnavailableError,
+    find_older_chart,
     find_upstream,
+    older_chart_required,
     upstream_required,
 )
 from computedomain.runtime.client import ApiError, KubeClient
@@ -171,6 +173,18 @@ def upstream() -> UpstreamBuild:
     except UpstreamUnavailableError as error:
         if required:
             pytest.fail(f"required (CI, NVIDIA_DRA_DRIVER_SRC or hack/test.sh): {error}")
+        pytest.skip(str(error))
+
+
+@pytest.fixture(scope="session")
+def older_chart() -> Path:
+    """NVIDIA's v0.4.0 chart (hack/upstream/chart.sh); skips without it, fails where required."""
+    required = older_chart_required()
+    try:
+        return find_older_chart(fetch=required)
+    except UpstreamUnavailableError as error:
+        if required:
+            pytest.fail(f"required (CI or NVIDIA_DRA_DRIVER_CHART_SRC): {error}")
         pytest.skip(str(error))
 
 

@@ -149,13 +149,14 @@ async def helm(helm_path: Path, kubeconfig: Path, *args: str) -> str:
 
 async def install(
     admin: KubeClient,
-    build: UpstreamBuild,
+    chart: Path,
     helm_path: Path,
     kubeconfig: Path,
     shape: Shape = FRESH,
 ) -> None:
-    """`helm install` of NVIDIA's chart into NVIDIA_NAMESPACE, then the chart's own CRD."""
-    args = ["install", RELEASE, str(build.chart), "-n", NVIDIA_NAMESPACE, "--create-namespace"]
+    """`helm install` of NVIDIA's ``chart`` (a release's copy: the build's v0.4.1, or v0.4.0)
+    into NVIDIA_NAMESPACE, then the chart's own CRD."""
+    args = ["install", RELEASE, str(chart), "-n", NVIDIA_NAMESPACE, "--create-namespace"]
     # Helm never installs or upgrades a CRD that exists: the chart's goes in below, as an
     # install that predates ours would have it. Its DeviceClasses and the daemon's ClusterRole
     # may exist already (the fleet's, an earlier test's install of ours): the release takes them.
@@ -163,11 +164,11 @@ async def install(
     for key, value in {**CHART_VALUES, **shape.values}.items():
         args += ["--set-json", f"{key}={json.dumps(value)}"]
     await helm(helm_path, kubeconfig, *args)
-    await install_nvidia_crd(admin, build)
+    await install_nvidia_crd(admin, chart)
 
 
 async def upgrade(
-    build: UpstreamBuild,
+    chart: Path,
     helm_path: Path,
     kubeconfig: Path,
     values: dict[str, Any] | None = None,
@@ -176,7 +177,7 @@ async def upgrade(
     """`helm upgrade` of NVIDIA's release with the install's values (and ``values``), as an SRE
     upgrades it with their values file: Helm's three-way merge puts back what the chart says,
     e.g. the controller's replicas that a swap scaled to 0."""
-    args = ["upgrade", RELEASE, str(build.chart), "-n", NVIDIA_NAMESPACE, "--skip-crds"]
+    args = ["upgrade", RELEASE, str(chart), "-n", NVIDIA_NAMESPACE, "--skip-crds"]
     for key, value in {**CHART_VALUES, **shape.values, **(values or {})}.items():
         args += ["--set-json", f"{key}={json.dumps(value)}"]
     await helm(helm_path, kubeconfig, *args)
@@ -190,15 +191,15 @@ async def uninstall(api_client: ApiClient, helm_path: Path, kubeconfig: Path) ->
         await install_device_classes(api_client)
 
 
-def nvidia_crd(build: UpstreamBuild) -> dict[str, Any]:
+def nvidia_crd(chart: Path) -> dict[str, Any]:
     """NVIDIA's ComputeDomain CRD, from its chart."""
-    path = build.chart / "crds" / "resource.nvidia.com_computedomains.yaml"
+    path = chart / "crds" / "resource.nvidia.com_computedomains.yaml"
     crd: dict[str, Any] = yaml.safe_load(path.read_text())
     return crd
 
 
-async def install_nvidia_crd(admin: KubeClient, build: UpstreamBuild) -> None:
-    body = nvidia_crd(build)
+async def install_nvidia_crd(admin: KubeClient, chart: Path) -> None:
+    body = nvidia_crd(chart)
     current = await admin.get(CRDS, body["metadata"]["name"])
     body["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
     await admin.replace(CRDS, body)

@@ -35,7 +35,7 @@ from computedomain.devcluster.crds import CRD_DIR, apply_crds
 from computedomain.devcluster.harness import Controllers, RunningController
 from computedomain.devcluster.helm import find_helm
 from computedomain.devcluster.podrunner import Kubelet
-from computedomain.devcluster.upstream import RELEASE, UpstreamBuild
+from computedomain.devcluster.upstream import OLDER_CHART_VERSION, RELEASE, UpstreamBuild
 from computedomain.devcluster.watching import Objects, watch_object, watch_objects
 from computedomain.runtime import resources as r
 from computedomain.runtime.client import KubeClient
@@ -50,6 +50,7 @@ pytestmark = pytest.mark.integration
 
 OUR_SA = "computedomain-controller"
 OUR_FIELD_MANAGER = "computedomain-controller"
+METHODS = ("helm", "kustomize", "helm-beside")
 OUR_PODS = "app.kubernetes.io/name=computedomain-controller"
 CHILD_RESOURCES = ("daemonsets", "resourceclaimtemplates")
 
@@ -186,8 +187,15 @@ async def e2e(
 
 @dataclass(frozen=True)
 class NvidiaInstall:
-    build: UpstreamBuild  # whose binary ``nvidia.controller_kubelet`` runs for its pods
+    build: UpstreamBuild  # whose controller ``nvidia.controller_kubelet`` runs for the pods
+    chart: Path  # the release's chart that was installed
     shape: nvidia.Shape
+
+
+# NVIDIA's releases whose charts the swap meets: v0.4.1 (the build's) and v0.4.0 (chart.sh).
+# Their controller is the same code (the build's binary runs for both).
+RELEASES = ("v0.4.1", OLDER_CHART_VERSION)
+INSTALLS = [f"{release}-{shape}" for release in RELEASES for shape in sorted(nvidia.SHAPES)]
 
 
 @pytest.fixture
@@ -198,20 +206,32 @@ async def nvidia_install(
     control_plane: ControlPlane,
     upstream: UpstreamBuild,
 ) -> AsyncIterator[NvidiaInstall]:
-    """NVIDIA's chart installed (its controller Deployment at 1 replica, pods not run), in the
-    install shape ``request.param`` names (indirect parametrization; default fresh)."""
-    shape = nvidia.SHAPES[getattr(request, "param", nvidia.FRESH.key)]
+    """NVIDIA's chart installed (its controller Deployment at 1 replica, pods not run), as
+    ``request.param`` says: `<release>-<shape>` (indirect parametrization; default v0.4.1's
+    chart, fresh)."""
+    release, _, shape_key = getattr(request, "param", "v0.4.1-fresh").partition("-")
+    shape = nvidia.SHAPES[shape_key]
+    chart = upstream.chart
+    if release == OLDER_CHART_VERSION:
+        chart = request.getfixturevalue("older_chart")
     helm = find_helm()
-    await nvidia.install(kube, upstream, helm, control_plane.kubeconfig, shape)
+    await nvidia.install(kube, chart, helm, control_plane.kubeconfig, shape)
     try:
-        yield NvidiaInstall(upstream, shape)
+        yield NvidiaInstall(upstream, chart, shape)
     finally:
         await nvidia.uninstall(api_client, helm, control_plane.kubeconfig)
         await apply_crds(api_client, CRD_DIR)  # later tests need our CRD back, whatever happened
 
 
-@pytest.mark.parametrize("nvidia_install", sorted(nvidia.SHAPES), indirect=True)
-@pytest.mark.parametrize("method", ["helm", "kustomize", "helm-beside"])
+@pytest.mark.parametrize(
+    ("nvidia_install", "method"),
+    [
+        # Every method on v0.4.1's chart; v0.4.0's differs in its pods' labels and image.
+        *((install, method) for install in INSTALLS[:2] for method in METHODS),
+        *((install, "helm") for install in INSTALLS[2:]),
+    ],
+    indirect=["nvidia_install"],
+)
 async def test_swap_in_and_back_out_leaves_running_imex_domains_alone(
     method: str,
     e2e: EndToEnd,
@@ -387,7 +407,7 @@ async def nvidias_upgrade_leaves_one_writer(
     )
     shared_lease = method != "helm-beside"
     mark = audit.mark()
-    await nvidia.upgrade(install.build, find_helm(), control_plane.kubeconfig, shape=shape)
+    await nvidia.upgrade(install.chart, find_helm(), control_plane.kubeconfig, shape=shape)
     running = await watch_objects(
         kube,
         r.PODS,
@@ -438,7 +458,7 @@ async def nvidias_upgrade_leaves_one_writer(
     )
     end = audit.mark()
     values = {"controller.replicas": 0}
-    await nvidia.upgrade(install.build, find_helm(), control_plane.kubeconfig, values, shape)
+    await nvidia.upgrade(install.chart, find_helm(), control_plane.kubeconfig, values, shape)
     # Waits: the Deployment says 0 and no pod is left.
     await nvidia.scale_controller(kube, 0, shape=shape)
 
