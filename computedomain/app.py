@@ -115,6 +115,7 @@ class ControllerProcess:
             requeue_all=self._requeue_all,
             selectors=s.nvidia_controller_selectors,
             own_lease=(s.lease_namespace, s.lease_name) if s.leader_election else None,
+            daemon_image=s.reconciler.daemon.image,
         )
         wire(self.router, self.coexistence)
         self.shutting_down = Flag("shutting down", up=True)

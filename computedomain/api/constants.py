@@ -158,6 +158,14 @@ NVIDIA_CONTROLLER_SELECTORS: Final = (
     f"{NVIDIA_CHART_NAME}-component={NVIDIA_CONTROLLER_COMPONENT}",
     f"{NVIDIA_COMPONENT_LABEL}={NVIDIA_CONTROLLER_COMPONENT}",
 )
+# NVIDIA's kubelet plugin DaemonSet: labelled `app.kubernetes.io/name: <name>` (the same two
+# names), its pods selected by `<name>-component: kubelet-plugin`. Its image is the driver
+# release the IMEX daemons must run too (our IMAGE_NAME).
+NVIDIA_KUBELET_PLUGIN_COMPONENT: Final = "kubelet-plugin"
+NVIDIA_UPGRADED_NAME: Final = NVIDIA_COMPONENT_LABEL.removesuffix("-component")
+NVIDIA_CHART_DAEMONSETS_SELECTOR: Final = (
+    f"app.kubernetes.io/name in ({NVIDIA_CHART_NAME},{NVIDIA_UPGRADED_NAME})"
+)
 # Labels of our own controller pods (manifests/manager and the Helm chart's defaults). A selector
 # of NVIDIA's controller pods must not match them; a pod carrying either of the first two is
 # never taken for NVIDIA's, whatever else it carries.

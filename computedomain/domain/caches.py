@@ -25,6 +25,7 @@ from computedomain.domain.coexistence import (
     CD_CRD_NAME,
     CLIQUE_CRD_NAME,
     missing_status_fields,
+    trim_plugin_daemonset,
     trim_pod_identity,
 )
 from computedomain.domain.labels import cd_uid_of, cd_uids_of_clique
@@ -198,6 +199,7 @@ class Caches:
     # NVIDIA's controller pods in the driver namespace, one informer per selector (a label
     # selector cannot say "this label or that one"): a second controller running beside us.
     nvidia_controller_pods: list[Informer]
+    nvidia_daemonsets: Informer
 
     @property
     def all(self) -> list[Informer]:
@@ -213,6 +215,7 @@ class Caches:
             self.crds,
             self.clique_crds,
             *self.nvidia_controller_pods,
+            self.nvidia_daemonsets,
         ]
 
     @property
@@ -435,6 +438,15 @@ def build_caches(
             )
             for selector in nvidia_controller_selectors
         ],
+        # NVIDIA's chart's DaemonSets (its kubelet plugin), not ours: those carry no such label.
+        nvidia_daemonsets=Informer(
+            client,
+            r.DAEMONSETS,
+            namespace=driver_namespace,
+            label_selector=c.NVIDIA_CHART_DAEMONSETS_SELECTOR,
+            transform=trim_plugin_daemonset,
+            name=f"daemonsets/{driver_namespace}/nvidia",
+        ),
     )
     # First handler of the labelled watch: the inventory is current before any CD is woken.
     caches.labelled_nodes.add_handler(LabelledNodeFeed(client, caches.nodes))

@@ -228,6 +228,57 @@ def trim_pod_identity(pod: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def trim_plugin_daemonset(ds: dict[str, Any]) -> dict[str, Any]:
+    """What we read of one of NVIDIA's DaemonSets: identity, selector, container images."""
+    meta = objects.meta(ds)
+    spec = ds.get("spec") or {}
+    containers = ((spec.get("template") or {}).get("spec") or {}).get("containers") or []
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": {
+            key: meta[key] for key in ("name", "namespace", "uid", "resourceVersion") if key in meta
+        },
+        "spec": {
+            "selector": spec.get("selector") or {},
+            "template": {
+                "spec": {
+                    "containers": [
+                        {"name": item.get("name"), "image": item.get("image")}
+                        for item in containers
+                    ]
+                }
+            },
+        },
+    }
+
+
+def kubelet_plugin_image(ds: Mapping[str, Any]) -> str | None:
+    """The driver image one of NVIDIA's DaemonSets runs if it is its kubelet plugin (its pods
+    selected by `<name>-component: kubelet-plugin`); None for any other DaemonSet."""
+    spec = ds.get("spec") or {}
+    match = ((spec.get("selector") or {}).get("matchLabels")) or {}
+    if not any(
+        key.endswith("-component") and value == c.NVIDIA_KUBELET_PLUGIN_COMPONENT
+        for key, value in match.items()
+    ):
+        return None
+    containers = ((spec.get("template") or {}).get("spec") or {}).get("containers") or []
+    images = [item.get("image") for item in containers if item.get("image")]
+    return str(images[0]) if images else None
+
+
+def image_drift_message(ds: Mapping[str, Any], plugin_image: str, daemon_image: str) -> str:
+    meta = objects.meta(ds)
+    return (
+        f"NVIDIA's kubelet plugin (DaemonSet {meta.get('namespace')}/{meta.get('name')}) runs "
+        f"{plugin_image}, but the IMEX daemons of new ComputeDomains get {daemon_image} "
+        "(IMAGE_NAME): the two must be the same driver release. Set this controller's IMAGE_NAME "
+        f"to {plugin_image} (Helm: image.repository and image.tag, as NVIDIA's values), e.g. "
+        "after every upgrade of NVIDIA's release"
+    )
+
+
 class CoexistenceMonitor:
     """Reacts to the CD CRD and NVIDIA's controller pods; every replica logs and exports, only
     the leader records Events (a standby writes nothing).
@@ -242,12 +293,17 @@ class CoexistenceMonitor:
         requeue_all: Callable[[], None],
         selectors: Sequence[str] = c.NVIDIA_CONTROLLER_SELECTORS,
         own_lease: tuple[str, str] | None = None,
+        daemon_image: str = "",
     ) -> None:
         self._recorder = recorder
         self._selectors = tuple(selectors)
         # The Lease ours leads on (None: leader election off). A pod of NVIDIA's controller
         # that must hold the same Lease to write cannot write while ours leads: no stand-by.
         self._own_lease = own_lease
+        # IMAGE_NAME: compared with the image of NVIDIA's kubelet plugin.
+        self._daemon_image = daemon_image
+        self._drift: dict[str, tuple[Mapping[str, Any], str]] = {}
+        self._reported_drift: set[tuple[str, str]] = set()
         self._metrics = metrics
         self._requeue_all = requeue_all
         self._leading = False
@@ -259,6 +315,7 @@ class CoexistenceMonitor:
         metrics.set_crd_missing_status_fields(0)
         metrics.set_concurrent_controllers(0)
         metrics.set_standing_by(False)
+        metrics.set_daemon_image_drift(0)
 
     @property
     def standing_by(self) -> str:
@@ -337,6 +394,25 @@ class CoexistenceMonitor:
             self._requeue_all()
         self._report()
 
+    # NVIDIA's kubelet plugin ---------------------------------------------------------------------
+    def plugin_daemonsets_changed(self, daemonsets: Iterable[Mapping[str, Any]]) -> None:
+        """After an upgrade of NVIDIA's release its kubelet plugin runs the new driver image while
+        our IMAGE_NAME still names the old: new IMEX daemons would run another release."""
+        drift: dict[str, tuple[Mapping[str, Any], str]] = {}
+        for ds in daemonsets:
+            image = kubelet_plugin_image(ds)
+            if image is not None and self._daemon_image and image != self._daemon_image:
+                drift[objects.meta(ds).get("uid") or objects.object_key(ds)] = (ds, image)
+        for uid, (ds, image) in drift.items():
+            if self._drift.get(uid, (None, None))[1] != image:
+                message = image_drift_message(ds, image, self._daemon_image)
+                log.warning("Daemon image drift: %s", message)
+        if self._drift and not drift:
+            log.info("The kubelet plugin and IMAGE_NAME name the same driver image again")
+        self._drift = drift
+        self._metrics.set_daemon_image_drift(len(drift))
+        self._report()
+
     def set_leading(self, leading: bool) -> None:
         self._leading = leading
         self._report()
@@ -352,6 +428,12 @@ class CoexistenceMonitor:
             self._recorder.record(
                 pod, "Warning", "ConcurrentController", "Detect", self._message(pod)
             )
+        for uid, (ds, image) in self._drift.items():
+            if (uid, image) in self._reported_drift:
+                continue
+            self._reported_drift.add((uid, image))
+            message = image_drift_message(ds, image, self._daemon_image)
+            self._recorder.record(ds, "Warning", "DaemonImageDrift", "Detect", message)
 
     def _shares_our_lease(self, pod: Mapping[str, Any]) -> bool:
         return self._own_lease is not None and nvidia_lease(pod) == self._own_lease

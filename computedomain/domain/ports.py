@@ -48,3 +48,6 @@ class CoexistenceMetricsSink(Protocol):
 
     def set_standing_by(self, standing_by: bool) -> None:
         """This replica leads and stands by (writes nothing to ComputeDomains)."""
+
+    def set_daemon_image_drift(self, count: int) -> None:
+        """NVIDIA's kubelet plugin DaemonSets whose image is not our IMAGE_NAME."""

@@ -141,9 +141,13 @@ def wire(router: EventRouter, coexistence: CoexistenceMonitor) -> None:
     def nvidia_pods_changed(*_: object) -> None:
         coexistence.controller_pods_changed(caches.nvidia_controller_pod_list())
 
+    def nvidia_daemonsets_changed(*_: object) -> None:
+        coexistence.plugin_daemonsets_changed(caches.nvidia_daemonsets.store.list())
+
     for informer, changed in (
         (caches.crds, crd_changed),
         (caches.clique_crds, crd_changed),
         *((pods, nvidia_pods_changed) for pods in caches.nvidia_controller_pods),
+        (caches.nvidia_daemonsets, nvidia_daemonsets_changed),
     ):
         informer.add_handler(FunctionHandler(add=changed, update=changed, delete=changed))

@@ -239,6 +239,13 @@ class DomainMetrics:
             "pod of NVIDIA's controller runs. 0 otherwise (also on replicas that do not lead).",
             registry=registry,
         )
+        self._daemon_image_drift = Gauge(
+            PREFIX + "daemon_image_drift",
+            "DaemonSets of NVIDIA's kubelet plugin (in the driver namespace) whose driver image is "
+            "not the one this controller gives new IMEX daemons (IMAGE_NAME); must be 0: after "
+            "an upgrade of NVIDIA's release set IMAGE_NAME to the plugin's image.",
+            registry=registry,
+        )
 
     def observe_domain(
         self,
@@ -307,6 +314,9 @@ class DomainMetrics:
 
     def set_standing_by(self, standing_by: bool) -> None:
         self._standing_by.set(1 if standing_by else 0)
+
+    def set_daemon_image_drift(self, count: int) -> None:
+        self._daemon_image_drift.set(count)
 
     def known_domains(self) -> list[tuple[str, str]]:
         """The exported (namespace, name) pairs, e.g. to forget domains gone from the cache."""

@@ -568,6 +568,46 @@ async def test_outdated_crd_is_named_and_only_upstream_status_is_written(
         await stop_after_cleanup(factory, kube, namespace)
 
 
+async def test_nvidias_release_upgraded_to_another_driver_image_is_reported(
+    nvidia_install: NvidiaInstall,
+    kube: KubeClient,
+    control_plane: ControlPlane,
+) -> None:
+    """After a swap ours gives new IMEX daemons the image NVIDIA's controller had (IMAGE_NAME);
+    `helm upgrade` of NVIDIA's release to another driver image moves its kubelet plugin on.
+    The drift is reported (gauge, one Warning on the plugin's DaemonSet) and the Warning says
+    what to set."""
+    await nvidia.scale_controller(kube, 0)  # swapped: NVIDIA's controller is at 0, ours works
+    container = await kube.get(nvidia.DEPLOYMENTS, c.NVIDIA_CONTROLLER_DEPLOYMENT, NVIDIA_NS)
+    image = container["spec"]["template"]["spec"]["containers"][0]["image"]
+    factory = controllers_for(control_plane.kubeconfig, nvidia.NVIDIA_NAMESPACE)
+    try:
+        running = await factory.start(IMAGE_NAME=image)
+        await running.wait_idle()
+        assert gauge(running, "computedomain_daemon_image_drift") == 0.0
+        newer = image.rsplit(":", 1)[0] + ":v0.4.99"
+        values = {"controller.replicas": 0, "image.tag": "v0.4.99"}
+        await nvidia.upgrade(nvidia_install.chart, find_helm(), control_plane.kubeconfig, values)
+
+        def drift_warned(events: Objects) -> list[dict[str, Any]] | None:
+            found = [e for e in events.values() if e.get("reason") == "DaemonImageDrift"]
+            return found or None
+
+        events = await watch_objects(
+            kube, r.EVENTS, drift_warned, namespace=NVIDIA_NS, what="a DaemonImageDrift event"
+        )
+        print(f"Warning DaemonImageDrift: {events[0]['note']}")
+        assert events[0]["type"] == "Warning"
+        assert events[0]["regarding"]["kind"] == "DaemonSet"
+        assert (
+            f"runs {newer}, but the IMEX daemons of new ComputeDomains get {image}"
+            in (events[0]["note"])
+        )
+        assert gauge(running, "computedomain_daemon_image_drift") == 1.0
+    finally:
+        await factory.stop_all()
+
+
 def gauge(running: RunningController, name: str) -> float:
     value = running.registry.get_sample_value(name)
     assert value is not None, f"{name} not exported"

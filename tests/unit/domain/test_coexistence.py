@@ -15,9 +15,11 @@ from computedomain.domain.coexistence import (
     CoexistenceMonitor,
     concurrent_controller_message,
     crd_outdated_message,
+    image_drift_message,
     missing_status_fields,
     nvidia_lease,
     running_nvidia_controllers,
+    trim_plugin_daemonset,
     trim_pod_identity,
 )
 from computedomain.domain.selectors import matches, parse_selector
@@ -180,9 +182,13 @@ class Metrics:
         self.missing = -1
         self.concurrent = -1
         self.standing_by: bool | None = None
+        self.drift = -1
 
     def set_standing_by(self, standing_by: bool) -> None:
         self.standing_by = standing_by
+
+    def set_daemon_image_drift(self, count: int) -> None:
+        self.drift = count
 
     def set_crd_missing_status_fields(self, count: int) -> None:
         self.missing = count
@@ -369,3 +375,50 @@ def test_a_pod_of_nvidias_controller_on_our_own_lease_is_reported_but_no_stand_b
         assert (metrics.standing_by, metrics.concurrent) == (True, 1)
         monitor.controller_pods_changed([waiting])
         assert monitor.standing_by == ""
+
+
+V040 = "registry.k8s.io/dra-driver-nvidia/dra-driver-nvidia-gpu:v0.4.0"
+V041 = "registry.k8s.io/dra-driver-nvidia/dra-driver-nvidia-gpu:v0.4.1"
+
+
+def plugin_daemonset(image: str, *, component: str = "kubelet-plugin") -> dict[str, Any]:
+    """NVIDIA's kubelet plugin DaemonSet as its v0.4.x chart renders it (fresh install)."""
+    return {
+        "metadata": {
+            "name": "dra-driver-nvidia-gpu-kubelet-plugin",
+            "namespace": "nvidia-dra-driver-gpu",
+            "uid": "uid-plugin",
+            "labels": {"app.kubernetes.io/name": "dra-driver-nvidia-gpu"},
+        },
+        "spec": {
+            "selector": {"matchLabels": {"dra-driver-nvidia-gpu-component": component}},
+            "template": {"spec": {"containers": [{"name": "compute-domains", "image": image}]}},
+        },
+    }
+
+
+def test_nvidias_kubelet_plugin_on_another_image_than_image_name_is_reported_once() -> None:
+    recorder, metrics = Recorder(), Metrics()
+    monitor = CoexistenceMonitor(
+        recorder,  # type: ignore[arg-type]
+        metrics,
+        requeue_all=lambda: None,
+        daemon_image=V040,
+    )
+    monitor.plugin_daemonsets_changed([plugin_daemonset(V040)])
+    assert metrics.drift == 0
+    upgraded = trim_plugin_daemonset(plugin_daemonset(V041))  # what the cache keeps suffices
+    monitor.plugin_daemonsets_changed([upgraded])
+    assert (metrics.drift, recorder.events) == (1, [])  # Events only from the leader
+    monitor.set_leading(True)
+    monitor.plugin_daemonsets_changed([upgraded])
+    warning = ("dra-driver-nvidia-gpu-kubelet-plugin", "Warning", "DaemonImageDrift")
+    assert recorder.events == [warning]
+    # Another of the chart's DaemonSets (not the plugin) says nothing about the daemons.
+    monitor.plugin_daemonsets_changed(
+        [plugin_daemonset(V040), plugin_daemonset(V041, component="x")]
+    )
+    assert (metrics.drift, recorder.events) == (0, [warning])
+    message = image_drift_message(upgraded, V041, V040)
+    assert f"runs {V041}, but the IMEX daemons of new ComputeDomains get {V040}" in message
+    assert "image.repository and image.tag" in message

@@ -26,5 +26,5 @@ def test_prometheus_rules_check_and_unit_tests_pass() -> None:
         check=False,
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "SUCCESS: 8 rules found" in result.stdout
+    assert "SUCCESS: 9 rules found" in result.stdout
     assert "FAILED" not in result.stdout
