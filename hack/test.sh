@@ -37,52 +37,41 @@ if [ -z "${HELM:-}" ]; then
   echo "test.sh: helm in $helm_dir ($(( $(date +%s) - start ))s)" >&2
   export HELM="$helm_dir/helm"
 fi
-# NVIDIA's binaries for the differential tests (tests/integration/test_upstream_controller.py):
-# NVIDIA_UPSTREAM_BIN (a directory hack/upstream/build.sh filled) wins; otherwise the pinned build.
-# Under CI=true or with NVIDIA_DRA_DRIVER_SRC set they must be had (a failed build fails the run,
-# and the tests require them); elsewhere, without a source, one line says which tests will not run.
-if [ -z "${NVIDIA_UPSTREAM_BIN:-}" ]; then
+# NVIDIA's own code for the tests that run it: its binaries (hack/upstream/build.sh; the
+# differential tests and the swap tests) and its v0.4.0 chart (hack/upstream/chart.sh; the build
+# brings v0.4.1's). A directory given in NVIDIA_UPSTREAM_BIN / NVIDIA_UPSTREAM_CHART_V040 wins;
+# otherwise the pinned source. Under CI=true, or with the source variable set, what cannot be had
+# fails the run (and the tests require it); elsewhere one line says which tests will not run.
+upstream_input() { # script, variable to export, file the path must hold, what, source, tests
+  local script=$1 var=$2 check=$3 what=$4 source=$5 tests=$6 status=0 log dir start
   start=$(date +%s)
-  upstream_status=0
-  upstream_log=$(mktemp)
-  upstream_dir=$(bash hack/upstream/build.sh 2>"$upstream_log" | tail -n 1) || upstream_status=$?
-  if [ "$upstream_status" -eq 0 ] && [ -x "$upstream_dir/compute-domain-controller" ]; then
-    cat "$upstream_log" >&2
-    echo "test.sh: NVIDIA's binaries in $upstream_dir ($(( $(date +%s) - start ))s)" >&2
-    export NVIDIA_UPSTREAM_BIN="$upstream_dir"
-  elif [ "${CI:-}" = "true" ] || [ -n "${NVIDIA_DRA_DRIVER_SRC:-}" ]; then
-    cat "$upstream_log" >&2
-    echo "test.sh: FAILED: NVIDIA's binaries unavailable (hack/upstream/build.sh)" >&2
-    rm -f "$upstream_log"
+  log=$(mktemp)
+  dir=$(bash "hack/upstream/$script" 2>"$log" | tail -n 1) || status=$?
+  if [ "$status" -eq 0 ] && [ -e "$dir/$check" ]; then
+    cat "$log" >&2
+    echo "test.sh: $what in $dir ($(( $(date +%s) - start ))s)" >&2
+    export "$var=$dir"
+  elif [ "${CI:-}" = "true" ] || [ -n "$source" ]; then
+    cat "$log" >&2
+    rm -f "$log"
+    echo "test.sh: FAILED: $what unavailable (hack/upstream/$script)" >&2
     exit 1
   else
-    echo "test.sh: tests/integration/test_upstream_controller.py will not run:" \
-      "$(tail -n 1 "$upstream_log")" >&2
+    echo "test.sh: $tests will not run: $(tail -n 1 "$log")" >&2
   fi
-  rm -f "$upstream_log"
+  rm -f "$log"
+}
+if [ -z "${NVIDIA_UPSTREAM_BIN:-}" ]; then
+  upstream_input build.sh NVIDIA_UPSTREAM_BIN compute-domain-controller "NVIDIA's binaries" \
+    "${NVIDIA_DRA_DRIVER_SRC:-}" \
+    "tests/integration/test_upstream_controller.py and test_swap.py (NVIDIA's controller)"
 fi
 if [ "${CI:-}" = "true" ] || [ -n "${NVIDIA_DRA_DRIVER_SRC:-}" ]; then
   export COMPUTEDOMAIN_REQUIRE_UPSTREAM=1
 fi
-# NVIDIA's v0.4.0 chart for the swap tests (the build above brings v0.4.1's):
-# NVIDIA_UPSTREAM_CHART_V040 (a directory hack/upstream/chart.sh filled) wins; otherwise the pinned
-# one from NVIDIA_DRA_DRIVER_CHART_SRC or the network. Required under CI=true or with the source.
 if [ -z "${NVIDIA_UPSTREAM_CHART_V040:-}" ]; then
-  chart_status=0
-  chart_log=$(mktemp)
-  chart_dir=$(bash hack/upstream/chart.sh 2>"$chart_log" | tail -n 1) || chart_status=$?
-  if [ "$chart_status" -eq 0 ] && [ -f "$chart_dir/Chart.yaml" ]; then
-    export NVIDIA_UPSTREAM_CHART_V040="$chart_dir"
-  elif [ "${CI:-}" = "true" ] || [ -n "${NVIDIA_DRA_DRIVER_CHART_SRC:-}" ]; then
-    cat "$chart_log" >&2
-    echo "test.sh: FAILED: NVIDIA's v0.4.0 chart unavailable (hack/upstream/chart.sh)" >&2
-    rm -f "$chart_log"
-    exit 1
-  else
-    echo "test.sh: the swap tests on NVIDIA's v0.4.0 chart will not run:" \
-      "$(tail -n 1 "$chart_log")" >&2
-  fi
-  rm -f "$chart_log"
+  upstream_input chart.sh NVIDIA_UPSTREAM_CHART_V040 Chart.yaml "NVIDIA's v0.4.0 chart" \
+    "${NVIDIA_DRA_DRIVER_CHART_SRC:-}" "the swap tests on NVIDIA's v0.4.0 chart"
 fi
 # Integration tests must run, never skip, under this script.
 export COMPUTEDOMAIN_REQUIRE_CONTROL_PLANE=1
