@@ -590,7 +590,12 @@ async def test_nvidias_release_upgraded_to_another_driver_image_is_reported(
         await nvidia.upgrade(nvidia_install.chart, find_helm(), control_plane.kubeconfig, values)
 
         def drift_warned(events: Objects) -> list[dict[str, Any]] | None:
-            found = [e for e in events.values() if e.get("reason") == "DaemonImageDrift"]
+            # This one: an earlier test's controller (IMAGE_NAME v0.4.0) saw v0.4.1's plugin.
+            found = [
+                e
+                for e in events.values()
+                if e.get("reason") == "DaemonImageDrift" and f"runs {newer}," in e.get("note", "")
+            ]
             return found or None
 
         events = await watch_objects(
