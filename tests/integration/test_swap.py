@@ -823,10 +823,10 @@ ROLLBACKS = {
 }
 
 
-@pytest.mark.usefixtures("nvidia_install")
 @pytest.mark.parametrize("case", list(ROLLBACKS))
 async def test_a_failure_at_any_step_puts_nvidia_back_as_recorded(
     case: str,
+    nvidia_install: NvidiaInstall,
     kube: KubeClient,
     api_client: ApiClient,
     control_plane: ControlPlane,
@@ -836,7 +836,20 @@ async def test_a_failure_at_any_step_puts_nvidia_back_as_recorded(
     method, fault = ROLLBACKS[case]
     step = case.split("-")[0]
     ours_ns = OWN_NS if method == "helm-beside" else NVIDIA_NS
+    # NVIDIA's real controller runs in its pods, before and after.
+    nvidia_kubelet = nvidia.controller_kubelet(
+        api_client, control_plane, nvidia_install.build, tmp_path / "nvidia"
+    )
+    nvidia_kubelet.start()
     await nvidia.scale_controller(kube, NVIDIA_REPLICAS)
+
+    async def nvidia_leads() -> bool:
+        running = nvidia_kubelet.running()
+        leading = any("Became leader" in pod.log_text() for pod in running)
+        return len(running) == NVIDIA_REPLICAS and leading
+
+    # Its Lease is part of the state the roll-back must leave as it was.
+    await eventually(nvidia_leads, within=60, what="NVIDIA's controller running and leading")
     before = await install_state(kube, ours_ns)
     env = {"TIMEOUT": "60s"}
     if fault is None:
@@ -866,6 +879,7 @@ async def test_a_failure_at_any_step_puts_nvidia_back_as_recorded(
             f" at {NVIDIA_REPLICAS} replicas, ours is removed"
         ), text
         assert kubelet.running() == []
+        await eventually(nvidia_leads, within=60, what="NVIDIA's controller leading again")
     finally:
         await kubelet.stop()
         # A failed assertion above may leave a swap behind: `out` undoes it (or finds none).
@@ -873,6 +887,8 @@ async def test_a_failure_at_any_step_puts_nvidia_back_as_recorded(
         if case == "6-not-reconciled":
             await finalize_with_ours(kube, factory)
         await stop_after_cleanup(factory, kube, namespace)
+        await nvidia.scale_controller(kube, 0)  # its pods go while its kubelet still runs
+        await nvidia_kubelet.stop()
 
 
 @pytest.mark.usefixtures("nvidia_install")
@@ -910,7 +926,7 @@ async def test_an_idle_compute_domain_is_a_good_swap_and_out_restores_it_exactly
 
 
 async def finalize_with_ours(kube: KubeClient, factory: Controllers) -> None:
-    """The CDs ours adopted carry its finalizer and children; NVIDIA's stand-in only plays a
-    controller, so one of ours (alone: NVIDIA's scaled to 0) finalizes them at the end."""
+    """The CDs of the test carry the finalizer and children; one of ours (alone: NVIDIA's
+    scaled to 0, whether its pods ran its binary or were only kwok's) finalizes them."""
     await nvidia.scale_controller(kube, 0)
     await factory.start()
