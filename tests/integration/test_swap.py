@@ -98,6 +98,17 @@ async def run_script(
     return code, text
 
 
+def projected(cd: dict[str, Any]) -> tuple[str, list[tuple[Any, ...]]]:
+    """What a controller projects from the cliques: status.status and status.nodes (a list-map
+    by node name: order is no part of it)."""
+    status = cd.get("status") or {}
+    nodes = sorted(
+        (n.get("name"), n.get("ipAddress"), n.get("cliqueID"), n.get("index"), n.get("status"))
+        for n in status.get("nodes") or []
+    )
+    return status.get("status") or "", nodes
+
+
 def status_writers(cd: dict[str, Any]) -> str:
     """The field managers that own the CD's status.status, i.e. wrote its value last."""
     return ",".join(
@@ -278,6 +289,17 @@ async def test_swap_in_and_back_out_leaves_running_imex_domains_alone(
     before = await snapshot(kube, uids)
     print(f"before the swap: {before}")
     installed = await install_state(kube, ours_ns, shape=shape)
+    # NVIDIA's projection of the daemons' cliques, to compare with ours for the same daemons;
+    # taken Ready with both nodes (NVIDIA's controller flips it NotReady with no nodes at times).
+    nvidia_status = {}
+    for name in jobs:
+
+        def settled(cd: dict[str, Any] | None) -> bool:
+            status, nodes = projected(cd or {})
+            return status == c.STATUS_READY and len(nodes) == 2
+
+        cd = await e2e.cd_until(name, settled, "Ready with 2 nodes by NVIDIA's controller")
+        nvidia_status[name] = projected(cd or {})
 
     # -- swap in ----------------------------------------------------------------------------
     kubelet = Kubelet(api_client, control_plane, ours_ns, OUR_PODS, tmp_path)
@@ -298,6 +320,9 @@ async def test_swap_in_and_back_out_leaves_running_imex_domains_alone(
             cd = await kube.get(COMPUTE_DOMAINS, name, ns)
             assert condition(cd, "Ready")["status"] == "True"
             assert cd["status"]["readyNodeCount"] == 2
+            # Differential: ours projects the same daemons exactly as NVIDIA's controller did.
+            assert projected(cd) == nvidia_status[name], "status.nodes/status differ from NVIDIA's"
+        print(f"status.status and status.nodes as NVIDIA's controller wrote them: {nvidia_status}")
 
         # New CDs work, and one deleted is cleaned up completely.
         mark_new = audit.mark()
