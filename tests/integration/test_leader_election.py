@@ -26,7 +26,7 @@ from computedomain.api.resources import COMPUTE_DOMAINS
 from computedomain.devcluster.audit import AuditLog, tally
 from computedomain.devcluster.controlplane import ControlPlane, free_port
 from computedomain.devcluster.harness import WRITE_METHODS
-from computedomain.devcluster.watching import watch_object
+from computedomain.devcluster.watching import watch_object, watch_objects
 from computedomain.runtime import resources as r
 from computedomain.runtime.client import ApiError, KubeClient
 from computedomain.runtime.clock import parse_time
@@ -308,6 +308,18 @@ async def test_a_paused_leader_writes_nothing_after_it_resumes(
     leader_user = user_a if leader is a else user_b
     await create_cd(kube, namespace, "before", rct_name="before-channel")
     await _children_and_status(kube, namespace, driver_namespace, "before")
+    # Its Event about them is posted in the background: a request already past the write fence
+    # when the process freezes is sent when it thaws (seen once), which no fence can take back.
+    await watch_objects(
+        kube,
+        r.EVENTS,
+        lambda events: any(
+            e.get("reason") == "Created" and (e.get("regarding") or {}).get("name") == "before"
+            for e in events.values()
+        ),
+        namespace=namespace,
+        what="the Created event of before",
+    )
 
     leader.process.send_signal(signal.SIGSTOP)
     try:
