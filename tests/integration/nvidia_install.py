@@ -1,7 +1,8 @@
 """NVIDIA's DRA driver as NVIDIA's ComputeDomain instructions install it, to swap our controller
-into and back out of: `helm install` of its own chart (the pinned build's copy of
-`dra-driver-nvidia-gpu` v0.4.1, hack/upstream/build.sh) with the GPU kubelet plugin off, and the
-chart's own ComputeDomain CRD (status with `status` and `nodes` only; Helm never upgrades it).
+into and back out of: `helm install` of its own chart `dra-driver-nvidia-gpu` (v0.4.1, the
+pinned build's copy from hack/upstream/build.sh, or v0.4.0 from hack/upstream/chart.sh), in
+either documented install shape, with the GPU kubelet plugin off, and the chart's own
+ComputeDomain CRD (status with `status` and `nodes` only; Helm never upgrades it).
 
 The chart's controller pods run NVIDIA's real `compute-domain-controller` binary while a test
 runs `controller_kubelet` (the stand-in kubelet of computedomain/devcluster/podrunner.py, with the
