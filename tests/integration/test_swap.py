@@ -236,11 +236,7 @@ async def nvidia_install(
 
 @pytest.mark.parametrize(
     ("nvidia_install", "method"),
-    [
-        # Every method on v0.4.1's chart; v0.4.0's differs in its pods' labels and image.
-        *((install, method) for install in INSTALLS[:2] for method in METHODS),
-        *((install, "helm") for install in INSTALLS[2:]),
-    ],
+    [(install, method) for install in INSTALLS for method in METHODS],
     indirect=["nvidia_install"],
 )
 async def test_swap_in_and_back_out_leaves_running_imex_domains_alone(
