@@ -434,6 +434,9 @@ async def nvidias_upgrade_leaves_one_writer(
     )
     shared_lease = method != "helm-beside"
     mark = audit.mark()
+    # The audit log may get a request's line after its effect was seen (job-c's last patch,
+    # once): the window is also bounded by when the apiserver received each request.
+    window_start = time.time()
     await nvidia.upgrade(install.chart, find_helm(), control_plane.kubeconfig, shape=shape)
     running = await watch_objects(
         kube,
@@ -494,6 +497,7 @@ async def nvidias_upgrade_leaves_one_writer(
             w.target
             for w in audit.writes(since=mark, user=user, until=end)
             if w.resource in ("computedomains", "computedomaincliques", *CHILD_RESOURCES)
+            and w.received >= window_start
         ]
 
     nvidia_writes, our_writes = writes_to_domains(nvidia_user), writes_to_domains(our_user)
