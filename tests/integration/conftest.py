@@ -17,6 +17,7 @@ import re
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 from kubernetes_asyncio.client import ApiClient
@@ -164,28 +165,33 @@ async def sa_api_client(
             await client.close()
 
 
-@pytest.fixture(scope="session")
-def upstream() -> UpstreamBuild:
-    """NVIDIA's build (hack/upstream/build.sh); skips without it, fails where it is required."""
-    required = upstream_required()
+T = TypeVar("T")
+
+
+def _required_or_skip(find: Callable[[bool], T], required: bool, where: str) -> T:
+    """One of NVIDIA's inputs: skip the test without it, fail where it is ``required``."""
     try:
-        return find_upstream(build=required)
+        return find(required)
     except UpstreamUnavailableError as error:
         if required:
-            pytest.fail(f"required (CI, NVIDIA_DRA_DRIVER_SRC or hack/test.sh): {error}")
+            pytest.fail(f"required ({where}): {error}")
         pytest.skip(str(error))
+
+
+@pytest.fixture(scope="session")
+def upstream() -> UpstreamBuild:
+    """NVIDIA's build (hack/upstream/build.sh)."""
+    where = "CI, NVIDIA_DRA_DRIVER_SRC or hack/test.sh"
+    return _required_or_skip(lambda build: find_upstream(build=build), upstream_required(), where)
 
 
 @pytest.fixture(scope="session")
 def older_chart() -> Path:
-    """NVIDIA's v0.4.0 chart (hack/upstream/chart.sh); skips without it, fails where required."""
-    required = older_chart_required()
-    try:
-        return find_older_chart(fetch=required)
-    except UpstreamUnavailableError as error:
-        if required:
-            pytest.fail(f"required (CI or NVIDIA_DRA_DRIVER_CHART_SRC): {error}")
-        pytest.skip(str(error))
+    """NVIDIA's v0.4.0 chart (hack/upstream/chart.sh)."""
+    where = "CI or NVIDIA_DRA_DRIVER_CHART_SRC"
+    return _required_or_skip(
+        lambda fetch: find_older_chart(fetch=fetch), older_chart_required(), where
+    )
 
 
 @pytest.fixture

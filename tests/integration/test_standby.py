@@ -30,7 +30,7 @@ from tests.kit.controllers import controllers_for, create_cd, stop_after_cleanup
 
 pytestmark = pytest.mark.integration
 
-SELECTOR = ",".join(f"{k}={v}" for k, v in nvidia.CONTROLLER_POD_SELECTOR.items())
+SELECTOR = nvidia.SELECTOR
 
 
 def not_events(writes: list[AuditedWrite]) -> list[str]:
