@@ -1,11 +1,16 @@
-"""The fake IMEX daemon: one coroutine per daemon pod, doing what ``compute-domain-daemon run`` does
-to the API (contract §2.2, §9.2, §13 steps 9-10, 14).
+"""The IMEX daemon of a daemon pod. ``DaemonContainer`` is what the simulator needs of any daemon
+(its pod's status as a kubelet reports it, its life cycle); ``FakeImexDaemon``, the default, is one
+coroutine per daemon pod doing what ``compute-domain-daemon run`` does to the API (contract §2.2,
+§9.2, §13 steps 9-10, 14). NVIDIA's real binary is the other kind
+(computedomain/devcluster/imexdaemon.py).
 
-Not emulated: the IMEX process, ``nodes.cfg``/``/etc/hosts``, SIGUSR1, the CDI environment.
+Not emulated by the fake: the IMEX process, ``nodes.cfg``/``/etc/hosts``, SIGUSR1, the CDI
+environment.
 """
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import logging
 from collections.abc import Callable, Sequence
@@ -49,8 +54,10 @@ CONFLICT_BACKOFF_INITIAL = 0.005
 CONFLICT_BACKOFF_MAX = 6.0
 
 
-class FakeImexDaemon:
-    """The daemon container of one pod; ``run`` lives as long as the pod does."""
+class DaemonContainer(abc.ABC):
+    """The daemon container of one pod, as its node's kubelet runs it: ``run`` lives as long as
+    the pod does (the simulator cancels it when the pod is gone, then calls ``stop``); the pod's
+    status is written as the kubelet reports it, from the container's phase."""
 
     def __init__(self, ctx: SimContext, pod: dict[str, Any], domain_id: str) -> None:
         metadata = pod["metadata"]
@@ -60,10 +67,7 @@ class FakeImexDaemon:
         self.uid: str = metadata["uid"]
         self.domain_id = domain_id
         self.node_name: str = pod["spec"]["nodeName"]
-        self.clique_id = ""
         self.ip: str | None = None
-        self.gates = DaemonGates()
-        self.max_nodes = c.DEFAULT_MAX_NODES_PER_IMEX_DOMAIN
         self.restart_count = 0
         self.ready = False
         self._crash = asyncio.Event()
@@ -74,20 +78,101 @@ class FakeImexDaemon:
         # The termination message of the container's last exit (a fail-start fault).
         self._exit_message = ""
         self._status_lock = asyncio.Lock()
-        # Where our entry was written last: removal on pod deletion goes there.
-        self._wrote_clique = False
-        self._wrote_legacy = False
 
     @property
     def key(self) -> str:
         return f"{self.namespace}/{self.name}"
 
+    def request_crash(self) -> None:
+        self._crash.set()
+
+    @abc.abstractmethod
+    async def run(self) -> None:
+        """Run the container for as long as the pod exists (cancelled when it is gone)."""
+
+    @abc.abstractmethod
+    async def stop(self) -> None:
+        """The pod is gone: end the container as a kubelet would."""
+
+    # -- the pod --------------------------------------------------------------------------
+
+    def _adopt_ip(self, pod: dict[str, Any]) -> bool:
+        """Reuse the address a pod already carries (simulator restart); True if adopted."""
+        current = (pod.get("status") or {}).get("podIP")
+        if current and self.ctx.ipam.adopt(self.uid, current):
+            self.ip = current
+            return True
+        self.ip = self.ctx.ipam.allocate(self.uid)
+        return False
+
+    @property
+    def wants_ready(self) -> bool | None:
+        """Whether the pod should show Ready; None before its first status write."""
+        return None if self._phase is None else self._phase is ContainerPhase.READY
+
+    async def resync_status(self) -> bool:
+        """Write the last decided status back if the pod's readiness was changed by someone
+        else (see ``needs_ready_resync``); True if it wrote."""
+        async with self._status_lock:
+            pod = self.ctx.pod(self.key)
+            wanted = self.wants_ready
+            if pod is None or self._phase is None or wanted is None:
+                return False
+            if not needs_ready_resync(pod, self.ctx.node(self.node_name), wanted_ready=wanted):
+                return False
+            log.info(
+                "Re-asserting daemon pod status",
+                extra={"pod": self.key, "node": self.node_name, "ready": wanted},
+            )
+            await self._write_pod_locked(self._phase, self._phase_message)
+            return True
+
+    async def _write_pod(self, phase: ContainerPhase, message: str = "") -> None:
+        async with self._status_lock:
+            self._phase, self._phase_message = phase, message
+            await self._write_pod_locked(phase, message)
+
+    async def _write_pod_locked(self, phase: ContainerPhase, message: str) -> None:
+        pod = self.ctx.pod(self.key)
+        if pod is None or self.ip is None:
+            return
+        state = PodState(
+            pod_ip=self.ip,
+            host_ip=node_internal_ip(self.ctx.node(self.node_name)),
+            phase=phase,
+            restart_count=self.restart_count,
+            waiting_message=message,
+            exit_message=self._exit_message if phase is ContainerPhase.CRASH_LOOP else "",
+        )
+        status = pod_status(pod, state, self.ctx.clock.wall())
+        try:
+            updated = await self.ctx.write(
+                lambda: self.ctx.client.patch(
+                    PODS, self.name, {"status": status}, self.namespace, subresource="status"
+                )
+            )
+        except ApiError as error:
+            if error.is_not_found:
+                return
+            raise
+        self.ctx.observe("pods", updated)
+
+
+class FakeImexDaemon(DaemonContainer):
+    """The emulated daemon: what NVIDIA's daemon does to the API, without its process."""
+
+    def __init__(self, ctx: SimContext, pod: dict[str, Any], domain_id: str) -> None:
+        super().__init__(ctx, pod, domain_id)
+        self.clique_id = ""
+        self.gates = DaemonGates()
+        self.max_nodes = c.DEFAULT_MAX_NODES_PER_IMEX_DOMAIN
+        # Where our entry was written last: removal on pod deletion goes there.
+        self._wrote_clique = False
+        self._wrote_legacy = False
+
     @property
     def clique_name(self) -> str:
         return c.clique_name(self.domain_id, self.clique_id)
-
-    def request_crash(self) -> None:
-        self._crash.set()
 
     # -- life cycle -----------------------------------------------------------------------
 
@@ -369,69 +454,6 @@ class FakeImexDaemon:
             if error.is_not_found:
                 return None
             raise
-
-    # -- the pod --------------------------------------------------------------------------
-
-    def _adopt_ip(self, pod: dict[str, Any]) -> bool:
-        """Reuse the address a pod already carries (simulator restart); True if adopted."""
-        current = (pod.get("status") or {}).get("podIP")
-        if current and self.ctx.ipam.adopt(self.uid, current):
-            self.ip = current
-            return True
-        self.ip = self.ctx.ipam.allocate(self.uid)
-        return False
-
-    @property
-    def wants_ready(self) -> bool | None:
-        """Whether the pod should show Ready; None before its first status write."""
-        return None if self._phase is None else self._phase is ContainerPhase.READY
-
-    async def resync_status(self) -> bool:
-        """Write the last decided status back if the pod's readiness was changed by someone
-        else (see ``needs_ready_resync``); True if it wrote."""
-        async with self._status_lock:
-            pod = self.ctx.pod(self.key)
-            wanted = self.wants_ready
-            if pod is None or self._phase is None or wanted is None:
-                return False
-            if not needs_ready_resync(pod, self.ctx.node(self.node_name), wanted_ready=wanted):
-                return False
-            log.info(
-                "Re-asserting daemon pod status",
-                extra={"pod": self.key, "node": self.node_name, "ready": wanted},
-            )
-            await self._write_pod_locked(self._phase, self._phase_message)
-            return True
-
-    async def _write_pod(self, phase: ContainerPhase, message: str = "") -> None:
-        async with self._status_lock:
-            self._phase, self._phase_message = phase, message
-            await self._write_pod_locked(phase, message)
-
-    async def _write_pod_locked(self, phase: ContainerPhase, message: str) -> None:
-        pod = self.ctx.pod(self.key)
-        if pod is None or self.ip is None:
-            return
-        state = PodState(
-            pod_ip=self.ip,
-            host_ip=node_internal_ip(self.ctx.node(self.node_name)),
-            phase=phase,
-            restart_count=self.restart_count,
-            waiting_message=message,
-            exit_message=self._exit_message if phase is ContainerPhase.CRASH_LOOP else "",
-        )
-        status = pod_status(pod, state, self.ctx.clock.wall())
-        try:
-            updated = await self.ctx.write(
-                lambda: self.ctx.client.patch(
-                    PODS, self.name, {"status": status}, self.namespace, subresource="status"
-                )
-            )
-        except ApiError as error:
-            if error.is_not_found:
-                return
-            raise
-        self.ctx.observe("pods", updated)
 
     async def _label_pod(self) -> None:
         pod = self.ctx.pod(self.key)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Coroutine, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from typing import Any
 
 from computedomain.api.resources import CLIQUES, COMPUTE_DOMAINS
@@ -21,12 +21,14 @@ from .context import (
     SimContext,
     SimSettings,
 )
-from .daemon import FakeImexDaemon
+from .daemon import DaemonContainer, FakeImexDaemon
 from .decisions import PodRole, classify_pod, pod_claim_refs
 from .plugin import FakeKubeletPlugin
 from .podstatus import ResyncBackoff, is_node_ready, needs_ready_resync
 from .signals import claim_key, clique_key, domain_key, node_key, pod_key
 
+# Makes the daemon container of a daemon pod: (context, pod, the CD's UID).
+DaemonFactory = Callable[[SimContext, dict[str, Any], str], DaemonContainer]
 log = logging.getLogger("computedomain.sim")
 
 Obj = dict[str, Any]
@@ -62,9 +64,16 @@ class Simulator:
     """
 
     def __init__(
-        self, client: KubeClient, settings: SimSettings | None = None, *, clock: Clock | None = None
+        self,
+        client: KubeClient,
+        settings: SimSettings | None = None,
+        *,
+        clock: Clock | None = None,
+        daemon_factory: DaemonFactory = FakeImexDaemon,
     ) -> None:
         self.settings = settings or SimSettings()
+        # What runs in each daemon pod: the emulated daemon, or e.g. NVIDIA's binary.
+        self.daemon_factory = daemon_factory
         self.clock = clock or SystemClock()
         informers = {
             "pods": Informer(
@@ -107,7 +116,7 @@ class Simulator:
         self.context.on_daemon_ready = self._daemon_ready
         self.plugin = FakeKubeletPlugin(self.context)
         self._pod_tasks: dict[str, asyncio.Task[None]] = {}
-        self._daemons: dict[str, FakeImexDaemon] = {}
+        self._daemons: dict[str, DaemonContainer] = {}
         self._background: set[asyncio.Task[None]] = set()
         # Write-backs of pod readiness (kubelet status manager): one in flight per pod UID.
         self._resyncing: set[str] = set()
@@ -137,7 +146,7 @@ class Simulator:
         """Caches synced and handlers installed: from now on every pod is acted on."""
         await self._ready.wait()
 
-    def daemon(self, node_name: str) -> FakeImexDaemon | None:
+    def daemon(self, node_name: str) -> DaemonContainer | None:
         for daemon in self._daemons.values():
             if daemon.node_name == node_name:
                 return daemon
@@ -308,7 +317,7 @@ class Simulator:
         else:
             daemon = self._daemons.get(uid)
             if daemon is None:
-                daemon = FakeImexDaemon(ctx, pod, classification.domain_id)
+                daemon = self.daemon_factory(ctx, pod, classification.domain_id)
                 self._daemons[uid] = daemon
             await daemon.run()
 

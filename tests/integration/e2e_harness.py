@@ -25,8 +25,9 @@ from computedomain.runtime.client import ApiError, KubeClient
 from computedomain.runtime.objects import condition_true
 from computedomain.runtime.resources import Resource
 from computedomain.sim.context import SimSettings
+from computedomain.sim.daemon import FakeImexDaemon
 from computedomain.sim.faults import DelayRange, FaultSettings
-from computedomain.sim.simulator import Simulator
+from computedomain.sim.simulator import DaemonFactory, Simulator
 from tests.kit.controllers import controllers_for, create_cd
 
 FAST_DAEMONS = DelayRange(0.1, 0.5)
@@ -65,7 +66,10 @@ class EndToEnd:
         return await self.controllers.start(**env)
 
     async def start_simulator(
-        self, faults: FaultSettings | None = None, imex_mode: str = c.IMEX_MODE_DRIVER
+        self,
+        faults: FaultSettings | None = None,
+        imex_mode: str = c.IMEX_MODE_DRIVER,
+        daemon_factory: DaemonFactory = FakeImexDaemon,
     ) -> Simulator:
         settings = SimSettings(
             driver_namespace=self.driver_namespace,
@@ -73,7 +77,7 @@ class EndToEnd:
             seed=7,
             imex_mode=imex_mode,
         )
-        simulator = Simulator(self.kube, settings)
+        simulator = Simulator(self.kube, settings, daemon_factory=daemon_factory)
         task = asyncio.create_task(simulator.run(), name="e2e-simulator")
         self.simulator_tasks.append(task)
         ready = asyncio.create_task(simulator.wait_ready())
