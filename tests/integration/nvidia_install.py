@@ -274,3 +274,57 @@ async def scale_controller(
         label_selector=shape.selector,
         what=f"{replicas} pod(s) of NVIDIA's controller",
     )
+
+
+DAEMON_RBAC_TEMPLATE = "templates/rbac-compute-domain-daemon.yaml"
+
+
+async def install_daemon_rbac(
+    admin: KubeClient, helm_path: Path, chart: Path, namespace: str
+) -> list[tuple[Resource, str]]:
+    """What NVIDIA's ``chart`` grants its IMEX daemons' ServiceAccount, rendered by `helm
+    template` for driver namespace ``namespace``: the ServiceAccount (kept if it exists), the
+    ClusterRole and its binding, renamed after the namespace so that tests (and a release of
+    the chart) do not share them; the rules and subjects are the chart's. Returns the
+    cluster-scoped objects made, for ``remove_cluster_objects``."""
+    args = ["template", RELEASE, str(chart), "--namespace", namespace]
+    args += ["--show-only", DAEMON_RBAC_TEMPLATE]
+    for key, value in CHART_VALUES.items():
+        args += ["--set-json", f"{key}={json.dumps(value)}"]
+    process = await asyncio.create_subprocess_exec(
+        str(helm_path), *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+    )
+    out, err = await process.communicate()
+    if process.returncode != 0:
+        raise RuntimeError(f"helm template of NVIDIA's daemon RBAC failed: {err.decode().strip()}")
+    kinds = {
+        "ServiceAccount": r.SERVICE_ACCOUNTS,
+        "ClusterRole": CLUSTER_ROLES,
+        "ClusterRoleBinding": CLUSTER_ROLE_BINDINGS,
+    }
+    made: list[tuple[Resource, str]] = []
+    for doc in yaml.safe_load_all(out.decode()):
+        if not doc:
+            continue
+        resource = kinds[doc["kind"]]
+        if not resource.namespaced:
+            doc["metadata"]["name"] = f"{doc['metadata']['name']}-{namespace}"
+        if doc["kind"] == "ClusterRoleBinding":
+            doc["roleRef"]["name"] = f"{doc['roleRef']['name']}-{namespace}"
+        try:
+            await admin.create(resource, doc, namespace if resource.namespaced else None)
+        except ApiError as err:
+            if not err.is_already_exists:
+                raise
+        if not resource.namespaced:
+            made.append((resource, doc["metadata"]["name"]))
+    return made
+
+
+async def remove_cluster_objects(admin: KubeClient, made: list[tuple[Resource, str]]) -> None:
+    for resource, name in made:
+        try:
+            await admin.delete(resource, name)
+        except ApiError as err:
+            if not err.is_not_found:
+                raise

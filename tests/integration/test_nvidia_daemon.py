@@ -1,0 +1,309 @@
+"""Compatibility with NVIDIA's real IMEX daemon: our controller, and in every daemon pod NVIDIA's
+`compute-domain-daemon` binary (v0.4.1, hack/upstream/build.sh) run as the kubelet and NVIDIA's
+kubelet plugin would start it (computedomain/devcluster/imexdaemon.py): the pod's environment
+and the plugin's CDI variables, in-cluster credentials of the daemon ServiceAccount bound only by
+the RBAC NVIDIA's chart renders, its own /imexd and /etc/hosts, probes and restarts as the kubelet
+runs them. Only `nvidia-imex` and `nvidia-imex-ctl` are stand-ins (they need NVLink hardware);
+the stand-in records each start, SIGUSR1 and the peers the daemon pointed it at.
+
+So these tests check the real effect of what our controller writes: NVIDIA's daemons find each
+other through it, write their cliques (or the CD's status under the older protocol), and point
+IMEX at exactly their clique's peers, also after a peer was replaced or crashed.
+
+Needs NVIDIA's build: skipped without it, except under CI=true, with NVIDIA_DRA_DRIVER_SRC set or
+COMPUTEDOMAIN_REQUIRE_UPSTREAM=1 (hack/test.sh), where a missing build fails.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes_asyncio.client import ApiClient
+
+from computedomain.api import constants as c
+from computedomain.api.resources import CLIQUES, COMPUTE_DOMAINS
+from computedomain.devcluster.controlplane import ControlPlane
+from computedomain.devcluster.helm import find_helm
+from computedomain.devcluster.imexdaemon import DaemonRuntime, NvidiaDaemons, NvidiaImexDaemon
+from computedomain.devcluster.upstream import UpstreamBuild
+from computedomain.devcluster.watching import Objects, watch_objects
+from computedomain.runtime import resources as r
+from computedomain.runtime.client import KubeClient
+from tests.integration.e2e_harness import (
+    STATEFULSETS,
+    EndToEnd,
+    cd_ready,
+    end_to_end,
+    pod_ready,
+    workload,
+)
+from tests.integration.nvidia_install import install_daemon_rbac, remove_cluster_objects
+from tests.kit.waiting import eventually
+
+pytestmark = pytest.mark.integration
+
+DNS_PREFIX = "compute-domain-daemon-"
+# Our controller's FEATURE_GATES per status protocol (contract §9, §13): cliques (the default);
+# the older protocol, where the daemons write the CD's status.nodes; that with IP-based IMEX config.
+PROTOCOLS = {
+    "cliques": "",
+    "legacy": "ComputeDomainCliques=false",
+    "ip-mode": "ComputeDomainCliques=false,IMEXDaemonsWithDNSNames=false",
+}
+Entry = dict[str, Any]
+
+
+@dataclass
+class NvidiaFleet:
+    env: EndToEnd
+    daemons: NvidiaDaemons
+
+    async def start(self, feature_gates: str = "") -> None:
+        """Our controller (with ``feature_gates``) and the simulator, NVIDIA's daemon in it."""
+        gates = {"FEATURE_GATES": feature_gates} if feature_gates else {}
+        await self.env.start_controller(**gates)
+        await self.env.start_simulator(daemon_factory=self.daemons)
+
+    def on(self, node: str) -> NvidiaImexDaemon:
+        daemon = self.daemons.on_node(node)
+        assert daemon is not None, f"no NVIDIA daemon runs on {node}"
+        return daemon
+
+    async def nodes(
+        self, cd_name: str, predicate: Callable[[list[Entry]], bool], what: str
+    ) -> list[Entry]:
+        """The CD's status.nodes once ``predicate`` holds for them."""
+        cd = await self.env.cd_until(
+            cd_name, lambda cd: predicate(status_nodes(cd)), what, within=90
+        )
+        return status_nodes(cd)
+
+    async def daemon_pod(self, uid: str, node: str) -> dict[str, Any]:
+        def on_node(pods: Objects) -> dict[str, Any] | None:
+            return next((p for p in pods.values() if p["spec"].get("nodeName") == node), None)
+
+        found: dict[str, Any] = await watch_objects(
+            self.env.kube,
+            r.PODS,
+            on_node,
+            namespace=self.env.driver_namespace,
+            label_selector=f"{c.CD_LABEL}={uid}",
+            within=60,
+            what=f"daemon pod of {uid} on {node}",
+        )
+        return found
+
+
+@pytest.fixture
+async def fleet(
+    kube: KubeClient,
+    api_client: ApiClient,
+    control_plane: ControlPlane,
+    kubeconfig_path: Path,
+    namespace: str,
+    driver_namespace: str,
+    upstream: UpstreamBuild,
+    tmp_path: Path,
+) -> AsyncIterator[NvidiaFleet]:
+    assert control_plane.ca_file is not None
+    made = await install_daemon_rbac(kube, find_helm(), upstream.chart, driver_namespace)
+    runtime = DaemonRuntime(
+        build=upstream,
+        admin=api_client,
+        server=control_plane.server,
+        ca_file=control_plane.ca_file,
+        workdir=tmp_path / "pods",
+        restart_backoff=1.0,
+    )
+    daemons = NvidiaDaemons(runtime)
+    try:
+        async with end_to_end(kube, kubeconfig_path, namespace, driver_namespace) as env:
+            yield NvidiaFleet(env, daemons)
+    finally:
+        await daemons.close()
+        await remove_cluster_objects(kube, made)
+
+
+def status_nodes(cd: dict[str, Any] | None) -> list[Entry]:
+    return list(((cd or {}).get("status") or {}).get("nodes") or [])
+
+
+def ready_nodes(count: int) -> Callable[[list[Entry]], bool]:
+    def check(nodes: list[Entry]) -> bool:
+        return len(nodes) == count and all(n.get("status") == c.STATUS_READY for n in nodes)
+
+    return check
+
+
+def hosts_mappings(daemon: NvidiaImexDaemon) -> dict[str, str]:
+    """The daemon's /etc/hosts lines for IMEX peers: DNS name -> IP."""
+    mappings = {}
+    for line in daemon.hosts.read_text().splitlines():
+        fields = line.split()
+        if len(fields) == 2 and fields[1].startswith(DNS_PREFIX):
+            mappings[fields[1]] = fields[0]
+    return mappings
+
+
+def clique_of(nodes: list[Entry], node: str) -> list[Entry]:
+    clique_id = next(n["cliqueID"] for n in nodes if n["name"] == node)
+    return [n for n in nodes if n["cliqueID"] == clique_id]
+
+
+async def assert_imex_points_at_peers(
+    fleet: NvidiaFleet, nodes: list[Entry], dns_names: bool
+) -> None:
+    """Each daemon's IMEX config names exactly its clique's peers (DNS names through its
+    /etc/hosts, or IPs in nodes.cfg), and its IMEX last (re)read exactly those."""
+    for entry in nodes:
+        daemon = fleet.on(entry["name"])
+        peers = clique_of(nodes, entry["name"])
+        addresses = {peer["ipAddress"] for peer in peers}
+
+        async def configured(daemon: NvidiaImexDaemon = daemon, peers: list[Entry] = peers) -> bool:
+            nodes_cfg = (daemon.imexd / "nodes.cfg").read_text().split()
+            if dns_names:
+                wanted = {f"{DNS_PREFIX}{peer['index']:04d}": peer["ipAddress"] for peer in peers}
+                return hosts_mappings(daemon) == wanted and set(wanted) <= set(nodes_cfg)
+            return set(nodes_cfg) == {peer["ipAddress"] for peer in peers}
+
+        async def pointed(daemon: NvidiaImexDaemon = daemon, want: set[str] = addresses) -> bool:
+            return set(daemon.imex.peers() or ()) == want
+
+        await eventually(configured, within=30, what=f"IMEX config on {entry['name']}")
+        await eventually(pointed, within=30, what=f"IMEX on {entry['name']} pointed at its peers")
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+async def test_nvidia_daemons_form_the_domain_follow_a_replaced_peer_and_leave_nothing(
+    fleet: NvidiaFleet, protocol: str
+) -> None:
+    env = fleet.env
+    dns_names = protocol != "ip-mode"
+    await fleet.start(PROTOCOLS[protocol])
+    cd = await env.create_cd("training", num_nodes=2)
+    uid = cd["metadata"]["uid"]
+    await env.run_workload(workload("workers", 2, racks=["r02"]))
+
+    # NVIDIA's daemons join (cliques, or the CD's status); the CD turns Ready; the workload runs.
+    nodes = await fleet.nodes("training", ready_nodes(2), "2 Ready nodes")
+    await env.cd_until("training", cd_ready, "Ready")
+    await env.workload_pods(
+        "workers", lambda pods: len(pods) == 2 and all(map(pod_ready, pods.values())), "Ready"
+    )
+    if protocol == "cliques":
+        cliques = await env.cliques_of(uid, lambda cs: len(cs) == 1, "one clique")
+        written = {(d["nodeName"], d["ipAddress"]) for d in next(iter(cliques.values()))["daemons"]}
+        assert written == {(n["name"], n["ipAddress"]) for n in nodes}
+    await assert_imex_points_at_peers(fleet, nodes, dns_names)
+
+    # A daemon pod replaced: the new one comes with a new address, and every peer's IMEX is
+    # pointed at it (SIGUSR1 after /etc/hosts changed; in IP mode a restart with new nodes.cfg).
+    victim, survivor = sorted(nodes, key=lambda n: n["name"])
+    pod = await fleet.daemon_pod(uid, victim["name"])
+    await env.kube.delete(r.PODS, pod["metadata"]["name"], env.driver_namespace)
+    replaced = await fleet.nodes(
+        "training",
+        lambda ns: (
+            ready_nodes(2)(ns)
+            and any(
+                n["name"] == victim["name"] and n["ipAddress"] != victim["ipAddress"] for n in ns
+            )
+        ),
+        "the replaced daemon Ready with a new address",
+    )
+    await env.cd_until("training", cd_ready, "Ready again")
+    await assert_imex_points_at_peers(fleet, replaced, dns_names)
+    new_address = next(n["ipAddress"] for n in replaced if n["name"] == victim["name"])
+    told = "SIGUSR1" if dns_names else "start"
+    events = fleet.on(survivor["name"]).imex.events()
+    assert any(what == told and new_address in peers for what, _, peers in events), events
+
+    # Deletion: the daemons stop (their IMEX told to), no clique, no node label, nothing left.
+    await env.kube.delete(STATEFULSETS, "workers", env.namespace)
+    await env.pods_gone()
+    await env.kube.delete(COMPUTE_DOMAINS, "training", env.namespace)
+    await env.cd_until("training", lambda cd: cd is None, "finalized")
+    await env.nodes_labelled(uid, lambda names: not names, "labels removed")
+    await env.cliques_of(uid, lambda cs: not cs, "no clique left")
+
+    async def stopped() -> bool:
+        return all(
+            daemon.process is not None and daemon.process.returncode is not None
+            for daemon in fleet.daemons.containers.values()
+        )
+
+    await eventually(stopped, within=60, what="every NVIDIA daemon process exited")
+    for daemon in fleet.daemons.containers.values():
+        events = daemon.imex.events()
+        assert [what for what, _, _ in events[-1:]] == ["SIGTERM"], (daemon.name, events)
+
+
+async def test_a_crashed_nvidia_daemon_is_restarted_and_rejoins(fleet: NvidiaFleet) -> None:
+    env = fleet.env
+    await fleet.start()
+    cd = await env.create_cd("training", num_nodes=2)
+    uid = cd["metadata"]["uid"]
+    await env.run_workload(workload("workers", 2, racks=["r03"]))
+    nodes = await fleet.nodes("training", ready_nodes(2), "2 Ready nodes")
+    await env.cd_until("training", cd_ready, "Ready")
+    node = nodes[0]["name"]
+    daemon = fleet.on(node)
+    first_pid = daemon.imex.events()[0][1]
+
+    daemon.crash()  # SIGKILL to the container: no chance to leave the clique
+
+    def restarted(pods: Objects) -> bool:
+        pod = next((p for p in pods.values() if p["spec"].get("nodeName") == node), None)
+        statuses = ((pod or {}).get("status") or {}).get("containerStatuses") or []
+        return bool(statuses) and statuses[0].get("restartCount") == 1 and pod_ready(pod)
+
+    await watch_objects(
+        env.kube,
+        r.PODS,
+        lambda pods: restarted(pods) or None,
+        namespace=env.driver_namespace,
+        label_selector=f"{c.CD_LABEL}={uid}",
+        within=60,
+        what=f"the daemon on {node} restarted once and Ready",
+    )
+    after = await fleet.nodes("training", ready_nodes(2), "2 Ready nodes again")
+    await env.cd_until("training", cd_ready, "Ready again")
+    # Same pod, same address: the restarted daemon took its entry back.
+    assert {(n["name"], n["ipAddress"]) for n in after} == {
+        (n["name"], n["ipAddress"]) for n in nodes
+    }
+    starts = [pid for what, pid, _ in daemon.imex.events() if what == "start"]
+    assert starts[0] == first_pid, daemon.imex.events()
+    assert len(set(starts)) >= 2, daemon.imex.events()
+    await assert_imex_points_at_peers(fleet, after, dns_names=True)
+
+
+async def test_nvidia_daemons_on_non_fabric_nodes_run_no_imex_and_the_domain_is_ready(
+    fleet: NvidiaFleet, fleet_nodes: list[str]
+) -> None:
+    env = fleet.env
+    await fleet.start()
+    cd = await env.create_cd("plain", num_nodes=2)
+    uid = cd["metadata"]["uid"]
+    non_fabric = fleet_nodes[-2:]
+    await env.run_workload(workload("workers", 2, hostnames=non_fabric))
+
+    nodes = await fleet.nodes("plain", ready_nodes(2), "2 Ready nodes")
+    assert sorted(n["name"] for n in nodes) == sorted(non_fabric)
+    assert {n["cliqueID"] for n in nodes} == {""}
+    await env.cd_until("plain", cd_ready, "Ready")
+    await env.workload_pods(
+        "workers", lambda pods: len(pods) == 2 and all(map(pod_ready, pods.values())), "Ready"
+    )
+    cliques = await env.kube.list(CLIQUES, env.driver_namespace, f"{c.CD_LABEL}={uid}")
+    assert cliques["items"] == []
+    for node in non_fabric:
+        daemon = fleet.on(node)
+        assert daemon.imex.events() == [], "no IMEX on a node without NVLink fabric"
+        assert hosts_mappings(daemon) == {}
+        assert "no cliqueID" in daemon.log_text()
