@@ -29,7 +29,13 @@ from computedomain.api.resources import CLIQUES, COMPUTE_DOMAINS
 from computedomain.devcluster.controlplane import ControlPlane
 from computedomain.devcluster.helm import find_helm
 from computedomain.devcluster.imexdaemon import DaemonRuntime, NvidiaDaemons, NvidiaImexDaemon
-from computedomain.devcluster.upstream import UpstreamBuild
+from computedomain.devcluster.processes import tail
+from computedomain.devcluster.upstream import (
+    UpstreamBuild,
+    chart_controller_container,
+    container_environment,
+    start_controller,
+)
 from computedomain.devcluster.watching import Objects, watch_objects
 from computedomain.runtime import resources as r
 from computedomain.runtime.client import KubeClient
@@ -42,6 +48,7 @@ from tests.integration.e2e_harness import (
     workload,
 )
 from tests.integration.nvidia_install import install_daemon_rbac, remove_cluster_objects
+from tests.integration.test_upstream_controller import CHART_VALUES, SHARED_SETTINGS
 from tests.kit.waiting import eventually
 
 pytestmark = pytest.mark.integration
@@ -61,6 +68,7 @@ Entry = dict[str, Any]
 class NvidiaFleet:
     env: EndToEnd
     daemons: NvidiaDaemons
+    kubeconfig: Path
 
     async def start(self, feature_gates: str = "") -> None:
         """Our controller (with ``feature_gates``) and the simulator, NVIDIA's daemon in it."""
@@ -81,6 +89,17 @@ class NvidiaFleet:
             cd_name, lambda cd: predicate(status_nodes(cd)), what, within=90
         )
         return status_nodes(cd)
+
+    async def daemon_pods_gone(self, uid: str) -> None:
+        await watch_objects(
+            self.env.kube,
+            r.PODS,
+            lambda pods: not pods,
+            namespace=self.env.driver_namespace,
+            label_selector=f"{c.CD_LABEL}={uid}",
+            within=60,
+            what=f"daemon pods of {uid} gone",
+        )
 
     async def daemon_pod(self, uid: str, node: str) -> dict[str, Any]:
         def on_node(pods: Objects) -> dict[str, Any] | None:
@@ -122,7 +141,7 @@ async def fleet(
     daemons = NvidiaDaemons(runtime)
     try:
         async with end_to_end(kube, kubeconfig_path, namespace, driver_namespace) as env:
-            yield NvidiaFleet(env, daemons)
+            yield NvidiaFleet(env, daemons, kubeconfig_path)
     finally:
         await daemons.close()
         await remove_cluster_objects(kube, made)
@@ -307,3 +326,94 @@ async def test_nvidia_daemons_on_non_fabric_nodes_run_no_imex_and_the_domain_is_
         assert daemon.imex.events() == [], "no IMEX on a node without NVLink fabric"
         assert hosts_mappings(daemon) == {}
         assert "no cliqueID" in daemon.log_text()
+
+
+def configured_as(fleet: NvidiaFleet, cd: dict[str, Any] | None) -> dict[str, Any]:
+    """What the daemons were configured with, addresses replaced by node names (they differ
+    between runs): CD status, and per node its /etc/hosts mappings, nodes.cfg, imexd.cfg and the
+    peers its IMEX last read. Indexes go by join order, so the mappings are checked against the
+    status (assert_imex_points_at_peers) and compared here as the set of nodes they name."""
+    nodes = status_nodes(cd)
+    names = {n["ipAddress"]: n["name"] for n in nodes}
+
+    def named(text: str) -> str:
+        for address, node in names.items():
+            text = text.replace(address, f"<{node}>")
+        return text
+
+    seen: dict[str, Any] = {
+        "status.status": ((cd or {}).get("status") or {}).get("status"),
+        "status.nodes": sorted((n["name"], n["cliqueID"], n["status"]) for n in nodes),
+    }
+    for node in sorted(names.values()):
+        daemon = fleet.on(node)
+        seen[f"{node} /etc/hosts names"] = sorted(
+            names.get(ip, ip) for ip in hosts_mappings(daemon).values()
+        )
+        # In IP mode the daemon lists its peers in the order they joined: compared as a set.
+        seen[f"{node} nodes.cfg"] = sorted(named((daemon.imexd / "nodes.cfg").read_text()).split())
+        settings = (daemon.imexd / "imexd.cfg").read_text().splitlines()
+        seen[f"{node} imexd.cfg"] = [named(s) for s in settings if s and not s.startswith("#")]
+        seen[f"{node} IMEX peers"] = sorted(names.get(ip, ip) for ip in daemon.imex.peers() or ())
+    return seen
+
+
+@pytest.mark.parametrize("protocol", ["cliques", "ip-mode"])
+async def test_nvidia_daemons_are_configured_alike_under_nvidia_controller_and_ours(
+    fleet: NvidiaFleet, upstream: UpstreamBuild, fleet_nodes: list[str], protocol: str
+) -> None:
+    env = fleet.env
+    gates = PROTOCOLS[protocol]
+    dns_names = protocol != "ip-mode"
+    hostnames = [node for node in fleet_nodes if "-r01-" in node][:2]
+    values = dict(CHART_VALUES)
+    if gates:
+        values["featureGates"] = dict(gate.split("=") for gate in gates.split(","))
+        values["featureGates"] = {k: v == "true" for k, v in values["featureGates"].items()}
+    container = chart_controller_container(find_helm(), upstream, env.driver_namespace, values)
+    nvidia_env = container_environment(
+        container, "dra-driver-nvidia-gpu-controller-0", env.driver_namespace
+    )
+    nvidia_env["HTTP_ENDPOINT"] = "127.0.0.1:0"
+    await env.start_simulator(daemon_factory=fleet.daemons)
+
+    async def run_once() -> dict[str, Any]:
+        cd = await env.create_cd("training", num_nodes=2)
+        uid = cd["metadata"]["uid"]
+        await env.run_workload(workload("workers", 2, hostnames=hostnames))
+        await fleet.nodes("training", ready_nodes(2), "2 Ready nodes")
+        ready = await env.cd_until(
+            "training",
+            lambda cd: (cd or {}).get("status", {}).get("status") == c.STATUS_READY,
+            "status.status Ready",
+        )
+        await env.workload_pods(
+            "workers", lambda pods: len(pods) == 2 and all(map(pod_ready, pods.values())), "Ready"
+        )
+        nodes = status_nodes(ready)
+        await assert_imex_points_at_peers(fleet, nodes, dns_names)
+        seen = configured_as(fleet, ready)
+        await env.kube.delete(STATEFULSETS, "workers", env.namespace)
+        await env.pods_gone()
+        await env.kube.delete(COMPUTE_DOMAINS, "training", env.namespace)
+        await env.cd_until("training", lambda cd: cd is None, "finalized")
+        await env.nodes_labelled(uid, lambda names: not names, "labels removed")
+        await fleet.daemon_pods_gone(uid)
+        return seen
+
+    log = fleet.kubeconfig.parent / "nvidia-controller.log"
+    nvidia = start_controller(upstream, fleet.kubeconfig, container, nvidia_env, log)
+    failure = ""
+    try:
+        theirs = await run_once()
+    except TimeoutError as error:
+        failure = f"under NVIDIA's controller: {error}\n--- its log:\n{tail(log, 40)}"
+    finally:
+        nvidia.stop()
+    # Ours next (and, after a failure, to finalize what NVIDIA's left).
+    await env.start_controller(**{k: nvidia_env[k] for k in SHARED_SETTINGS if k in nvidia_env})
+    if failure:
+        pytest.fail(failure)
+    ours = await run_once()
+    print("configured under NVIDIA's controller:", *theirs.items(), sep="\n  ")
+    assert ours == theirs
