@@ -38,7 +38,7 @@ if [ -z "${HELM:-}" ]; then
   export HELM="$helm_dir/helm"
 fi
 # NVIDIA's own code for the tests that run it: its binaries (hack/upstream/build.sh; the
-# differential tests and the swap tests) and its v0.4.0 chart (hack/upstream/chart.sh; the build
+# differential tests, the swap tests and the tests on NVIDIA's IMEX daemon) and its v0.4.0 chart (hack/upstream/chart.sh; the build
 # brings v0.4.1's). A directory given in NVIDIA_UPSTREAM_BIN / NVIDIA_UPSTREAM_CHART_V040 wins;
 # otherwise the pinned source. Under CI=true, or with the source variable set, what cannot be had
 # fails the run (and the tests require it); elsewhere one line says which tests will not run.
@@ -64,7 +64,7 @@ upstream_input() { # script, variable to export, file the path must hold, what, 
 if [ -z "${NVIDIA_UPSTREAM_BIN:-}" ]; then
   upstream_input build.sh NVIDIA_UPSTREAM_BIN compute-domain-controller "NVIDIA's binaries" \
     "${NVIDIA_DRA_DRIVER_SRC:-}" \
-    "tests/integration/test_upstream_controller.py and test_swap.py (NVIDIA's controller)"
+    "tests/integration/test_upstream_controller.py, test_swap.py and test_nvidia_daemon.py (NVIDIA's controller and IMEX daemon)"
 fi
 if [ "${CI:-}" = "true" ] || [ -n "${NVIDIA_DRA_DRIVER_SRC:-}" ]; then
   export COMPUTEDOMAIN_REQUIRE_UPSTREAM=1
