@@ -45,6 +45,8 @@ from typing import Any
 
 from soak import Soak
 from upgrade import UpgradeUnderLoad
+from versus import Versus
+from versus import report as versus_report
 
 from computedomain.api import constants as c
 from computedomain.api.resources import CLIQUES, COMPUTE_DOMAINS
@@ -1342,6 +1344,14 @@ def build_parser() -> argparse.ArgumentParser:
         default=240.0,
         help="length of the churn in the upgrade scenario (default 240)",
     )
+    parser.add_argument(
+        "--against",
+        choices=["nvidia"],
+        help="instead of the phases above: NVIDIA's compute-domain-controller (the pinned build "
+        "of hack/upstream/build.sh, at its default QPS 5/10 and at ours) and ours, one after "
+        "the other on the same fleet, each as its own process, every figure also as a ratio "
+        "(hack/versus.py); uses --cds, --changes (at most 17) and --idle-seconds",
+    )
     parser.add_argument("-v", "--verbosity", type=int, default=-1, help="controller log level")
     return parser
 
@@ -1396,6 +1406,9 @@ async def run(args: argparse.Namespace, cp: ControlPlane, started: float) -> dic
         await client.create(r.SERVICE_ACCOUNTS, sa, DRIVER_NAMESPACE)
         if args.soak is not None:
             return await run_soak(args, cp, client, sim_client, spec, started, setup)
+        if args.against == "nvidia":
+            versus = Versus(args, cp, api, client, sim_client, DRIVER_NAMESPACE, say=_say)
+            return scenario_results(args, spec, started, setup, versus=await versus.run())
         bench = Bench(args, client, cp.kubeconfig, build_nodes(spec))
         await bench.preload()
         await bench.memory_and_start()
@@ -1499,6 +1512,10 @@ async def run_upgrade(
     return scenario_results(args, spec, started, setup, upgrade_under_load=figures)
 
 
+def _say(text: str) -> None:
+    print(f"[{datetime.now(UTC):%H:%M:%S}] {text}", flush=True)
+
+
 def scenario_results(
     args: argparse.Namespace,
     spec: FleetSpec,
@@ -1575,7 +1592,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ) as cp:
         results = asyncio.run(run(args, cp, started))
     print()
-    print(report(results))
+    print(versus_report(results["versus"]) if "versus" in results else report(results))
     stamp = datetime.fromtimestamp(started, UTC).strftime("%Y-%m-%dT%H%M%SZ")
     output = args.output or RESULTS_DIR / f"{stamp}{'-quick' if args.quick else ''}.json"
     output.parent.mkdir(parents=True, exist_ok=True)
