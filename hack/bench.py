@@ -31,7 +31,6 @@ import logging
 import math
 import os
 import platform
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -43,6 +42,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from measures import proc_cpu_s, summary
 from soak import Soak
 from upgrade import UpgradeUnderLoad
 from versus import Versus
@@ -101,27 +101,6 @@ def now() -> float:
 def settled_rss_mb() -> float:
     gc.collect()
     return rss_mb()
-
-
-def percentile(values: Sequence[float], p: float) -> float:
-    """Nearest-rank percentile (no interpolation: every figure is an observed sample)."""
-    ordered = sorted(values)
-    rank = max(1, math.ceil(p / 100.0 * len(ordered)))
-    return ordered[rank - 1]
-
-
-def summary(values: Sequence[float]) -> dict[str, float]:
-    if not values:
-        return {}
-    return {
-        "n": len(values),
-        "min": min(values),
-        "p50": percentile(values, 50),
-        "p95": percentile(values, 95),
-        "p99": percentile(values, 99),
-        "max": max(values),
-        "mean": statistics.fmean(values),
-    }
 
 
 async def bounded(calls: Iterable[Awaitable[Any]], limit: int = 64) -> None:
@@ -856,12 +835,6 @@ async def main():
 
 asyncio.run(main())
 """
-
-
-def proc_cpu_s(pid: int) -> float:
-    """User + system CPU seconds of the process (all threads)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def metric_total(text: str, name: str) -> float:

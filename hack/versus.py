@@ -23,15 +23,15 @@ from __future__ import annotations
 
 import asyncio
 import os
-import statistics
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from kubernetes_asyncio.client import ApiClient
+from measures import proc_cpu_s, summary
 
 from computedomain.api import constants as c
 from computedomain.api.resources import CLIQUES, COMPUTE_DOMAINS
@@ -89,27 +89,6 @@ CONTENDERS = (
 
 def now() -> float:
     return time.monotonic()
-
-
-def proc_cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def summary(values: Sequence[float]) -> dict[str, float]:
-    ordered = sorted(values)
-    if not ordered:
-        return {"n": 0}
-
-    def pct(p: float) -> float:
-        return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
-
-    return {
-        "n": len(ordered),
-        "p50": round(statistics.median(ordered), 4),
-        "p95": round(pct(95), 4),
-        "max": round(ordered[-1], 4),
-    }
 
 
 async def until(
@@ -456,7 +435,7 @@ class Versus:
         # Each join is two entry changes (NotReady, then Ready).
         return {
             "joins": len(latencies),
-            "entry_ready_to_status_s": summary(latencies),
+            "entry_ready_to_status_s": {k: round(v, 4) for k, v in summary(latencies).items()},
             "writes_per_change": round(writes / (2 * changes), 2),
             "writes_per_change_without_events": round(without_events / (2 * changes), 2),
         }
