@@ -18,7 +18,6 @@ RULE = ROOT / "manifests" / "prometheus" / "prometheus_rule.yaml"
 RULE_TESTS = ROOT / "manifests" / "prometheus" / "prometheus_rule_test.yaml"
 RUNBOOKS = ROOT / "docs" / "runbooks.md"
 DASHBOARD = ROOT / "manifests" / "dashboards" / "computedomain.json"
-RUNBOOK_BASE = "https://github.com/computedomain/computedomain/blob/main/docs/runbooks.md"
 
 
 def alerts() -> list[dict[str, Any]]:
@@ -49,10 +48,10 @@ def test_metric_names_are_found_in_expressions() -> None:
 
 
 @pytest.mark.parametrize("name", alert_names())
-def test_every_alert_links_its_runbook_section(name: str) -> None:
+def test_every_alert_has_a_runbook_section_and_no_link_that_may_not_resolve(name: str) -> None:
     (alert,) = [a for a in alerts() if a["alert"] == name]
-    url = alert["annotations"]["runbook_url"]
-    assert url == f"{RUNBOOK_BASE}#{name.lower()}"
+    # runbook_url only where it is known to resolve: the chart adds it for a configured base.
+    assert "runbook_url" not in alert["annotations"]
     assert name.lower() in runbook_anchors(), f"docs/runbooks.md has no section '## {name}'"
     section = RUNBOOKS.read_text().split(f"## {name}\n", 1)[1].split("\n## ", 1)[0]
     for part in ("**Meaning.**", "**Confirm.**", "**Fix"):
@@ -76,9 +75,6 @@ def test_every_alert_has_promtool_cases_that_fire_and_that_do_not(name: str) -> 
     ]
     assert any(case.get("exp_alerts") for case in cases), f"{name}: no case where it fires"
     assert any(not case.get("exp_alerts") for case in cases), f"{name}: no quiet case"
-    for case in cases:
-        for expected in case.get("exp_alerts") or []:
-            assert expected["exp_annotations"]["runbook_url"] == f"{RUNBOOK_BASE}#{name.lower()}"
 
 
 def dashboard_expressions() -> list[str]:
