@@ -1,0 +1,125 @@
+"""Per NVLink clique: nodes in total, Ready, held by a ComputeDomain, and free; which domains hold
+which; and whether an N-node job fits in one clique now. Pure: built from listed Nodes and
+ComputeDomains (the node label the kubelet plugin sets says which domain holds a node)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from computedomain.api import constants as c
+
+# How nodes without the clique label (no NVLink fabric, or fabric not ready) are shown.
+NO_CLIQUE = "<none>"
+
+
+@dataclass
+class CliqueCapacity:
+    clique: str
+    nodes: int = 0
+    ready: int = 0
+    held: int = 0
+    free_nodes: list[str] = field(default_factory=list)
+    # "namespace/name" (or the UID of a domain that no longer exists) -> nodes it holds here
+    domains: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def free(self) -> int:
+        return len(self.free_nodes)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "clique": self.clique,
+            "nodes": self.nodes,
+            "ready": self.ready,
+            "held": self.held,
+            "free": self.free,
+            "domains": dict(sorted(self.domains.items())),
+            "freeNodes": sorted(self.free_nodes),
+        }
+
+
+def _node_ready(node: Mapping[str, Any]) -> bool:
+    if (node.get("spec") or {}).get("unschedulable"):
+        return False
+    for condition in (node.get("status") or {}).get("conditions") or []:
+        if condition.get("type") == "Ready":
+            return bool(condition.get("status") == "True")
+    return False
+
+
+def clique_capacity(
+    nodes: Iterable[Mapping[str, Any]], domains: Iterable[Mapping[str, Any]]
+) -> list[CliqueCapacity]:
+    """One row per clique (by name), then the nodes without a clique label, if any. A node is
+    free when it is Ready, schedulable and held by no domain."""
+    names = {
+        str(
+            cd["metadata"].get("uid")
+        ): f"{cd['metadata'].get('namespace')}/{cd['metadata']['name']}"
+        for cd in domains
+    }
+    rows: dict[str, CliqueCapacity] = {}
+    for node in nodes:
+        labels = node["metadata"].get("labels") or {}
+        clique = labels.get(c.GPU_CLIQUE_NODE_LABEL) or NO_CLIQUE
+        row = rows.setdefault(clique, CliqueCapacity(clique))
+        row.nodes += 1
+        ready = _node_ready(node)
+        row.ready += ready
+        holder = labels.get(c.CD_LABEL)
+        if holder:
+            row.held += 1
+            key = names.get(holder, holder)
+            row.domains[key] = row.domains.get(key, 0) + 1
+        elif ready:
+            row.free_nodes.append(node["metadata"]["name"])
+    ordered = sorted((r for k, r in rows.items() if k != NO_CLIQUE), key=lambda r: r.clique)
+    return ordered + ([rows[NO_CLIQUE]] if NO_CLIQUE in rows else [])
+
+
+def fitting(rows: Sequence[CliqueCapacity], size: int) -> list[CliqueCapacity]:
+    """The cliques with ``size`` free nodes, tightest first (a job should not take the clique a
+    larger one needs). Nodes without a clique never form one NVLink domain."""
+    return sorted(
+        (r for r in rows if r.clique != NO_CLIQUE and r.free >= size),
+        key=lambda r: (r.free, r.clique),
+    )
+
+
+def table(rows: Sequence[CliqueCapacity]) -> str:
+    header = ("CLIQUE", "NODES", "READY", "HELD", "FREE", "DOMAINS")
+    lines = [header]
+    for row in rows:
+        held_by = ",".join(f"{name}({n})" for name, n in sorted(row.domains.items())) or "-"
+        lines.append(
+            (row.clique, str(row.nodes), str(row.ready), str(row.held), str(row.free), held_by)
+        )
+    widths = [max(len(line[i]) for line in lines) for i in range(len(header) - 1)]
+    return "\n".join(
+        "   ".join(cell.ljust(w) for cell, w in zip(line[:-1], widths, strict=True))
+        + "   "
+        + line[-1]
+        for line in lines
+    )
+
+
+def fits_message(rows: Sequence[CliqueCapacity], size: int) -> tuple[bool, str]:
+    """Whether a ``size``-node job fits in one clique now, and a line that says where (or how
+    close the largest clique comes)."""
+    found = fitting(rows, size)
+    if found:
+        best = found[0]
+        more = f" (also: {', '.join(r.clique for r in found[1:4])})" if len(found) > 1 else ""
+        return True, (
+            f"a {size}-node job fits: clique {best.clique} has {best.free} free nodes{more}"
+        )
+    cliques = [r for r in rows if r.clique != NO_CLIQUE]
+    if not cliques:
+        return False, f"a {size}-node job does not fit: no node has an NVLink clique label"
+    largest = max(cliques, key=lambda r: (r.free, r.clique))
+    return False, (
+        f"a {size}-node job does not fit in one clique now: the most free nodes in one clique "
+        f"are {largest.free} (clique {largest.clique})"
+    )
