@@ -39,6 +39,8 @@ from computedomain.devcluster.upstream import (
 from computedomain.devcluster.watching import Objects, watch_objects
 from computedomain.runtime import resources as r
 from computedomain.runtime.client import KubeClient
+from computedomain.sim.fleet import create_fleet, wait_nodes_ready
+from tests.integration.cluster import TEST_FLEET
 from tests.integration.e2e_harness import (
     STATEFULSETS,
     EndToEnd,
@@ -417,3 +419,52 @@ async def test_nvidia_daemons_are_configured_alike_under_nvidia_controller_and_o
     ours = await run_once()
     print("configured under NVIDIA's controller:", *theirs.items(), sep="\n  ")
     assert ours == theirs
+
+
+async def test_a_lost_node_leaves_the_domain_and_its_peers_imex_is_told(
+    fleet: NvidiaFleet, api_client: ApiClient
+) -> None:
+    env = fleet.env
+    await fleet.start()
+    cd = await env.create_cd("training", num_nodes=2)
+    uid = cd["metadata"]["uid"]
+    await env.run_workload(workload("workers", 2, racks=["r00"]))
+    nodes = await fleet.nodes("training", ready_nodes(2), "2 Ready nodes")
+    await env.cd_until("training", cd_ready, "Ready")
+    lost, survivor = sorted(nodes, key=lambda n: n["name"])
+    daemon = fleet.on(survivor["name"])
+
+    # The Node goes away (an instance terminated): the pod garbage collector deletes its pods,
+    # NVIDIA's daemon there is stopped and leaves its clique, and the survivor's IMEX is told.
+    await env.kube.delete(r.NODES, lost["name"])
+    try:
+        left = await fleet.nodes(
+            "training",
+            lambda ns: lost["name"] not in {n["name"] for n in ns},
+            f"{lost['name']} gone from status.nodes",
+        )
+        assert survivor["name"] in {n["name"] for n in left}
+
+        async def told() -> bool:
+            events = daemon.imex.events()
+            return any(
+                what == "SIGUSR1" and lost["ipAddress"] not in peers for what, _, peers in events
+            )
+
+        await eventually(told, within=60, what="the survivor's IMEX told its peer is gone")
+        cliques = await env.cliques_of(
+            uid,
+            lambda cs: all(
+                d["nodeName"] != lost["name"] for cl in cs.values() for d in cl.get("daemons") or []
+            ),
+            "no clique entry for the lost node",
+        )
+        assert cliques
+        # The StatefulSet's pod comes back on another node of the rack: the domain heals.
+        healed = await fleet.nodes("training", ready_nodes(2), "2 Ready nodes again")
+        await env.cd_until("training", cd_ready, "Ready again")
+        await assert_imex_points_at_peers(fleet, healed, dns_names=True)
+    finally:
+        # Put the shared fleet's node back as it was made (its ResourceSlice stayed).
+        await create_fleet(api_client, TEST_FLEET)
+        await wait_nodes_ready(api_client, [lost["name"]], 60)
