@@ -11,7 +11,11 @@ from typing import Any
 
 import pytest
 
-from tests.integration.e2e_harness import EndToEnd, workload
+from computedomain.api import constants as c
+from computedomain.runtime import resources as r
+from computedomain.runtime.objects import condition
+from computedomain.sim.faults import FaultSettings
+from tests.integration.e2e_harness import FAST_DAEMONS, EndToEnd, cd_ready, workload
 
 pytestmark = pytest.mark.integration
 
@@ -71,3 +75,101 @@ async def test_cliques_fits_is_right_before_and_after_a_domain_takes_nodes(
     assert code == 1
     assert out.splitlines()[0].split() == ["CLIQUE", "NODES", "READY", "HELD", "FREE", "DOMAINS"]
     assert f"{e2e.namespace}/wide(3)" in out
+
+
+async def describe(e2e: EndToEnd, kubeconfig: Path, name: str) -> tuple[int, str]:
+    code, out, err = await cdom(kubeconfig, "describe", name, "-n", e2e.namespace)
+    assert code in (0, 1), err
+    return code, out
+
+
+def broken_link(out: str) -> list[str]:
+    """The three lines naming the first broken link (link, problem, what to do)."""
+    lines = out.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("First broken link:"))
+    return lines[start : start + 3]
+
+
+async def test_describe_names_the_first_broken_link_of_each_kind(
+    e2e: EndToEnd, kubeconfig_path: Path
+) -> None:
+    stuck, fine = "gb200-r02-n04", "gb200-r02-n05"
+    await e2e.start_controller(DAEMON_READY_GRACE_PERIOD="2s")
+    await e2e.start_simulator(
+        FaultSettings(daemon_delay=FAST_DAEMONS, never_ready_nodes=frozenset({stuck}))
+    )
+
+    # Idle: nothing is wrong, the domain waits for its workload (exit 1: not Ready).
+    await e2e.create_cd("idle", rct_name="idle-channel")
+    await e2e.cd_until("idle", lambda cd: bool(condition(cd, "Ready")), "conditions")
+    code, out = await describe(e2e, kubeconfig_path, "idle")
+    assert code == 1
+    link = broken_link(out)
+    assert link[0] == "First broken link: workload"
+    assert f"ResourceClaimTemplate {e2e.namespace}/idle-channel" in link[1]
+
+    # A foreign object at the workload template's name: the children link, the controller's words.
+    foreign = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": "taken"},
+        "spec": {
+            "spec": {
+                "devices": {
+                    "requests": [
+                        {"name": "x", "exactly": {"deviceClassName": c.CHANNEL_DEVICE_CLASS}}
+                    ]
+                }
+            }
+        },
+    }
+    await e2e.kube.create(r.RESOURCE_CLAIM_TEMPLATES, foreign, e2e.namespace)
+    await e2e.create_cd("clash", rct_name="taken")
+    await e2e.cd_until(
+        "clash",
+        lambda cd: condition(cd, "Ready").get("reason") == "ForeignObject",
+        "ForeignObject",
+    )
+    code, out = await describe(e2e, kubeconfig_path, "clash")
+    assert code == 1
+    link = broken_link(out)
+    assert link[0] == "First broken link: children"
+    assert link[1].strip().startswith("ForeignObject:")
+
+    # A daemon that never turns Ready: named, with its own words and the logs command.
+    cd = await e2e.create_cd("stuck", rct_name="stuck-channel")
+    await e2e.run_workload(workload("stuck", 2, rct_name="stuck-channel", hostnames=[stuck, fine]))
+    await e2e.cd_until(
+        "stuck",
+        lambda o: condition(o, "Ready").get("reason") == "DaemonsNotReady",
+        "DaemonsNotReady",
+    )
+    code, out = await describe(e2e, kubeconfig_path, "stuck")
+    print(out)
+    assert code == 1
+    link = broken_link(out)
+    assert link[0].startswith("First broken link: IMEX daemon ")
+    assert link[0].endswith(f" on {stuck}")
+    assert "not Ready: running, but its probe has not passed" in link[1]
+    assert f"-c {c.DAEMON_CONTAINER}" in link[2]
+    assert f"{fine}  clique" in out
+    assert "daemon Ready" in out
+    assert cd["metadata"]["uid"] in out
+
+    # Ready: no broken link, exit 0.
+    await e2e.create_cd("good", rct_name="good-channel")
+    await e2e.run_workload(workload("good", 2, rct_name="good-channel", racks=["r03"]))
+    await e2e.cd_until("good", cd_ready, "Ready")
+    code, out = await describe(e2e, kubeconfig_path, "good")
+    assert code == 0, out
+    assert out.splitlines()[-1] == "No broken link: the domain is Ready."
+    print(out)
+
+
+async def test_describe_of_a_domain_that_does_not_exist_says_so(
+    e2e: EndToEnd, kubeconfig_path: Path
+) -> None:
+    code, out, err = await cdom(kubeconfig_path, "describe", "nothing", "-n", e2e.namespace)
+    assert code == 3
+    assert out == ""
+    assert err.strip() == f"error: ComputeDomain {e2e.namespace}/nothing not found"

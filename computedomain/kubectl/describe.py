@@ -1,0 +1,294 @@
+"""``kubectl cdom describe NAME``: a ComputeDomain's whole chain on one screen and the first broken
+link in it, named, with what to do. Pure: ``Chain`` holds what was listed; ``first_broken_link``
+walks it in the order a domain comes up (controller → children → workload → node → daemon →
+clique → Ready), so the link it names is the one to fix first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from computedomain.api import constants as c
+
+Obj = dict[str, Any]
+# Events shown per object: the latest few say what happened last.
+EVENTS_PER_OBJECT = 3
+
+
+@dataclass
+class Chain:
+    """What the cluster holds for one ComputeDomain (see main.py for how it is listed)."""
+
+    cd: Obj
+    daemonsets: list[Obj] = field(default_factory=list)
+    daemon_templates: list[Obj] = field(default_factory=list)
+    workload_template: Obj | None = None
+    daemon_pods: list[Obj] = field(default_factory=list)
+    cliques: list[Obj] = field(default_factory=list)
+    workload_pods: list[Obj] = field(default_factory=list)
+    nodes: list[Obj] = field(default_factory=list)  # nodes labelled for this domain
+    events: list[Obj] = field(default_factory=list)  # of every object above
+
+    @property
+    def namespace(self) -> str:
+        return str(self.cd["metadata"]["namespace"])
+
+    @property
+    def name(self) -> str:
+        return str(self.cd["metadata"]["name"])
+
+    @property
+    def template_name(self) -> str:
+        channel = (self.cd.get("spec") or {}).get("channel") or {}
+        return str((channel.get("resourceClaimTemplate") or {}).get("name") or "")
+
+
+@dataclass(frozen=True)
+class Finding:
+    link: str  # which link of the chain
+    problem: str
+    fix: str
+
+
+def _condition(obj: Mapping[str, Any] | None, kind: str) -> Mapping[str, Any] | None:
+    for condition in ((obj or {}).get("status") or {}).get("conditions") or []:
+        if condition.get("type") == kind:
+            return dict(condition)
+    return None
+
+
+def _pod_ready(pod: Mapping[str, Any]) -> bool:
+    condition = _condition(pod, "Ready")
+    return bool(condition and condition.get("status") == "True")
+
+
+def container_problem(pod: Mapping[str, Any], container: str = c.DAEMON_CONTAINER) -> str:
+    """Why a pod's container is not ready, in its own words (waiting reason and message, or the
+    last exit); "" when nothing is said."""
+    statuses = (pod.get("status") or {}).get("containerStatuses") or []
+    status = next(
+        (s for s in statuses if s.get("name") == container), statuses[0] if statuses else {}
+    )
+    waiting = (status.get("state") or {}).get("waiting") or {}
+    last = (status.get("lastState") or {}).get("terminated") or {}
+    parts = []
+    if waiting:
+        parts.append(": ".join(p for p in (waiting.get("reason"), waiting.get("message")) if p))
+    if last:
+        words = (last.get("reason"), f"exit code {last.get('exitCode')}", last.get("message"))
+        parts.append("last exit " + ", ".join(str(p) for p in words if p))
+    if not parts:
+        phase = (pod.get("status") or {}).get("phase") or "unknown"
+        scheduled = _condition(pod, "PodScheduled")
+        if scheduled and scheduled.get("status") == "False":
+            return f"not scheduled: {scheduled.get('message') or scheduled.get('reason')}"
+        if (status.get("state") or {}).get("running") is not None:
+            # The daemon's probes run `compute-domain-daemon check` (nvidia-imex-ctl -q).
+            return "running, but its probe has not passed (the local IMEX daemon is not READY)"
+        return f"phase {phase}, not Ready"
+    return "; ".join(parts)
+
+
+def _warnings(chain: Chain, kind: str, name: str) -> list[Obj]:
+    return [
+        e
+        for e in chain.events
+        if e.get("type") == "Warning"
+        and ((e.get("regarding") or e.get("involvedObject") or {}).get("name")) == name
+        and ((e.get("regarding") or e.get("involvedObject") or {}).get("kind")) == kind
+    ]
+
+
+def _event_text(event: Mapping[str, Any]) -> str:
+    return str(event.get("note") or event.get("message") or "")
+
+
+def first_broken_link(chain: Chain) -> Finding | None:
+    """The first link of the chain that is broken, or None when the domain is Ready."""
+    cd, ns = chain.cd, chain.namespace
+    ready = _condition(cd, c.CONDITION_READY)
+    if (cd["metadata"].get("deletionTimestamp")) is not None:
+        return Finding(
+            "ComputeDomain",
+            "it is being deleted; the controller holds its finalizer until its children and node "
+            "labels are gone",
+            "wait; if it stays, read the controller's log and the runbook "
+            "ComputeDomainStuckDeleting",
+        )
+    if ready is None:
+        return Finding(
+            "controller",
+            "the ComputeDomain has no conditions: no controller of ours has reconciled it (not "
+            "running, not leading, standing by beside NVIDIA's, or the CRD prunes our status "
+            "fields)",
+            "check the controller's pods and their log; `kubectl get crd computedomains."
+            "resource.nvidia.com -o yaml` must list status.conditions",
+        )
+    if ready.get("status") == "True":
+        return None
+    children = _condition(cd, c.CONDITION_CHILDREN_READY)
+    if children is not None and children.get("status") == "False":
+        return Finding(
+            "children",
+            f"{children.get('reason')}: {children.get('message')}",
+            "the message names the child and what to do (docs/runbooks.md, ComputeDomainNotReady)",
+        )
+    if not chain.workload_pods:
+        return Finding(
+            "workload",
+            f"no pod uses the channel ResourceClaimTemplate {ns}/{chain.template_name}: the "
+            "domain waits for its workload (nothing is wrong if the job has not started)",
+            f"start the job with resourceClaimTemplateName: {chain.template_name} in "
+            f"namespace {ns}",
+        )
+    for pod in chain.workload_pods:
+        if not (pod.get("spec") or {}).get("nodeName"):
+            scheduled = _condition(pod, "PodScheduled") or {}
+            return Finding(
+                f"workload pod {ns}/{pod['metadata']['name']}",
+                f"not scheduled: {scheduled.get('message') or 'no node chosen yet'}",
+                "free nodes in one clique: `kubectl cdom cliques --fits N`",
+            )
+    daemons_by_node = {p["spec"].get("nodeName"): p for p in chain.daemon_pods}
+    for node in chain.nodes:
+        node_name = node["metadata"]["name"]
+        daemon = daemons_by_node.get(node_name)
+        if daemon is None:
+            where = chain.daemonsets[0]["metadata"]["namespace"] if chain.daemonsets else "?"
+            daemonset = c.daemon_name(chain.cd["metadata"]["uid"])
+            return Finding(
+                f"IMEX daemon on {node_name}",
+                "the node is labelled for this domain but has no daemon pod",
+                f"kubectl -n {where} describe daemonset {daemonset} (its Events say why a pod "
+                "was not made, e.g. a missing ServiceAccount)",
+            )
+        if not _pod_ready(daemon):
+            pod_ns, pod_name = daemon["metadata"]["namespace"], daemon["metadata"]["name"]
+            return Finding(
+                f"IMEX daemon {pod_ns}/{pod_name} on {node_name}",
+                f"not Ready: {container_problem(daemon)}",
+                f"kubectl -n {pod_ns} logs {pod_name} -c {c.DAEMON_CONTAINER} (--previous after "
+                "a restart)",
+            )
+    entries = {
+        d.get("nodeName"): d for clique in chain.cliques for d in clique.get("daemons") or []
+    }
+    for node in chain.nodes:
+        node_name = node["metadata"]["name"]
+        clique = (node["metadata"].get("labels") or {}).get(c.GPU_CLIQUE_NODE_LABEL)
+        entry = entries.get(node_name)
+        if clique and chain.cliques and (entry is None or entry.get("status") != c.STATUS_READY):
+            state = "no entry" if entry is None else f"entry {entry.get('status')}"
+            return Finding(
+                f"clique {clique}",
+                f"{node_name}: {state} in the domain's clique, though its daemon pod is Ready",
+                "the daemon's log says why it did not write Ready; a daemon writes its entry "
+                "again when it restarts",
+            )
+    # A pod whose claim the kubelet plugin refuses (e.g. a claim in another namespace than the
+    # domain's) never gets its node labelled, so no daemon link above names it: its Events do.
+    # Checked last: a pod waiting for its node's daemon has Warning Events too.
+    for pod in chain.workload_pods:
+        warnings = _warnings(chain, "Pod", pod["metadata"]["name"])
+        if warnings and not _pod_ready(pod):
+            return Finding(
+                f"workload pod {ns}/{pod['metadata']['name']}",
+                f"{warnings[-1].get('reason')}: {_event_text(warnings[-1])}",
+                "fix what the Event says (a claim of another namespace's domain, a missing "
+                "DeviceClass); `kubectl describe pod` shows every Event",
+            )
+    return Finding(
+        "Ready",
+        f"{ready.get('reason')}: {ready.get('message')}",
+        "the message names what is at fault (docs/runbooks.md, ComputeDomainNotReady)",
+    )
+
+
+def render(chain: Chain, finding: Finding | None) -> str:
+    cd = chain.cd
+    meta = cd["metadata"]
+    ready = _condition(cd, c.CONDITION_READY) or {}
+    status = cd.get("status") or {}
+    lines = [
+        f"ComputeDomain {chain.namespace}/{chain.name}  uid {meta.get('uid')}",
+        f"  Ready: {ready.get('status', '-')} ({ready.get('reason', 'no conditions')})"
+        f"   status.status: {status.get('status', '-')}"
+        f"   numNodes: {(cd.get('spec') or {}).get('numNodes', 0)}",
+        "Children:",
+    ]
+    template = chain.workload_template
+    lines.append(
+        f"  ResourceClaimTemplate {chain.namespace}/{chain.template_name}: "
+        + ("present" if template else "missing")
+    )
+    for rct in chain.daemon_templates:
+        lines.append(
+            f"  ResourceClaimTemplate {rct['metadata']['namespace']}/{rct['metadata']['name']}: "
+            "present"
+        )
+    for ds in chain.daemonsets:
+        ds_status = ds.get("status") or {}
+        lines.append(
+            f"  DaemonSet {ds['metadata']['namespace']}/{ds['metadata']['name']}: "
+            f"{ds_status.get('numberReady', 0)}/{ds_status.get('desiredNumberScheduled', 0)} ready"
+        )
+    entries = {
+        d.get("nodeName"): d for clique in chain.cliques for d in clique.get("daemons") or []
+    }
+    daemons_by_node = {p["spec"].get("nodeName"): p for p in chain.daemon_pods}
+    lines.append(f"Nodes ({len(chain.nodes)}):")
+    for node in sorted(chain.nodes, key=lambda n: n["metadata"]["name"]):
+        node_name = node["metadata"]["name"]
+        clique = (node["metadata"].get("labels") or {}).get(c.GPU_CLIQUE_NODE_LABEL) or "-"
+        pod = daemons_by_node.get(node_name)
+        daemon = "no daemon pod"
+        if pod is not None:
+            daemon = "daemon Ready" if _pod_ready(pod) else f"daemon {container_problem(pod)}"
+        entry = entries.get(node_name)
+        state = f"entry {entry.get('status')} #{entry.get('index')}" if entry else "no entry"
+        lines.append(f"  {node_name}  clique {clique}  {daemon}  {state}")
+    lines.append(f"Workload pods ({len(chain.workload_pods)}):")
+    for pod in sorted(chain.workload_pods, key=lambda p: p["metadata"]["name"]):
+        phase = (pod.get("status") or {}).get("phase", "?")
+        where = (pod.get("spec") or {}).get("nodeName") or "unscheduled"
+        ready_word = "Ready" if _pod_ready(pod) else "not Ready"
+        lines.append(f"  {pod['metadata']['name']}  {phase} {ready_word}  on {where}")
+    recent = _recent_events(chain.events)
+    if recent:
+        lines.append("Events:")
+        lines += [f"  {line}" for line in recent]
+    if finding is None:
+        lines.append("No broken link: the domain is Ready.")
+    else:
+        lines.append(f"First broken link: {finding.link}")
+        lines.append(f"  {finding.problem}")
+        lines.append(f"  What to do: {finding.fix}")
+    return "\n".join(lines)
+
+
+def _recent_events(events: Sequence[Obj]) -> list[str]:
+    per_object: dict[tuple[str, str], list[Obj]] = {}
+    for event in events:
+        about = event.get("regarding") or event.get("involvedObject") or {}
+        per_object.setdefault((about.get("kind", ""), about.get("name", "")), []).append(event)
+    lines = []
+    for (kind, name), items in sorted(per_object.items()):
+        items.sort(key=_event_time)
+        for event in items[-EVENTS_PER_OBJECT:]:
+            lines.append(
+                f"{kind} {name}: {event.get('type')} {event.get('reason')}: {_event_text(event)}"
+            )
+    return lines
+
+
+def _event_time(event: Mapping[str, Any]) -> str:
+    series = event.get("series") or {}
+    return str(
+        series.get("lastObservedTime")
+        or event.get("eventTime")
+        or event.get("deprecatedLastTimestamp")
+        or event.get("lastTimestamp")
+        or ""
+    )

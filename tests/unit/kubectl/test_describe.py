@@ -1,0 +1,141 @@
+"""`kubectl cdom describe`: the first broken link of a domain's chain, link by link."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from computedomain.api import constants as c
+from computedomain.kubectl.describe import (
+    Chain,
+    Finding,
+    container_problem,
+    first_broken_link,
+    render,
+)
+
+UID = "uid-1"
+NODE = "gb200-r00-n01"
+CLIQUE = "A.0"
+
+
+def cd(reason: str = "DaemonsNotReady", *, ready: str = "False", **extra: Any) -> dict[str, Any]:
+    conditions = [{"type": "Ready", "status": ready, "reason": reason, "message": f"{reason}!"}]
+    conditions += extra.pop("conditions", [])
+    return {
+        "metadata": {"name": "job", "namespace": "team", "uid": UID, **extra},
+        "spec": {"numNodes": 1, "channel": {"resourceClaimTemplate": {"name": "job-channel"}}},
+        "status": {"conditions": conditions},
+    }
+
+
+def pod(name: str, *, node: str | None = NODE, ready: bool = True, **status: Any) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "namespace": "team" if name.startswith("w") else "driver"},
+        "spec": {"nodeName": node} if node else {},
+        "status": {
+            "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
+            **status,
+        },
+    }
+
+
+def node() -> dict[str, Any]:
+    labels = {c.CD_LABEL: UID, c.GPU_CLIQUE_NODE_LABEL: CLIQUE}
+    return {"metadata": {"name": NODE, "labels": labels}}
+
+
+def healthy(**changes: Any) -> Chain:
+    chain = Chain(
+        cd(),
+        daemonsets=[{"metadata": {"name": c.daemon_name(UID), "namespace": "driver"}}],
+        workload_pods=[pod("worker-0")],
+        daemon_pods=[pod("daemon-a")],
+        nodes=[node()],
+        cliques=[{"daemons": [{"nodeName": NODE, "status": c.STATUS_READY, "index": 0}]}],
+    )
+    for key, value in changes.items():
+        setattr(chain, key, value)
+    return chain
+
+
+def link(chain: Chain) -> str:
+    finding = first_broken_link(chain)
+    assert finding is not None
+    return finding.link
+
+
+def test_a_ready_domain_has_no_broken_link() -> None:
+    chain = healthy(cd=cd("Ready", ready="True"))
+    assert first_broken_link(chain) is None
+    assert render(chain, None).splitlines()[-1] == "No broken link: the domain is Ready."
+
+
+@pytest.mark.parametrize(
+    ("chain", "expected"),
+    [
+        (healthy(cd={**cd(), "status": {}}), "controller"),
+        (healthy(cd=cd(deletionTimestamp="2026-12-04T00:00:00Z")), "ComputeDomain"),
+        (
+            healthy(
+                cd=cd(conditions=[{"type": "ChildrenReady", "status": "False", "reason": "X"}])
+            ),
+            "children",
+        ),
+        (healthy(workload_pods=[]), "workload"),
+        (
+            healthy(workload_pods=[pod("worker-0", node=None, ready=False)]),
+            "workload pod team/worker-0",
+        ),
+        (healthy(daemon_pods=[]), f"IMEX daemon on {NODE}"),
+        (
+            healthy(daemon_pods=[pod("daemon-a", ready=False)]),
+            f"IMEX daemon driver/daemon-a on {NODE}",
+        ),
+        (
+            healthy(cliques=[{"daemons": [{"nodeName": NODE, "status": "NotReady"}]}]),
+            f"clique {CLIQUE}",
+        ),
+        (healthy(), "Ready"),
+    ],
+)
+def test_the_first_broken_link_is_named_in_the_order_a_domain_comes_up(
+    chain: Chain, expected: str
+) -> None:
+    assert link(chain) == expected
+
+
+def test_a_daemon_is_described_in_its_containers_own_words() -> None:
+    statuses = [
+        {
+            "name": c.DAEMON_CONTAINER,
+            "state": {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off 40s"}},
+            "lastState": {"terminated": {"reason": "Error", "exitCode": 1, "message": "no fabric"}},
+        }
+    ]
+    daemon = pod("daemon-a", ready=False, containerStatuses=statuses)
+    problem = "CrashLoopBackOff: back-off 40s; last exit Error, exit code 1, no fabric"
+    assert container_problem(daemon) == problem
+    finding = first_broken_link(healthy(daemon_pods=[daemon]))
+    assert finding == Finding(
+        f"IMEX daemon driver/daemon-a on {NODE}",
+        f"not Ready: {problem}",
+        f"kubectl -n driver logs daemon-a -c {c.DAEMON_CONTAINER} (--previous after a restart)",
+    )
+
+
+def test_a_workload_pod_the_plugin_refuses_is_named_by_its_event() -> None:
+    event = {
+        "type": "Warning",
+        "reason": "FailedPrepareDynamicResources",
+        "note": "claim namespace differs from the ComputeDomain's",
+        "regarding": {"kind": "Pod", "name": "worker-0"},
+    }
+    chain = healthy(workload_pods=[pod("worker-0", ready=False)], nodes=[], events=[event])
+    finding = first_broken_link(chain)
+    assert finding is not None
+    assert finding.link == "workload pod team/worker-0"
+    assert finding.problem == (
+        "FailedPrepareDynamicResources: claim namespace differs from the ComputeDomain's"
+    )
