@@ -159,6 +159,37 @@ def sample_claim_template(path: Path) -> str:
     raise DemoError(f"{path}: no {c.CD_KIND} in the sample")
 
 
+def sample_domain_name(path: Path) -> str:
+    """The sample ComputeDomain's name."""
+    for doc in yaml.safe_load_all(path.read_text()):
+        if doc and doc.get("kind") == c.CD_KIND:
+            return str(doc["metadata"]["name"])
+    raise DemoError(f"{path}: no {c.CD_KIND} in the sample")
+
+
+async def kubectl_plugin(assets: Assets, kubeconfig: Path, *args: str) -> tuple[int, str]:
+    """``kubectl cdom ARGS`` through the real kubectl, which finds the plugin (this
+    environment's ``kubectl-cdom`` console script) on the PATH; kubectl hands a plugin none of
+    its own flags, so the kubeconfig goes in the environment."""
+    env = {
+        **os.environ,
+        "KUBECONFIG": str(kubeconfig),
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+    }
+    process = await asyncio.create_subprocess_exec(
+        str(assets["kubectl"]),
+        "cdom",
+        *args,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        env=env,
+    )
+    out, _ = await process.communicate()
+    assert process.returncode is not None
+    return process.returncode, out.decode()
+
+
 def sample_replicas(directory: Path = SAMPLES_DIR) -> int:
     """Workload pods the samples ask for (sum of StatefulSet replicas)."""
     total = 0
@@ -347,6 +378,17 @@ class Demo:
             f"{time.monotonic() - applied:.1f}s after apply "
             f"({time.monotonic() - STARTED:.1f}s in total)"
         )
+        await self._show_plugin(sample_domain_name(domain_file))
+
+    async def _show_plugin(self, domain: str) -> None:
+        """What an SRE sees with the kubectl plugin (`kubectl cdom`) once the domain is up."""
+        for args in (("describe", domain, "-n", DEMO_NAMESPACE), ("cliques", "--fits", "16")):
+            code, out = await kubectl_plugin(self.assets, self.cp.kubeconfig, *args)
+            say(f"$ kubectl cdom {' '.join(args)}   (exit code {code})")
+            for line in out.rstrip().splitlines():
+                print(f"    {line}", flush=True)
+            if code not in (0, 1):
+                raise DemoError(f"kubectl cdom {' '.join(args)} failed (exit code {code})")
 
     async def _kubectl_apply(self, path: Path) -> None:
         out = await kubectl(
