@@ -37,7 +37,11 @@ from computedomain.api import constants as c
 from computedomain.api.resources import CLIQUES, COMPUTE_DOMAINS
 from computedomain.config import environ
 from computedomain.devcluster.audit import AuditLog, service_account_user, tally
-from computedomain.devcluster.clients import request_service_account_token, token_kubeconfig
+from computedomain.devcluster.clients import (
+    cluster_admin_binding,
+    request_service_account_token,
+    token_kubeconfig,
+)
 from computedomain.devcluster.cluster import ensure_namespace
 from computedomain.devcluster.controlplane import ControlPlane, free_port
 from computedomain.devcluster.harness import compute_domain
@@ -204,19 +208,7 @@ class Versus:
     async def identity(self, key: str) -> tuple[str, Path]:
         name = f"bench-{key}"
         account = {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": name}}
-        binding = {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "ClusterRoleBinding",
-            "metadata": {"name": name},
-            "roleRef": {
-                "apiGroup": "rbac.authorization.k8s.io",
-                "kind": "ClusterRole",
-                "name": "cluster-admin",
-            },
-            "subjects": [
-                {"kind": "ServiceAccount", "name": name, "namespace": self.driver_namespace}
-            ],
-        }
+        binding = cluster_admin_binding(name, name, self.driver_namespace)
         for res, body, namespace in (
             (r.SERVICE_ACCOUNTS, account, self.driver_namespace),
             (CLUSTER_ROLE_BINDINGS, binding, None),

@@ -90,3 +90,19 @@ def token_kubeconfig(
     path.write_text(yaml.safe_dump(config))
     path.chmod(0o600)
     return path
+
+
+def cluster_admin_binding(name: str, service_account: str, namespace: str) -> dict[str, Any]:
+    """A ClusterRoleBinding giving a ServiceAccount cluster-admin: for stand-ins and for
+    identities whose only purpose is to tell writers apart in the audit log."""
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRoleBinding",
+        "metadata": {"name": name},
+        "roleRef": {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": "ClusterRole",
+            "name": "cluster-admin",
+        },
+        "subjects": [{"kind": "ServiceAccount", "name": service_account, "namespace": namespace}],
+    }

@@ -28,6 +28,7 @@ from computedomain.devcluster.assets import AssetsUnavailableError, find_assets
 from computedomain.devcluster.audit import service_account_user
 from computedomain.devcluster.clients import (
     api_client_from_kubeconfig,
+    cluster_admin_binding,
     request_service_account_token,
     service_account_api_client,
     token_kubeconfig,
@@ -50,7 +51,6 @@ from tests.integration.e2e_harness import EndToEnd, end_to_end
 from tests.integration.nvidia_install import CLUSTER_ROLE_BINDINGS
 from tests.kit.controllers import controllers_for, stop_after_cleanup
 from tests.kit.prometheus import RunningPrometheus, running_prometheus
-from tests.kit.rbac import cluster_admin_binding
 from tests.kit.waiting import eventually
 
 SaClientFactory = Callable[[str, str], Awaitable[ApiClient]]

@@ -78,6 +78,16 @@ class NvidiaFleet:
         await self.env.start_controller(**gates)
         await self.env.start_simulator(daemon_factory=self.daemons)
 
+    async def ready_domain(self, rack: str, feature_gates: str = "") -> tuple[str, list[Entry]]:
+        """Our controller and the simulator started; CD "training" of 2 nodes with a 2-pod
+        workload in ``rack``, once Ready: its UID and status.nodes."""
+        await self.start(feature_gates)
+        cd = await self.env.create_cd("training", num_nodes=2)
+        await self.env.run_workload(workload("workers", 2, racks=[rack]))
+        nodes = await self.nodes("training", ready_nodes(2), "2 Ready nodes")
+        await self.env.cd_until("training", cd_ready, "Ready")
+        return cd["metadata"]["uid"], nodes
+
     def on(self, node: str) -> NvidiaImexDaemon:
         daemon = self.daemons.on_node(node)
         assert daemon is not None, f"no NVIDIA daemon runs on {node}"
@@ -205,14 +215,8 @@ async def test_nvidia_daemons_form_the_domain_follow_a_replaced_peer_and_leave_n
 ) -> None:
     env = fleet.env
     dns_names = protocol != "ip-mode"
-    await fleet.start(PROTOCOLS[protocol])
-    cd = await env.create_cd("training", num_nodes=2)
-    uid = cd["metadata"]["uid"]
-    await env.run_workload(workload("workers", 2, racks=["r02"]))
-
     # NVIDIA's daemons join (cliques, or the CD's status); the CD turns Ready; the workload runs.
-    nodes = await fleet.nodes("training", ready_nodes(2), "2 Ready nodes")
-    await env.cd_until("training", cd_ready, "Ready")
+    uid, nodes = await fleet.ready_domain("r02", PROTOCOLS[protocol])
     await env.workload_pods(
         "workers", lambda pods: len(pods) == 2 and all(map(pod_ready, pods.values())), "Ready"
     )
@@ -266,12 +270,7 @@ async def test_nvidia_daemons_form_the_domain_follow_a_replaced_peer_and_leave_n
 
 async def test_a_crashed_nvidia_daemon_is_restarted_and_rejoins(fleet: NvidiaFleet) -> None:
     env = fleet.env
-    await fleet.start()
-    cd = await env.create_cd("training", num_nodes=2)
-    uid = cd["metadata"]["uid"]
-    await env.run_workload(workload("workers", 2, racks=["r03"]))
-    nodes = await fleet.nodes("training", ready_nodes(2), "2 Ready nodes")
-    await env.cd_until("training", cd_ready, "Ready")
+    uid, nodes = await fleet.ready_domain("r03")
     node = nodes[0]["name"]
     daemon = fleet.on(node)
     first_pid = daemon.imex.events()[0][1]
@@ -425,12 +424,7 @@ async def test_a_lost_node_leaves_the_domain_and_its_peers_imex_is_told(
     fleet: NvidiaFleet, api_client: ApiClient
 ) -> None:
     env = fleet.env
-    await fleet.start()
-    cd = await env.create_cd("training", num_nodes=2)
-    uid = cd["metadata"]["uid"]
-    await env.run_workload(workload("workers", 2, racks=["r00"]))
-    nodes = await fleet.nodes("training", ready_nodes(2), "2 Ready nodes")
-    await env.cd_until("training", cd_ready, "Ready")
+    uid, nodes = await fleet.ready_domain("r00")
     lost, survivor = sorted(nodes, key=lambda n: n["name"])
     daemon = fleet.on(survivor["name"])
 
