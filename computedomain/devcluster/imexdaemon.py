@@ -9,7 +9,7 @@ What each daemon container gets, as on a real node:
   or our controller wrote), plus the kubelet plugin's CDI variables (``CLIQUE_ID`` from the node's
   ``nvidia.com/gpu.clique``, ``COMPUTE_DOMAIN_UUID``/``NAME``/``NAMESPACE``);
 - in-cluster credentials only: ``KUBERNETES_SERVICE_HOST``/``PORT`` and a TokenRequest token of the
-  pod's ServiceAccount, bound to the pod, with the CA, under
+  pod's ServiceAccount, bound to the pod and renewed as the kubelet renews it, with the CA, under
   ``/var/run/secrets/kubernetes.io/serviceaccount/``. What the daemon may do is what the RBAC
   installed for that ServiceAccount grants (the tests install the RBAC NVIDIA's chart renders);
 - its own mount namespace (hack/upstream/run.sh): ``/imexd`` holding the IMEX config template, as
@@ -43,7 +43,7 @@ from kubernetes_asyncio.client import ApiClient
 
 from computedomain.api import constants as c
 from computedomain.devcluster.assets import REPO_ROOT
-from computedomain.devcluster.clients import request_service_account_token
+from computedomain.devcluster.clients import TOKEN_SECONDS, request_service_account_token
 from computedomain.devcluster.podrunner import RUNNING_FINALIZER, PodRunError, expand, resolve_env
 from computedomain.devcluster.upstream import DAEMON, UPSTREAM_RUN_SCRIPT, UpstreamBuild
 from computedomain.runtime import patches
@@ -64,6 +64,8 @@ CONFIG_TEMPLATE = "compute-domain-daemon-config.tmpl.cfg"
 # The kubelet's container restart back-off: 10 s, doubled per crash, at most 5 min.
 KUBELET_BACKOFF = 10.0
 KUBELET_BACKOFF_MAX = 300.0
+# A container that ran this long before it exited starts again from the first delay.
+KUBELET_BACKOFF_RESET = 600.0
 DEFAULT_GRACE_PERIOD = 30.0
 KUBELET_HOSTS = (
     "# Kubernetes-managed hosts file.\n"
@@ -193,15 +195,28 @@ class NvidiaImexDaemon(DaemonContainer):
         container = _daemon_container(pod)
         env = await self._environment(pod, container)
         await self._prepare_files(pod)
+        rotation = asyncio.create_task(self._rotate_token(pod))
+        try:
+            await self._run_until_stopped(container, env)
+        finally:
+            rotation.cancel()
+            await asyncio.gather(rotation, return_exceptions=True)
+
+    async def _run_until_stopped(
+        self, container: Mapping[str, Any], env: Mapping[str, str]
+    ) -> None:
         command = [expand(str(arg), env) for arg in container.get("command") or []]
         command += [expand(str(arg), env) for arg in container.get("args") or []]
         if not command or Path(command[0]).name != DAEMON:
             raise PodRunError(f"{self.key}: unexpected daemon command {command}")
         backoff = self.runtime.restart_backoff
         while not self._stopping:
+            started = self.ctx.clock.now()
             code = await self._run_container(command[1:], container, env)
             if self._stopping:
                 return
+            if self.ctx.clock.now() - started >= KUBELET_BACKOFF_RESET:
+                backoff = self.runtime.restart_backoff  # ran long enough: forgiven
             self.restart_count += 1
             self.ready = False
             self._exit_message = f"exit code {code}"
@@ -253,6 +268,10 @@ class NvidiaImexDaemon(DaemonContainer):
         except ApiError as error:
             if not (error.is_not_found or error.is_invalid):
                 raise
+
+    def request_crash(self) -> None:
+        """The simulator's crash fault (``Simulator.crash_daemon``): see ``crash``."""
+        self.crash()
 
     def crash(self) -> None:
         """Kill the container's processes now (SIGKILL), as an OOM kill would."""
@@ -431,11 +450,24 @@ class NvidiaImexDaemon(DaemonContainer):
                     return cd
                 await waiter.wait(self.ctx.settings.recheck_interval)
 
-    async def _prepare_files(self, pod: Mapping[str, Any]) -> None:
+    async def _token(self, pod: Mapping[str, Any]) -> str:
         account = pod["spec"].get("serviceAccountName") or "default"
-        token = await request_service_account_token(
-            self.runtime.admin, self.namespace, account, pod=(self.name, self.uid)
+        return await request_service_account_token(
+            self.runtime.admin, self.namespace, account, TOKEN_SECONDS, pod=(self.name, self.uid)
         )
+
+    async def _rotate_token(self, pod: Mapping[str, Any]) -> None:
+        """A fresh token at 80% of the old one's life, as the kubelet does; client-go re-reads
+        the file. Written beside and renamed, so the daemon never reads half a token."""
+        path = self.pod_dir / "serviceaccount" / "token"
+        while True:
+            await self.ctx.clock.sleep(TOKEN_SECONDS * 0.8)
+            fresh = path.with_name(".token.new")
+            fresh.write_text(await self._token(pod))
+            fresh.replace(path)
+
+    async def _prepare_files(self, pod: Mapping[str, Any]) -> None:
+        token = await self._token(pod)
         secrets = self.pod_dir / "serviceaccount"
         for directory in (self.imexd, secrets, self.imex.state_dir):
             directory.mkdir(parents=True, exist_ok=True)

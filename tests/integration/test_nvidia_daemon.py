@@ -40,6 +40,7 @@ from computedomain.devcluster.watching import Objects, watch_objects
 from computedomain.runtime import resources as r
 from computedomain.runtime.client import KubeClient
 from computedomain.sim.fleet import create_fleet, wait_nodes_ready
+from computedomain.sim.simulator import Simulator
 from tests.integration.cluster import TEST_FLEET
 from tests.integration.e2e_harness import (
     STATEFULSETS,
@@ -71,12 +72,13 @@ class NvidiaFleet:
     env: EndToEnd
     daemons: NvidiaDaemons
     kubeconfig: Path
+    simulator: Simulator | None = None
 
     async def start(self, feature_gates: str = "") -> None:
         """Our controller (with ``feature_gates``) and the simulator, NVIDIA's daemon in it."""
         gates = {"FEATURE_GATES": feature_gates} if feature_gates else {}
         await self.env.start_controller(**gates)
-        await self.env.start_simulator(daemon_factory=self.daemons)
+        self.simulator = await self.env.start_simulator(daemon_factory=self.daemons)
 
     async def ready_domain(self, rack: str, feature_gates: str = "") -> tuple[str, list[Entry]]:
         """Our controller and the simulator started; CD "training" of 2 nodes with a 2-pod
@@ -275,7 +277,9 @@ async def test_a_crashed_nvidia_daemon_is_restarted_and_rejoins(fleet: NvidiaFle
     daemon = fleet.on(node)
     first_pid = daemon.imex.events()[0][1]
 
-    daemon.crash()  # SIGKILL to the container: no chance to leave the clique
+    # The simulator's crash fault: SIGKILL to the container, no chance to leave the clique.
+    assert fleet.simulator is not None
+    assert fleet.simulator.crash_daemon(node)
 
     def restarted(pods: Objects) -> bool:
         pod = next((p for p in pods.values() if p["spec"].get("nodeName") == node), None)
