@@ -44,7 +44,15 @@ from kubernetes_asyncio.client import ApiClient
 from computedomain.api import constants as c
 from computedomain.devcluster.assets import REPO_ROOT
 from computedomain.devcluster.clients import TOKEN_SECONDS, request_service_account_token
-from computedomain.devcluster.podrunner import RUNNING_FINALIZER, PodRunError, expand, resolve_env
+from computedomain.devcluster.podrunner import (
+    RUNNING_FINALIZER,
+    PodRunError,
+    expand,
+    pod_container,
+    resolve_env,
+    terminate,
+)
+from computedomain.devcluster.processes import pid_runs
 from computedomain.devcluster.upstream import DAEMON, UPSTREAM_RUN_SCRIPT, UpstreamBuild
 from computedomain.runtime import patches
 from computedomain.runtime.client import ApiError
@@ -165,7 +173,7 @@ class NvidiaImexDaemon(DaemonContainer):
         self.grace_period = float(
             pod["spec"].get("terminationGracePeriodSeconds") or DEFAULT_GRACE_PERIOD
         )
-        self._stopping = False
+        self.stopping = False
 
     @property
     def imexd(self) -> Path:
@@ -192,7 +200,7 @@ class NvidiaImexDaemon(DaemonContainer):
         # As a kubelet, keep the deleted pod (and so its bound token) until the daemon exited.
         await self._pod_finalizer(patches.add_finalizer(pod, RUNNING_FINALIZER, guard_rv=False))
         await self._write_pod(ContainerPhase.STARTING)
-        container = _daemon_container(pod)
+        container = pod_container(pod, c.DAEMON_CONTAINER)
         env = await self._environment(pod, container)
         await self._prepare_files(pod)
         rotation = asyncio.create_task(self._rotate_token(pod))
@@ -210,10 +218,10 @@ class NvidiaImexDaemon(DaemonContainer):
         if not command or Path(command[0]).name != DAEMON:
             raise PodRunError(f"{self.key}: unexpected daemon command {command}")
         backoff = self.runtime.restart_backoff
-        while not self._stopping:
+        while not self.stopping:
             started = self.ctx.clock.now()
             code = await self._run_container(command[1:], container, env)
-            if self._stopping:
+            if self.stopping:
                 return
             if self.ctx.clock.now() - started >= KUBELET_BACKOFF_RESET:
                 backoff = self.runtime.restart_backoff  # ran long enough: forgiven
@@ -234,17 +242,11 @@ class NvidiaImexDaemon(DaemonContainer):
     async def stop(self) -> None:
         """SIGTERM to the daemon (it removes its entry and stops its IMEX), SIGKILL to the
         container after the grace period."""
-        self._stopping = True
-        process = self.process
-        if process is not None and process.returncode is None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                async with asyncio.timeout(self.grace_period):
-                    await process.wait()
-            except TimeoutError:
-                log.warning("NVIDIA's daemon ignored SIGTERM; killing it", extra={"pod": self.key})
-            _kill_group(process)
-            await process.wait()
+        self.stopping = True
+        if self.process is not None:
+            if await terminate(self.process, self.grace_period) == -signal.SIGKILL:
+                log.warning("NVIDIA's daemon ignored SIGTERM; killed", extra={"pod": self.key})
+            _kill_group(self.process)  # what it left running (its nvidia-imex)
         await self._release_pod()
 
     async def _release_pod(self) -> None:
@@ -359,7 +361,6 @@ class NvidiaImexDaemon(DaemonContainer):
     async def _liveness(
         self, process: asyncio.subprocess.Process, probe: Probe, env: Mapping[str, str]
     ) -> None:
-        await self.ctx.clock.sleep(probe.initial_delay or probe.period)
         if not await self._until(process, probe, env, success=False):
             return
         log.warning("Liveness probe failed; killing", extra={"pod": self.key})
@@ -390,7 +391,7 @@ class NvidiaImexDaemon(DaemonContainer):
         self, process: asyncio.subprocess.Process, probe: Probe, env: Mapping[str, str]
     ) -> bool:
         """One exec probe inside the container's mount namespace and root; exit 0 passes."""
-        if process.returncode is not None or not _runs(process.pid, DAEMON):
+        if process.returncode is not None or not pid_runs(process.pid, DAEMON):
             return False  # not exec'd into the container yet, or gone
         argv = ["nsenter", f"--target={process.pid}", "--mount", "--root", "--wd", "--"]
         probe_run = await asyncio.create_subprocess_exec(
@@ -498,27 +499,12 @@ class NvidiaDaemons:
         running = [
             daemon
             for daemon in self.containers.values()
-            if daemon.node_name == node_name and not daemon._stopping
+            if daemon.node_name == node_name and not daemon.stopping
         ]
         return running[-1] if running else None
 
     async def close(self) -> None:
         await asyncio.gather(*(daemon.stop() for daemon in self.containers.values()))
-
-
-def _daemon_container(pod: Mapping[str, Any]) -> dict[str, Any]:
-    containers: list[dict[str, Any]] = pod["spec"]["containers"]
-    for container in containers:
-        if container["name"] == c.DAEMON_CONTAINER:
-            return container
-    return containers[0]
-
-
-def _runs(pid: int, program: str) -> bool:
-    """True once ``pid`` has exec'd ``program`` (run.sh execs through unshare and chroot)."""
-    with contextlib.suppress(OSError):
-        return Path(os.readlink(f"/proc/{pid}/exe")).name == program
-    return False
 
 
 def _kill_group(process: asyncio.subprocess.Process) -> None:

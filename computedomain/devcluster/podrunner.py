@@ -65,6 +65,12 @@ def expand(argument: str, env: Mapping[str, str]) -> str:
     return re.sub(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)", lambda m: env.get(m[1], m[0]), argument)
 
 
+def pod_container(pod: Mapping[str, Any], name: str | None = None) -> dict[str, Any]:
+    """The container called ``name``, else the pod's first (as ``kubectl exec`` picks one)."""
+    containers: list[dict[str, Any]] = pod["spec"]["containers"]
+    return next((c for c in containers if c["name"] == name), containers[0])
+
+
 class PodRunError(RuntimeError):
     """The pod asks for something this stand-in kubelet cannot provide."""
 
@@ -109,14 +115,15 @@ class LocalPod:
 
     async def stop(self, grace: float = 30.0) -> int:
         """SIGTERM, then SIGKILL after ``grace`` (the pod's termination grace period)."""
-        code = await _terminate(self.process, grace)
+        code = await terminate(self.process, grace)
         if self._follower is not None:
             self._follower.cancel()
             await asyncio.gather(self._follower, return_exceptions=True)
         return code
 
 
-async def _terminate(process: asyncio.subprocess.Process, grace: float) -> int:
+async def terminate(process: asyncio.subprocess.Process, grace: float) -> int:
+    """SIGTERM, then SIGKILL after ``grace`` seconds; the exit code."""
     if process.returncode is None:
         process.send_signal(signal.SIGTERM)
         try:
@@ -143,9 +150,7 @@ async def run_pod(
     log names the pod of each request."""
     meta = pod["metadata"]
     spec = pod["spec"]
-    containers = spec["containers"]
-    chosen = next((c for c in containers if c["name"] == container), None) if container else None
-    chosen = chosen or containers[0]
+    chosen = pod_container(pod, container)
     env = resolve_env(pod, chosen)
     for name in LISTENERS:
         if env.get(name):
@@ -186,7 +191,7 @@ async def _terminate_when_deleted(kube: KubeClient, local: LocalPod) -> None:
         await watch_object(
             kube, PODS, local.name, deleted, namespace=local.namespace, within=24 * 3600
         )
-        await _terminate(local.process, grace=30.0)
+        await terminate(local.process, grace=30.0)
     finally:
         await _release(kube, local)
 
