@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from computedomain.api import constants as c
+from computedomain.runtime.objects import condition_true
 
 # How nodes without the clique label (no NVLink fabric, or fabric not ready) are shown.
 NO_CLIQUE = "<none>"
@@ -41,12 +42,8 @@ class CliqueCapacity:
 
 
 def _node_ready(node: Mapping[str, Any]) -> bool:
-    if (node.get("spec") or {}).get("unschedulable"):
-        return False
-    for condition in (node.get("status") or {}).get("conditions") or []:
-        if condition.get("type") == "Ready":
-            return bool(condition.get("status") == "True")
-    return False
+    unschedulable = bool((node.get("spec") or {}).get("unschedulable"))
+    return condition_true(node, "Ready") and not unschedulable
 
 
 def clique_capacity(

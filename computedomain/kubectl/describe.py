@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from computedomain.api import constants as c
+from computedomain.runtime.objects import condition, condition_true
 
 Obj = dict[str, Any]
 # Events shown per object: the latest few say what happened last.
@@ -52,16 +53,10 @@ class Finding:
     fix: str
 
 
-def _condition(obj: Mapping[str, Any] | None, kind: str) -> Mapping[str, Any] | None:
-    for condition in ((obj or {}).get("status") or {}).get("conditions") or []:
-        if condition.get("type") == kind:
-            return dict(condition)
-    return None
-
-
-def _pod_ready(pod: Mapping[str, Any]) -> bool:
-    condition = _condition(pod, "Ready")
-    return bool(condition and condition.get("status") == "True")
+def regarding(event: Mapping[str, Any]) -> tuple[str, str]:
+    """(kind, name) of the object an ``events.k8s.io/v1`` Event is about."""
+    about = event.get("regarding") or {}
+    return str(about.get("kind", "")), str(about.get("name", ""))
 
 
 def container_problem(pod: Mapping[str, Any], container: str = c.DAEMON_CONTAINER) -> str:
@@ -81,8 +76,8 @@ def container_problem(pod: Mapping[str, Any], container: str = c.DAEMON_CONTAINE
         parts.append("last exit " + ", ".join(str(p) for p in words if p))
     if not parts:
         phase = (pod.get("status") or {}).get("phase") or "unknown"
-        scheduled = _condition(pod, "PodScheduled")
-        if scheduled and scheduled.get("status") == "False":
+        scheduled = condition(pod, "PodScheduled")
+        if scheduled.get("status") == "False":
             return f"not scheduled: {scheduled.get('message') or scheduled.get('reason')}"
         if (status.get("state") or {}).get("running") is not None:
             # The daemon's probes run `compute-domain-daemon check` (nvidia-imex-ctl -q).
@@ -92,23 +87,17 @@ def container_problem(pod: Mapping[str, Any], container: str = c.DAEMON_CONTAINE
 
 
 def _warnings(chain: Chain, kind: str, name: str) -> list[Obj]:
-    return [
-        e
-        for e in chain.events
-        if e.get("type") == "Warning"
-        and ((e.get("regarding") or e.get("involvedObject") or {}).get("name")) == name
-        and ((e.get("regarding") or e.get("involvedObject") or {}).get("kind")) == kind
-    ]
+    return [e for e in chain.events if e.get("type") == "Warning" and regarding(e) == (kind, name)]
 
 
 def _event_text(event: Mapping[str, Any]) -> str:
-    return str(event.get("note") or event.get("message") or "")
+    return str(event.get("note") or "")
 
 
 def first_broken_link(chain: Chain) -> Finding | None:
     """The first link of the chain that is broken, or None when the domain is Ready."""
     cd, ns = chain.cd, chain.namespace
-    ready = _condition(cd, c.CONDITION_READY)
+    ready = condition(cd, c.CONDITION_READY)
     if (cd["metadata"].get("deletionTimestamp")) is not None:
         return Finding(
             "ComputeDomain",
@@ -117,7 +106,7 @@ def first_broken_link(chain: Chain) -> Finding | None:
             "wait; if it stays, read the controller's log and the runbook "
             "ComputeDomainStuckDeleting",
         )
-    if ready is None:
+    if not ready:
         return Finding(
             "controller",
             "the ComputeDomain has no conditions: no controller of ours has reconciled it (not "
@@ -128,8 +117,8 @@ def first_broken_link(chain: Chain) -> Finding | None:
         )
     if ready.get("status") == "True":
         return None
-    children = _condition(cd, c.CONDITION_CHILDREN_READY)
-    if children is not None and children.get("status") == "False":
+    children = condition(cd, c.CONDITION_CHILDREN_READY)
+    if children.get("status") == "False":
         return Finding(
             "children",
             f"{children.get('reason')}: {children.get('message')}",
@@ -145,7 +134,7 @@ def first_broken_link(chain: Chain) -> Finding | None:
         )
     for pod in chain.workload_pods:
         if not (pod.get("spec") or {}).get("nodeName"):
-            scheduled = _condition(pod, "PodScheduled") or {}
+            scheduled = condition(pod, "PodScheduled")
             return Finding(
                 f"workload pod {ns}/{pod['metadata']['name']}",
                 f"not scheduled: {scheduled.get('message') or 'no node chosen yet'}",
@@ -164,7 +153,7 @@ def first_broken_link(chain: Chain) -> Finding | None:
                 f"kubectl -n {where} describe daemonset {daemonset} (its Events say why a pod "
                 "was not made, e.g. a missing ServiceAccount)",
             )
-        if not _pod_ready(daemon):
+        if not condition_true(daemon, "Ready"):
             pod_ns, pod_name = daemon["metadata"]["namespace"], daemon["metadata"]["name"]
             return Finding(
                 f"IMEX daemon {pod_ns}/{pod_name} on {node_name}",
@@ -192,7 +181,7 @@ def first_broken_link(chain: Chain) -> Finding | None:
     # Checked last: a pod waiting for its node's daemon has Warning Events too.
     for pod in chain.workload_pods:
         warnings = _warnings(chain, "Pod", pod["metadata"]["name"])
-        if warnings and not _pod_ready(pod):
+        if warnings and not condition_true(pod, "Ready"):
             return Finding(
                 f"workload pod {ns}/{pod['metadata']['name']}",
                 f"{warnings[-1].get('reason')}: {_event_text(warnings[-1])}",
@@ -209,7 +198,7 @@ def first_broken_link(chain: Chain) -> Finding | None:
 def render(chain: Chain, finding: Finding | None) -> str:
     cd = chain.cd
     meta = cd["metadata"]
-    ready = _condition(cd, c.CONDITION_READY) or {}
+    ready = condition(cd, c.CONDITION_READY)
     status = cd.get("status") or {}
     lines = [
         f"ComputeDomain {chain.namespace}/{chain.name}  uid {meta.get('uid')}",
@@ -245,7 +234,11 @@ def render(chain: Chain, finding: Finding | None) -> str:
         pod = daemons_by_node.get(node_name)
         daemon = "no daemon pod"
         if pod is not None:
-            daemon = "daemon Ready" if _pod_ready(pod) else f"daemon {container_problem(pod)}"
+            daemon = (
+                "daemon Ready"
+                if condition_true(pod, "Ready")
+                else f"daemon {container_problem(pod)}"
+            )
         entry = entries.get(node_name)
         state = f"entry {entry.get('status')} #{entry.get('index')}" if entry else "no entry"
         lines.append(f"  {node_name}  clique {clique}  {daemon}  {state}")
@@ -253,7 +246,7 @@ def render(chain: Chain, finding: Finding | None) -> str:
     for pod in sorted(chain.workload_pods, key=lambda p: p["metadata"]["name"]):
         phase = (pod.get("status") or {}).get("phase", "?")
         where = (pod.get("spec") or {}).get("nodeName") or "unscheduled"
-        ready_word = "Ready" if _pod_ready(pod) else "not Ready"
+        ready_word = "Ready" if condition_true(pod, "Ready") else "not Ready"
         lines.append(f"  {pod['metadata']['name']}  {phase} {ready_word}  on {where}")
     recent = _recent_events(chain.events)
     if recent:
@@ -271,8 +264,7 @@ def render(chain: Chain, finding: Finding | None) -> str:
 def _recent_events(events: Sequence[Obj]) -> list[str]:
     per_object: dict[tuple[str, str], list[Obj]] = {}
     for event in events:
-        about = event.get("regarding") or event.get("involvedObject") or {}
-        per_object.setdefault((about.get("kind", ""), about.get("name", "")), []).append(event)
+        per_object.setdefault(regarding(event), []).append(event)
     lines = []
     for (kind, name), items in sorted(per_object.items()):
         items.sort(key=_event_time)
@@ -289,6 +281,5 @@ def _event_time(event: Mapping[str, Any]) -> str:
         series.get("lastObservedTime")
         or event.get("eventTime")
         or event.get("deprecatedLastTimestamp")
-        or event.get("lastTimestamp")
         or ""
     )

@@ -21,7 +21,7 @@ import yaml
 from computedomain.api import constants as c
 from computedomain.api.resources import CLIQUES, COMPUTE_DOMAINS
 from computedomain.kubectl.cliques import clique_capacity, fits_message, table
-from computedomain.kubectl.describe import Chain, first_broken_link, render
+from computedomain.kubectl.describe import Chain, first_broken_link, regarding, render
 from computedomain.runtime.client import ApiError, KubeClient, load_client
 from computedomain.runtime.errors import StartupError
 from computedomain.runtime.resources import (
@@ -211,13 +211,8 @@ async def gather_chain(client: KubeClient, namespace: str, name: str) -> Chain:
     about |= {("DaemonSet", o["metadata"]["name"]) for o in chain.daemonsets}
     namespaces = {namespace, *(o["metadata"]["namespace"] for o in chain.daemonsets)}
     listed = await asyncio.gather(*(_list(client, EVENTS, ns) for ns in sorted(namespaces)))
-    chain.events = [event for events in listed for event in events if _regarding(event) in about]
+    chain.events = [event for events in listed for event in events if regarding(event) in about]
     return chain
-
-
-def _regarding(event: dict[str, Any]) -> tuple[str, str]:
-    regarding = event.get("regarding") or {}
-    return str(regarding.get("kind", "")), str(regarding.get("name", ""))
 
 
 async def _client(args: argparse.Namespace) -> KubeClient:

@@ -16,6 +16,7 @@ COMPUTEDOMAIN_REQUIRE_UPSTREAM=1 (hack/test.sh), where a missing build fails.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -258,13 +259,10 @@ async def test_nvidia_daemons_form_the_domain_follow_a_replaced_peer_and_leave_n
     await env.nodes_labelled(uid, lambda names: not names, "labels removed")
     await env.cliques_of(uid, lambda cs: not cs, "no clique left")
 
-    async def stopped() -> bool:
-        return all(
-            daemon.process is not None and daemon.process.returncode is not None
-            for daemon in fleet.daemons.containers.values()
-        )
-
-    await eventually(stopped, within=60, what="every NVIDIA daemon process exited")
+    processes = [d.process for d in fleet.daemons.containers.values() if d.process is not None]
+    assert len(processes) == len(fleet.daemons.containers)
+    async with asyncio.timeout(60):  # every NVIDIA daemon process exits
+        await asyncio.gather(*(process.wait() for process in processes))
     for daemon in fleet.daemons.containers.values():
         events = daemon.imex.events()
         assert [what for what, _, _ in events[-1:]] == ["SIGTERM"], (daemon.name, events)
