@@ -114,19 +114,31 @@ def rbac_documents(namespace: str, directory: Path = RBAC_DIR) -> list[dict[str,
     return documents
 
 
-async def kubectl(assets: Assets, kubeconfig: Path, *args: str, stdin: str | None = None) -> str:
+async def _run_kubectl(
+    assets: Assets,
+    args: Sequence[str],
+    *,
+    stdin: str | None = None,
+    env: dict[str, str] | None = None,
+) -> tuple[int, str, str]:
     process = await asyncio.create_subprocess_exec(
         str(assets["kubectl"]),
-        f"--kubeconfig={kubeconfig}",
         *args,
         stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
+        env=env,
     )
     out, err = await process.communicate(stdin.encode() if stdin is not None else None)
-    if process.returncode != 0:
-        raise DemoError(f"kubectl {' '.join(args)} failed: {err.decode().strip()}")
-    return out.decode()
+    code = process.returncode if process.returncode is not None else -1
+    return code, out.decode(), err.decode()
+
+
+async def kubectl(assets: Assets, kubeconfig: Path, *args: str, stdin: str | None = None) -> str:
+    code, out, err = await _run_kubectl(assets, [f"--kubeconfig={kubeconfig}", *args], stdin=stdin)
+    if code != 0:
+        raise DemoError(f"kubectl {' '.join(args)} failed: {err.strip()}")
+    return out
 
 
 async def ensure_namespace(kube: KubeClient, name: str) -> None:
@@ -151,20 +163,17 @@ async def wait_service_account(kube: KubeClient, namespace: str, name: str) -> N
     raise DemoError(f"serviceaccount {namespace}/{name} did not appear")
 
 
+def sample_domain(path: Path) -> dict[str, Any]:
+    """The sample's ComputeDomain."""
+    for doc in yaml.safe_load_all(path.read_text()):
+        if doc and doc.get("kind") == c.CD_KIND:
+            return dict(doc)
+    raise DemoError(f"{path}: no {c.CD_KIND} in the sample")
+
+
 def sample_claim_template(path: Path) -> str:
     """The workload ResourceClaimTemplate the sample ComputeDomain asks for."""
-    for doc in yaml.safe_load_all(path.read_text()):
-        if doc and doc.get("kind") == c.CD_KIND:
-            return str(doc["spec"]["channel"]["resourceClaimTemplate"]["name"])
-    raise DemoError(f"{path}: no {c.CD_KIND} in the sample")
-
-
-def sample_domain_name(path: Path) -> str:
-    """The sample ComputeDomain's name."""
-    for doc in yaml.safe_load_all(path.read_text()):
-        if doc and doc.get("kind") == c.CD_KIND:
-            return str(doc["metadata"]["name"])
-    raise DemoError(f"{path}: no {c.CD_KIND} in the sample")
+    return str(sample_domain(path)["spec"]["channel"]["resourceClaimTemplate"]["name"])
 
 
 async def kubectl_plugin(assets: Assets, kubeconfig: Path, *args: str) -> tuple[int, str]:
@@ -176,18 +185,8 @@ async def kubectl_plugin(assets: Assets, kubeconfig: Path, *args: str) -> tuple[
         "KUBECONFIG": str(kubeconfig),
         "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
     }
-    process = await asyncio.create_subprocess_exec(
-        str(assets["kubectl"]),
-        "cdom",
-        *args,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        env=env,
-    )
-    out, _ = await process.communicate()
-    assert process.returncode is not None
-    return process.returncode, out.decode()
+    code, out, err = await _run_kubectl(assets, ["cdom", *args], env=env)
+    return code, out + err
 
 
 def sample_replicas(directory: Path = SAMPLES_DIR) -> int:
@@ -378,7 +377,7 @@ class Demo:
             f"{time.monotonic() - applied:.1f}s after apply "
             f"({time.monotonic() - STARTED:.1f}s in total)"
         )
-        await self._show_plugin(sample_domain_name(domain_file))
+        await self._show_plugin(str(sample_domain(domain_file)["metadata"]["name"]))
 
     async def _show_plugin(self, domain: str) -> None:
         """What an SRE sees with the kubectl plugin (`kubectl cdom`) once the domain is up."""

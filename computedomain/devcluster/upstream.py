@@ -157,23 +157,34 @@ def _run_script(script: Path, *, build: bool, env: Mapping[str, str]) -> Path:
     return Path(lines[-1])
 
 
+def render_chart(
+    helm: Path,
+    chart: Path,
+    namespace: str,
+    values: Mapping[str, Any] | None = None,
+    *,
+    show_only: str | None = None,
+) -> list[dict[str, Any]]:
+    """The objects NVIDIA's ``chart`` renders (``helm template`` as release RELEASE into
+    ``namespace``, each value given with ``--set-json``; ``show_only``: one template file)."""
+    args = [str(helm), "template", RELEASE, str(chart), "--namespace", namespace]
+    for key, value in (values or {}).items():
+        args += ["--set-json", f"{key}={json.dumps(value)}"]
+    if show_only:
+        args += ["--show-only", show_only]
+    out = subprocess.run(args, capture_output=True, text=True, check=False, timeout=60)
+    if out.returncode != 0:
+        raise RuntimeError(f"helm template of NVIDIA's chart failed: {out.stderr.strip()}")
+    return [doc for doc in yaml.safe_load_all(out.stdout) if doc]
+
+
 def chart_controller_container(
     helm: Path, build: UpstreamBuild, namespace: str, values: Mapping[str, Any] | None = None
 ) -> dict[str, Any]:
     """The controller container of NVIDIA's chart (the build's copy), rendered by ``helm
     template`` into ``namespace`` with the chart's defaults (and ``values``)."""
-    args = [str(helm), "template", RELEASE, str(build.chart), "--namespace", namespace]
-    for key, value in (values or {}).items():
-        args += ["--set-json", f"{key}={json.dumps(value)}"]
-    out = subprocess.run(args, capture_output=True, text=True, check=False, timeout=60)
-    if out.returncode != 0:
-        raise RuntimeError(f"helm template of NVIDIA's chart failed: {out.stderr.strip()}")
-    for doc in yaml.safe_load_all(out.stdout):
-        if (
-            doc
-            and doc.get("kind") == "Deployment"
-            and doc["metadata"]["name"].endswith("-controller")
-        ):
+    for doc in render_chart(helm, build.chart, namespace, values):
+        if doc.get("kind") == "Deployment" and doc["metadata"]["name"].endswith("-controller"):
             container: dict[str, Any] = doc["spec"]["template"]["spec"]["containers"][0]
             return container
     raise RuntimeError("NVIDIA's chart rendered no controller Deployment")

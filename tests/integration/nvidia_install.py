@@ -27,7 +27,12 @@ from computedomain.api import constants as c
 from computedomain.api.resources import COMPUTE_DOMAINS
 from computedomain.devcluster.controlplane import ControlPlane
 from computedomain.devcluster.podrunner import Kubelet
-from computedomain.devcluster.upstream import RELEASE, UpstreamBuild, controller_entrypoint
+from computedomain.devcluster.upstream import (
+    RELEASE,
+    UpstreamBuild,
+    controller_entrypoint,
+    render_chart,
+)
 from computedomain.devcluster.watching import Objects, watch_object, watch_objects
 from computedomain.runtime import resources as r
 from computedomain.runtime.client import ApiError, KubeClient
@@ -287,25 +292,15 @@ async def install_daemon_rbac(
     ClusterRole and its binding, renamed after the namespace so that tests (and a release of
     the chart) do not share them; the rules and subjects are the chart's. Returns the
     cluster-scoped objects made, for ``remove_cluster_objects``."""
-    args = ["template", RELEASE, str(chart), "--namespace", namespace]
-    args += ["--show-only", DAEMON_RBAC_TEMPLATE]
-    for key, value in CHART_VALUES.items():
-        args += ["--set-json", f"{key}={json.dumps(value)}"]
-    process = await asyncio.create_subprocess_exec(
-        str(helm_path), *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
-    )
-    out, err = await process.communicate()
-    if process.returncode != 0:
-        raise RuntimeError(f"helm template of NVIDIA's daemon RBAC failed: {err.decode().strip()}")
     kinds = {
         "ServiceAccount": r.SERVICE_ACCOUNTS,
         "ClusterRole": CLUSTER_ROLES,
         "ClusterRoleBinding": CLUSTER_ROLE_BINDINGS,
     }
     made: list[tuple[Resource, str]] = []
-    for doc in yaml.safe_load_all(out.decode()):
-        if not doc:
-            continue
+    for doc in render_chart(
+        helm_path, chart, namespace, CHART_VALUES, show_only=DAEMON_RBAC_TEMPLATE
+    ):
         resource = kinds[doc["kind"]]
         if not resource.namespaced:
             doc["metadata"]["name"] = f"{doc['metadata']['name']}-{namespace}"
