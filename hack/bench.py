@@ -42,7 +42,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from measures import proc_cpu_s, summary
+from measures import ObjectWatch, now, proc_cpu_s, summary, watch_until
 from soak import Soak
 from upgrade import UpgradeUnderLoad
 from versus import Versus
@@ -58,11 +58,10 @@ from computedomain.devcluster.controlplane import ControlPlane, free_port
 from computedomain.devcluster.harness import WRITE_METHODS, RunningController, compute_domain
 from computedomain.devcluster.harness import start_controller as start_controller_in_process
 from computedomain.devcluster.processes import rss_mb
-from computedomain.devcluster.watching import watch_objects
 from computedomain.devcluster.workloads import STATEFULSETS, workload
 from computedomain.observability.logging import configure_logging
 from computedomain.runtime import resources as r
-from computedomain.runtime.client import ApiError, KubeClient
+from computedomain.runtime.client import KubeClient
 from computedomain.runtime.objects import condition, condition_true, labels
 from computedomain.runtime.resources import Resource
 from computedomain.sim.context import SimSettings
@@ -92,10 +91,6 @@ Obj = dict[str, Any]
 
 
 # -- small helpers --------------------------------------------------------------------------------
-
-
-def now() -> float:
-    return time.monotonic()
 
 
 def settled_rss_mb() -> float:
@@ -241,88 +236,6 @@ async def start_controller(kubeconfig: Path, overrides: Mapping[str, str]) -> Co
     return ControllerUnderTest(running, tally)
 
 
-# -- watching the API (list, then watch from its resourceVersion; no polling) ---------------------
-
-
-async def watch_until(
-    client: KubeClient,
-    res: Resource,
-    check: Callable[[dict[str, Obj]], bool],
-    *,
-    namespace: str | None = None,
-    label_selector: str | None = None,
-    field_selector: str | None = None,
-    within: float = 300.0,
-    what: str = "",
-) -> float:
-    """Until `check(objects by name)` holds; returns the monotonic time of the event that
-    satisfied it (taken inside the check, before any further I/O)."""
-    satisfied_at: float = await watch_objects(
-        client,
-        res,
-        lambda objects: check(objects) and now(),
-        namespace=namespace,
-        label_selector=label_selector,
-        field_selector=field_selector,
-        within=within,
-        what=what,
-    )
-    return satisfied_at
-
-
-class ObjectWatch:
-    """Watches one object and lets callers await a predicate, timestamped at event receipt."""
-
-    def __init__(self, client: KubeClient, res: Resource, name: str, namespace: str) -> None:
-        self.client, self.res, self.name, self.namespace = client, res, name, namespace
-        self.latest: Obj | None = None
-        self.received_at = 0.0
-        self._changed = asyncio.Condition()
-        self._task: asyncio.Task[None] | None = None
-
-    async def __aenter__(self) -> ObjectWatch:
-        self.latest = await self.client.get(self.res, self.name, self.namespace)
-        self.received_at = now()
-        self._task = asyncio.create_task(self._run(self.latest["metadata"]["resourceVersion"]))
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
-
-    async def _run(self, rv: str) -> None:
-        while True:
-            try:
-                async for kind, obj in self.client.watch(
-                    self.res,
-                    self.namespace,
-                    field_selector=f"metadata.name={self.name}",
-                    resource_version=rv,
-                    timeout_seconds=600,
-                ):
-                    if kind == "BOOKMARK":
-                        rv = obj["metadata"]["resourceVersion"]
-                        continue
-                    received = now()
-                    rv = obj["metadata"]["resourceVersion"]
-                    async with self._changed:
-                        self.latest, self.received_at = obj, received
-                        self._changed.notify_all()
-            except ApiError as err:
-                if not err.is_gone:
-                    raise
-                rv = (await self.client.get(self.res, self.name, self.namespace))["metadata"][
-                    "resourceVersion"
-                ]
-
-    async def wait(self, predicate: Callable[[Obj | None], bool], within: float = 30.0) -> float:
-        """Monotonic receipt time of the first state (current or later) satisfying it."""
-        async with asyncio.timeout(within), self._changed:
-            await self._changed.wait_for(lambda: predicate(self.latest))
-            return self.received_at
-
-
 # -- objects -------------------------------------------------------------------------------------
 
 
@@ -344,7 +257,7 @@ class Bench:
         return self.controller
 
     def say(self, text: str) -> None:
-        print(f"[{datetime.now(UTC):%H:%M:%S}] {text}", flush=True)
+        _say(text)
 
     async def preload(self) -> None:
         """``--preload-cds`` CDs, created before the controller starts: the start-up meets them."""
@@ -1450,7 +1363,7 @@ async def run_soak(
         control_plane=cp,
         apiserver_restarts=args.soak_apiserver_restarts,
         compactions=args.soak_compactions,
-        say=lambda text: print(f"[{datetime.now(UTC):%H:%M:%S}] {text}", flush=True),
+        say=_say,
     )
     soaked = await soak.run()  # first: the duration and load are taken after it ran
     return scenario_results(args, spec, started, setup, soak=soaked)
@@ -1479,7 +1392,7 @@ async def run_upgrade(
         seconds=args.upgrade_seconds,
         seed=args.seed,
         workdir=cp.workdir / "upgrade-pods",
-        say=lambda text: print(f"[{datetime.now(UTC):%H:%M:%S}] {text}", flush=True),
+        say=_say,
     )
     figures = await scenario.run()  # first: the duration and the load are the run's
     return scenario_results(args, spec, started, setup, upgrade_under_load=figures)

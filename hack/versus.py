@@ -24,14 +24,13 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from kubernetes_asyncio.client import ApiClient
-from measures import proc_cpu_s, summary
+from measures import ObjectWatch, now, proc_cpu_s, summary, watch_until
 
 from computedomain.api import constants as c
 from computedomain.api.resources import CLIQUES, COMPUTE_DOMAINS
@@ -48,12 +47,12 @@ from computedomain.devcluster.harness import compute_domain
 from computedomain.devcluster.helm import find_helm
 from computedomain.devcluster.processes import ChildProcess, rss_mb, spawn
 from computedomain.devcluster.upstream import (
+    COMPUTE_DOMAIN_VALUES,
     chart_controller_container,
     container_environment,
     find_upstream,
     start_controller,
 )
-from computedomain.devcluster.watching import watch_objects
 from computedomain.devcluster.workloads import STATEFULSETS, workload
 from computedomain.runtime import resources as r
 from computedomain.runtime.client import ApiError, KubeClient
@@ -70,8 +69,6 @@ CLUSTER_ROLE_BINDINGS = Resource(
 # Audit-log verbs that change something.
 WRITE_VERBS = {"create", "update", "patch", "delete", "deletecollection"}
 QUIET_S = 3.0
-# NVIDIA's ComputeDomain install instructions: its chart without the GPU kubelet plugin.
-CHART_VALUES = {"resources.gpus.enabled": False}
 RACK_NODES = 18
 
 
@@ -91,36 +88,8 @@ CONTENDERS = (
 )
 
 
-def now() -> float:
-    return time.monotonic()
-
-
-async def until(
-    client: KubeClient,
-    res: Resource,
-    check: Callable[[dict[str, Obj]], bool],
-    *,
-    namespace: str | None = None,
-    label_selector: str | None = None,
-    within: float = 600,
-    what: str = "",
-) -> float:
-    """Seconds (monotonic clock) at which ``check`` first held for the listed+watched objects."""
-    begin = now()
-
-    def holds(objects: dict[str, Obj]) -> float | None:
-        return now() if check(objects) else None
-
-    at: float = await watch_objects(
-        client,
-        res,
-        holds,
-        namespace=namespace,
-        label_selector=label_selector,
-        within=within,
-        what=what,
-    )
-    return max(at, begin)
+# A burst's phases at NVIDIA's default rate limit take minutes (5 at 1,152 nodes).
+PHASE_LIMIT_S = 900.0
 
 
 class Versus:
@@ -229,7 +198,7 @@ class Versus:
         rate = {"KUBE_API_QPS": str(contender.qps), "KUBE_API_BURST": str(contender.burst)}
         if contender.nvidia:
             container = chart_controller_container(
-                find_helm(), self.build, self.driver_namespace, CHART_VALUES
+                find_helm(), self.build, self.driver_namespace, COMPUTE_DOMAIN_VALUES
             )
             env = container_environment(
                 container, "dra-driver-nvidia-gpu-controller-0", self.driver_namespace
@@ -260,12 +229,13 @@ class Versus:
 
     async def driver_until(self, res: Resource, check: Callable[[dict[str, Obj]], bool]) -> float:
         """``until`` over the CDs' children in the driver namespace."""
-        return await until(
+        return await watch_until(
             self.client,
             res,
             check,
             namespace=self.driver_namespace,
             label_selector=c.CD_LABEL,
+            within=PHASE_LIMIT_S,
             what=f"{res.kind}s",
         )
 
@@ -280,7 +250,7 @@ class Versus:
 
     async def first_status(self, ns: str, begin: float) -> float:
         await self.client.create(COMPUTE_DOMAINS, compute_domain("first", "first-channel", 0), ns)
-        at = await until(
+        at = await watch_until(
             self.client,
             COMPUTE_DOMAINS,
             lambda objs: bool(((objs.get("first") or {}).get("status") or {}).get("status")),
@@ -289,7 +259,7 @@ class Versus:
             what="the first CD's status.status",
         )
         await self.client.delete(COMPUTE_DOMAINS, "first", ns)
-        await until(
+        await watch_until(
             self.client, COMPUTE_DOMAINS, lambda objs: not objs, namespace=ns, what="first gone"
         )
         return at - begin
@@ -316,13 +286,16 @@ class Versus:
         waits = {
             "daemonsets": self.driver_until(r.DAEMONSETS, children("")),
             "daemon_rcts": self.driver_until(r.RESOURCE_CLAIM_TEMPLATES, children(c.TARGET_DAEMON)),
-            "workload_rcts": until(
+            "workload_rcts": watch_until(
                 self.client,
                 r.RESOURCE_CLAIM_TEMPLATES,
                 lambda objs: all(f"{m}-channel" in objs for m in names),
                 namespace=ns,
+                within=PHASE_LIMIT_S,
             ),
-            "status": until(self.client, COMPUTE_DOMAINS, statuses, namespace=ns),
+            "status": watch_until(
+                self.client, COMPUTE_DOMAINS, statuses, namespace=ns, within=PHASE_LIMIT_S
+            ),
         }
         tasks = {key: asyncio.create_task(wait) for key, wait in waits.items()}
         mark = self.audit.mark()
@@ -344,7 +317,13 @@ class Versus:
             return not any(labels(o).get(c.CD_LABEL) in uids for o in objects.values())
 
         gone_waits = {
-            "cds": until(self.client, COMPUTE_DOMAINS, lambda objs: not objs, namespace=ns),
+            "cds": watch_until(
+                self.client,
+                COMPUTE_DOMAINS,
+                lambda objs: not objs,
+                namespace=ns,
+                within=PHASE_LIMIT_S,
+            ),
             "daemonsets": self.driver_until(r.DAEMONSETS, none_left),
             "daemon_rcts": self.driver_until(r.RESOURCE_CLAIM_TEMPLATES, none_left),
         }
@@ -375,49 +354,61 @@ class Versus:
         await self.client.create(
             STATEFULSETS, workload("joins", 1, rct_name="joins-channel", racks=["r01"]), ns
         )
-        latencies: list[float] = []
         mark = self.audit.mark()
-        for size in range(1, changes + 1):
 
-            def ready_entries(objects: dict[str, Obj], want: int = size) -> bool:
-                ready = [
-                    d
-                    for clique in objects.values()
-                    for d in clique.get("daemons") or []
-                    if d.get("status") == c.STATUS_READY
-                ]
-                return len(ready) >= want
+        def ready_entries(clique: Obj | None) -> int:
+            entries = (clique or {}).get("daemons") or []
+            return sum(1 for d in entries if d.get("status") == c.STATUS_READY)
 
-            def ready_nodes(objects: dict[str, Obj], want: int = size) -> bool:
-                nodes = ((objects.get("joins") or {}).get("status") or {}).get("nodes") or []
-                return sum(1 for n in nodes if n.get("status") == c.STATUS_READY) >= want
+        def ready_nodes(cd: Obj | None) -> int:
+            nodes = ((cd or {}).get("status") or {}).get("nodes") or []
+            return sum(1 for n in nodes if n.get("status") == c.STATUS_READY)
 
-            in_clique = asyncio.create_task(
-                until(
-                    self.client,
-                    CLIQUES,
-                    ready_entries,
-                    namespace=self.driver_namespace,
-                    label_selector=f"{c.CD_LABEL}={uid}",
-                    what=f"{size} Ready clique entries",
+        def at_least(
+            count: Callable[[Obj | None], int], wanted: int
+        ) -> Callable[[Obj | None], bool]:
+            return lambda obj: count(obj) >= wanted
+
+        # The first join also waits for the CD's children: not timed. It makes the clique.
+        await watch_until(
+            self.client,
+            COMPUTE_DOMAINS,
+            lambda objs: ready_nodes(objs.get("joins")) >= 1,
+            namespace=ns,
+            what="the first join in status",
+        )
+        (clique,) = (await self.client.list(CLIQUES, self.driver_namespace, f"{c.CD_LABEL}={uid}"))[
+            "items"
+        ]
+        latencies: list[float] = []
+        async with (
+            ObjectWatch(
+                self.client, CLIQUES, clique["metadata"]["name"], self.driver_namespace
+            ) as clique_watch,
+            ObjectWatch(self.client, COMPUTE_DOMAINS, "joins", ns) as cd_watch,
+        ):
+            for size in range(2, changes + 1):
+                # Both waits run from before the change, so each takes the first event that
+                # shows it (an event's receipt time).
+                in_clique = asyncio.create_task(
+                    clique_watch.wait(at_least(ready_entries, size), within=120)
                 )
-            )
-            in_status = asyncio.create_task(
-                until(self.client, COMPUTE_DOMAINS, ready_nodes, namespace=ns, what="status")
-            )
-            if size > 1:  # the watches are up before the new daemon can join
+                in_status = asyncio.create_task(
+                    cd_watch.wait(at_least(ready_nodes, size), within=120)
+                )
                 await self.client.patch(STATEFULSETS, "joins", {"spec": {"replicas": size}}, ns)
-            entry_at, status_at = await in_clique, await in_status
-            if size > 1:  # the first join also waits for the CD's children
+                entry_at, status_at = await in_clique, await in_status
                 latencies.append(max(status_at - entry_at, 0.0))
         await self.quiet(user)
         writes = self.writes(mark, user)
         without_events = self.writes(mark, user, events=False)
         await self.client.delete(STATEFULSETS, "joins", ns)
-        await until(self.client, r.PODS, lambda objs: not objs, namespace=ns, what="pods gone")
+        await watch_until(
+            self.client, r.PODS, lambda objs: not objs, namespace=ns, what="pods gone"
+        )
         await self.client.delete(COMPUTE_DOMAINS, "joins", ns)
-        await until(self.client, COMPUTE_DOMAINS, lambda objs: not objs, namespace=ns)
-        await until(
+        await watch_until(self.client, COMPUTE_DOMAINS, lambda objs: not objs, namespace=ns)
+        await watch_until(
             self.client,
             r.NODES,
             lambda objs: not objs,

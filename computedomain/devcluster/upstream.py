@@ -40,6 +40,8 @@ DAEMON = "compute-domain-daemon"
 CHART_NAME = "dra-driver-nvidia-gpu"
 # The release name NVIDIA's install instructions use.
 RELEASE = "nvidia-dra-driver-gpu"
+# NVIDIA's ComputeDomain install instructions: its chart without the GPU kubelet plugin.
+COMPUTE_DOMAIN_VALUES: dict[str, Any] = {"resources.gpus.enabled": False}
 # build.sh's exit status when the binaries cannot be had (no source, or --cached and not built).
 _UNAVAILABLE = 3
 

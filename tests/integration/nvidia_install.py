@@ -28,6 +28,7 @@ from computedomain.api.resources import COMPUTE_DOMAINS
 from computedomain.devcluster.controlplane import ControlPlane
 from computedomain.devcluster.podrunner import Kubelet
 from computedomain.devcluster.upstream import (
+    COMPUTE_DOMAIN_VALUES,
     RELEASE,
     UpstreamBuild,
     controller_entrypoint,
@@ -51,12 +52,12 @@ CLUSTER_ROLE_BINDINGS = Resource(
     "rbac.authorization.k8s.io", "v1", "clusterrolebindings", "ClusterRoleBinding", False
 )
 CRDS = r.CUSTOM_RESOURCE_DEFINITIONS
-# NVIDIA's ComputeDomain instructions: the chart without the GPU kubelet plugin. Its kubelet
+# NVIDIA's ComputeDomain instructions (the chart without the GPU kubelet plugin). Its kubelet
 # plugin DaemonSet goes on no node (it needs NVML and a kubelet; the simulator plays it).
 # The swap tests run NVIDIA's controller at 2 replicas: with its chart's leader election on, as
 # two of them without it would both write.
 CHART_VALUES: dict[str, Any] = {
-    "resources.gpus.enabled": False,
+    **COMPUTE_DOMAIN_VALUES,
     "kubeletPlugin.nodeSelector": {"computedomain.dev/kubelet-plugin": "simulated"},
     "controller.leaderElection.enabled": True,
 }

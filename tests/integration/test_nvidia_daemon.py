@@ -32,6 +32,7 @@ from computedomain.devcluster.helm import find_helm
 from computedomain.devcluster.imexdaemon import DaemonRuntime, NvidiaDaemons, NvidiaImexDaemon
 from computedomain.devcluster.processes import tail
 from computedomain.devcluster.upstream import (
+    COMPUTE_DOMAIN_VALUES,
     UpstreamBuild,
     chart_controller_container,
     container_environment,
@@ -40,6 +41,7 @@ from computedomain.devcluster.upstream import (
 from computedomain.devcluster.watching import Objects, watch_objects
 from computedomain.runtime import resources as r
 from computedomain.runtime.client import KubeClient
+from computedomain.runtime.featuregates import parse_gates
 from computedomain.sim.fleet import create_fleet, wait_nodes_ready
 from computedomain.sim.simulator import Simulator
 from tests.integration.cluster import TEST_FLEET
@@ -52,7 +54,7 @@ from tests.integration.e2e_harness import (
     workload,
 )
 from tests.integration.nvidia_install import install_daemon_rbac, remove_cluster_objects
-from tests.integration.test_upstream_controller import CHART_VALUES, SHARED_SETTINGS
+from tests.integration.test_upstream_controller import SHARED_SETTINGS
 from tests.kit.waiting import eventually
 
 pytestmark = pytest.mark.integration
@@ -369,10 +371,7 @@ async def test_nvidia_daemons_are_configured_alike_under_nvidia_controller_and_o
     gates = PROTOCOLS[protocol]
     dns_names = protocol != "ip-mode"
     hostnames = [node for node in fleet_nodes if "-r01-" in node][:2]
-    values = dict(CHART_VALUES)
-    if gates:
-        values["featureGates"] = dict(gate.split("=") for gate in gates.split(","))
-        values["featureGates"] = {k: v == "true" for k, v in values["featureGates"].items()}
+    values: dict[str, Any] = {**COMPUTE_DOMAIN_VALUES, "featureGates": parse_gates(gates)}
     container = chart_controller_container(find_helm(), upstream, env.driver_namespace, values)
     nvidia_env = container_environment(
         container, "dra-driver-nvidia-gpu-controller-0", env.driver_namespace

@@ -31,6 +31,7 @@ from computedomain.devcluster.harness import Controllers
 from computedomain.devcluster.helm import find_helm
 from computedomain.devcluster.processes import tail
 from computedomain.devcluster.upstream import (
+    COMPUTE_DOMAIN_VALUES,
     UpstreamBuild,
     chart_controller_container,
     container_environment,
@@ -46,8 +47,6 @@ RCT_NAME = "imex-channel-0"
 UID_PLACEHOLDER = "<cd-uid>"
 CONTRACT = REPO_ROOT / "docs" / "contract.md"
 SECTION = "## 21. Differences from NVIDIA's controller, found by the differential tests"
-# As NVIDIA's ComputeDomain install instructions: the chart without the GPU kubelet plugin.
-CHART_VALUES: dict[str, Any] = {"resources.gpus.enabled": False}
 # Settings that shape the children; ours gets whichever of them the chart gives NVIDIA's.
 SHARED_SETTINGS = (
     "IMAGE_NAME",
@@ -68,7 +67,7 @@ IMAGE = "registry.k8s.io/dra-driver-nvidia/dra-driver-nvidia-gpu:v0.4.1"
 
 @dataclass(frozen=True)
 class Case:
-    """Chart values (besides CHART_VALUES) for both controllers, the CD's spec, and values
+    """Chart values (besides COMPUTE_DOMAIN_VALUES) for both controllers, the CD's spec, and values
     NVIDIA's objects must show (so the case's inputs are known to have reached them)."""
 
     chart_values: dict[str, Any]
@@ -276,7 +275,7 @@ async def test_children_equal_nvidia_controllers(
     controllers: Controllers,
     tmp_path: Path,
 ) -> None:
-    values = {**CHART_VALUES, **CASES[case].chart_values}
+    values = {**COMPUTE_DOMAIN_VALUES, **CASES[case].chart_values}
     container = chart_controller_container(find_helm(), upstream, driver_namespace, values=values)
     env = container_environment(container, "dra-driver-nvidia-gpu-controller-0", driver_namespace)
     # The chart listens on :8080 for metrics; here only on loopback, on a port of its own.
