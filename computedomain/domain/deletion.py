@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from computedomain.api import constants as c
+from computedomain.api.resources import COMPUTE_DOMAINS
 from computedomain.api.v1beta1 import ComputeDomain
 from computedomain.domain.caches import BY_CD
 from computedomain.domain.context import DELETION_POLL_SECONDS, ReconcileContext
@@ -167,7 +168,10 @@ class Finalizer:
         patch = patches.remove_finalizer(obj, c.FINALIZER)
         if patch is not None:
             try:
-                await ctx.patch_cd(cd, patch, patch_type="json")
+                # The CD leaves the cache now, not at its DELETED event: a pass meanwhile
+                # would find it still finalizing and list Nodes and patch it again.
+                written = await ctx.patch_cd(cd, patch, patch_type="json")
+                ctx.caches.observe_write(COMPUTE_DOMAINS, written)
             except ApiError as err:
                 if err.is_not_found:
                     pass

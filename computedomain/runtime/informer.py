@@ -392,7 +392,9 @@ class Informer:
             return
         obj = self._prepare(obj)
         if event_type in ("ADDED", "MODIFIED"):
-            self._apply_upsert(obj)
+            # Skipped when older than a deletion our own write already showed.
+            if not self.store.is_deleted_since(obj):
+                self._apply_upsert(obj)
         elif event_type == "DELETED":
             if self.poll_interval is not None:
                 self._fed_deletions[object_key(obj)] = obj

@@ -79,16 +79,22 @@ class Store:
         """Read-your-writes: store the response of our own write if it is newer.
 
         Returns True when the store changed. The watch event for the same write then arrives
-        with an unchanged RV and is skipped.
+        with an unchanged RV and is skipped. A response that removed the last finalizer of an
+        object being deleted removes it here too: the apiserver deleted it as it answered.
         """
         key = object_key(obj)
         metadata = meta(obj)
-        if metadata.get("deletionTimestamp") and not metadata.get("finalizers"):
-            return False  # the apiserver removed it as it answered
         if not is_newer(obj, self._items.get(key) or self._deleted.get(key)):
             return False
+        if metadata.get("deletionTimestamp") and not metadata.get("finalizers"):
+            return self.remove(key, obj) is not None
         self.upsert(obj)
         return True
+
+    def is_deleted_since(self, obj: Mapping[str, Any]) -> bool:
+        """True when ``obj``'s key was deleted at or after ``obj``'s RV: it is a stale copy."""
+        deleted = self._deleted.get(object_key(obj))
+        return deleted is not None and not is_newer(obj, deleted)
 
     def upsert(self, obj: Obj) -> Obj | None:
         key = object_key(obj)

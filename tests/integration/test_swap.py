@@ -511,7 +511,13 @@ async def nvidias_upgrade_leaves_one_writer(
         upgraded = [pod for pod in nvidia_kubelet.pods.values() if pod.name in names]
         assert not any("Became leader" in pod.log_text() for pod in upgraded)
     else:
-        assert our_writes == [], "ours wrote while standing by"
+        ours = [
+            f"{w.target} -> {w.code} received {w.received - window_start:+.3f}s"
+            for w in audit.writes(since=mark, user=our_user, until=end)
+            if w.resource in ("computedomains", "computedomaincliques", *CHILD_RESOURCES)
+        ]
+        logs = "\n".join(pod.log_text()[-6000:] for pod in kubelet.pods.values())
+        assert our_writes == [], f"ours wrote while standing by: {ours}\n{logs}"
 
     async def gauge_back_to_zero() -> bool:
         return await concurrent_gauge(kubelet) == 0.0

@@ -362,6 +362,26 @@ async def test_a_retried_deletion_skips_what_is_already_gone(world: World) -> No
         assert not [call for call in world.client.calls if call[0] in ("delete", "list")]
 
 
+async def test_a_pass_after_the_finalizer_went_and_before_the_cds_deleted_event_writes_nothing(
+    world: World,
+) -> None:
+    """Another event for the CD (a child's, a Node's) arrives between our finalizer removal and
+    the CD's DELETED event: that pass must not list Nodes or patch the gone CD again."""
+    deleted_at = format_time(world.clock.wall())
+    cd = world.client.add(
+        COMPUTE_DOMAINS, compute_domain(finalizers=[c.FINALIZER], deletionTimestamp=deleted_at)
+    )
+    world.fill(cds=[cd], service_accounts=[service_account()])
+    assert await world.reconcile(f"{NS}/cd") == Result()
+    assert world.client.calls == [
+        ("list", "nodes", f"{c.CD_LABEL}={UID}"),
+        ("patch", "computedomains", f"{NS}/cd"),  # our finalizer, the last one
+    ]
+
+    assert await world.reconcile(f"{NS}/cd") == Result()
+    assert world.client.calls == []
+
+
 async def test_an_orphan_is_removed_after_the_grace_period_and_a_live_check(
     world: World,
 ) -> None:

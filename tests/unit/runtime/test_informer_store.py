@@ -157,6 +157,24 @@ def test_own_write_observed_suppresses_the_echo_event() -> None:
     assert stored["metadata"]["resourceVersion"] == "7"
 
 
+def test_our_write_that_removed_the_last_finalizer_removes_the_object_until_its_event() -> None:
+    """The apiserver deletes an object as it answers the write that removed its last finalizer:
+    the store drops it then, a late event from before cannot bring it back, and the DELETED
+    event is still delivered."""
+    informer, recorder = make_informer()
+    informer.feed("ADDED", pod("a", 5))
+    finalized = pod("a", 8)
+    finalized["metadata"].update(deletionTimestamp="2026-01-01T00:00:00Z", finalizers=[])
+    assert informer.store.observe_write(finalized)
+    assert informer.store.get("ns/a") is None
+    informer.feed("MODIFIED", pod("a", 7))  # the deletionTimestamp being set, late
+    assert informer.store.get("ns/a") is None
+    assert informer.resource_version == "7"
+    informer.feed("DELETED", pod("a", 8))
+    informer.feed("ADDED", pod("a", 9))  # created again under the same name
+    assert recorder.events == [("add", "ns/a", "5"), ("delete", "ns/a", "8"), ("add", "ns/a", "9")]
+
+
 def test_relist_delivers_vanished_objects_as_deletes_with_last_state() -> None:
     informer, recorder = make_informer()
     informer.feed_list([pod("a", 1), pod("b", 1)])
