@@ -28,6 +28,8 @@ TARGET_WORKLOAD: Final = "Workload"
 
 # Set by GPU Feature Discovery on each node: "<clusterUUID>.<cliqueID>".
 GPU_CLIQUE_NODE_LABEL: Final = "nvidia.com/gpu.clique"
+# Set by GPU Feature Discovery on every node with an NVIDIA GPU.
+GPU_PRESENT_NODE_LABEL: Final = "nvidia.com/gpu.present"
 
 DAEMON_NAME_PREFIX: Final = "computedomain-daemon-"
 DAEMON_SERVICE_ACCOUNT: Final = "compute-domain-daemon-service-account"

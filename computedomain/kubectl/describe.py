@@ -30,6 +30,8 @@ class Chain:
     cliques: list[Obj] = field(default_factory=list)
     workload_pods: list[Obj] = field(default_factory=list)
     nodes: list[Obj] = field(default_factory=list)  # nodes labelled for this domain
+    # ResourceClaims of other namespaces whose channel config names this domain.
+    foreign_claims: list[Obj] = field(default_factory=list)
     events: list[Obj] = field(default_factory=list)  # of every object above
 
     @property
@@ -51,6 +53,30 @@ class Finding:
     link: str  # which link of the chain
     problem: str
     fix: str
+
+
+def channel_domain_ids(claim: Mapping[str, Any]) -> set[str]:
+    """The ComputeDomain UIDs whose channel a ResourceClaim asks for (its opaque channel configs
+    for NVIDIA's driver; a daemon's claim, in the driver namespace, names its domain too)."""
+    devices = ((claim.get("spec") or {}).get("devices")) or {}
+    found = set()
+    for config in devices.get("config") or []:
+        opaque = config.get("opaque") or {}
+        parameters = opaque.get("parameters") or {}
+        if (
+            opaque.get("driver") == c.DRIVER_NAME
+            and parameters.get("kind") == c.CHANNEL_CONFIG_KIND
+            and parameters.get("domainID")
+        ):
+            found.add(str(parameters["domainID"]))
+    return found
+
+
+def _claim_pod(claim: Mapping[str, Any]) -> str:
+    for owner in (claim.get("metadata") or {}).get("ownerReferences") or []:
+        if owner.get("kind") == "Pod":
+            return str(owner.get("name"))
+    return ""
 
 
 def regarding(event: Mapping[str, Any]) -> tuple[str, str]:
@@ -116,13 +142,25 @@ def first_broken_link(chain: Chain) -> Finding | None:
             "resource.nvidia.com -o yaml` must list status.conditions",
         )
     if ready.get("status") == "True":
-        return None
+        return _clique_finding(chain)
     children = condition(cd, c.CONDITION_CHILDREN_READY)
     if children.get("status") == "False":
         return Finding(
             "children",
             f"{children.get('reason')}: {children.get('message')}",
             "the message names the child and what to do (docs/runbooks.md, ComputeDomainNotReady)",
+        )
+    if chain.foreign_claims:
+        claim = chain.foreign_claims[0]
+        claim_ns, claim_name = claim["metadata"]["namespace"], claim["metadata"]["name"]
+        owner = _claim_pod(claim)
+        return Finding(
+            f"workload claim {claim_ns}/{claim_name}",
+            f"a claim in namespace {claim_ns}{f' (pod {owner})' if owner else ''} asks for this "
+            f"domain, whose namespace is {ns}: NVIDIA's kubelet plugin refuses it, so that pod "
+            "never starts",
+            f"run the workload in namespace {ns} with resourceClaimTemplateName: "
+            f"{chain.template_name} (a copy of the template elsewhere does not work)",
         )
     if not chain.workload_pods:
         return Finding(
@@ -193,6 +231,20 @@ def first_broken_link(chain: Chain) -> Finding | None:
         f"{ready.get('reason')}: {ready.get('message')}",
         "the message names what is at fault (docs/runbooks.md, ComputeDomainNotReady)",
     )
+
+
+def _clique_finding(chain: Chain) -> Finding | None:
+    """A Ready domain that is not one NVLink domain of its own: split over cliques, or sharing
+    one with another domain."""
+    for ctype in (c.CONDITION_SINGLE_CLIQUE, c.CONDITION_EXCLUSIVE_CLIQUE):
+        found = condition(chain.cd, ctype)
+        if found.get("status") == "False":
+            return Finding(
+                "cliques",
+                f"{found.get('reason')}: {found.get('message')}",
+                "`kubectl cdom cliques --fits N` shows where N free nodes share one clique",
+            )
+    return None
 
 
 def render(chain: Chain, finding: Finding | None) -> str:

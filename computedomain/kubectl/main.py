@@ -1,9 +1,10 @@
 """The ``kubectl-computedomain`` console script (also ``kubectl-cdom``): kubectl finds it on the
 PATH as the plugin ``kubectl computedomain`` / ``kubectl cdom``.
 
-Exit codes: 0 done (``--fits``: the job fits; ``describe``: the domain is Ready), 1 ``--fits``:
-it does not fit now, ``describe``: a broken link was named, 2 bad usage, 3 the cluster could not
-be read or the domain does not exist (one line says why).
+Exit codes: 0 done (``--fits``: the job fits; ``describe``: the domain is Ready in a clique of its
+own; ``doctor``: no check failed), 1 ``--fits``: it does not fit now, ``describe``: a broken link
+was named, ``doctor``: a check failed, 2 bad usage, 3 the cluster could not be read or the domain
+does not exist (one line says why).
 """
 
 from __future__ import annotations
@@ -14,22 +15,38 @@ import json
 import os
 import sys
 from collections.abc import Sequence
+from dataclasses import asdict
+from datetime import UTC, datetime
 from typing import Any
 
 import yaml
 
 from computedomain.api import constants as c
 from computedomain.api.resources import CLIQUES, COMPUTE_DOMAINS
+from computedomain.domain.coexistence import CD_CRD_NAME, CLIQUE_CRD_NAME
+from computedomain.kubectl import doctor
 from computedomain.kubectl.cliques import clique_capacity, fits_message, table
-from computedomain.kubectl.describe import Chain, first_broken_link, regarding, render
+from computedomain.kubectl.describe import (
+    Chain,
+    channel_domain_ids,
+    first_broken_link,
+    regarding,
+    render,
+)
 from computedomain.runtime.client import ApiError, KubeClient, load_client
 from computedomain.runtime.errors import StartupError
 from computedomain.runtime.resources import (
+    CUSTOM_RESOURCE_DEFINITIONS,
     DAEMONSETS,
+    DEVICE_CLASSES,
     EVENTS,
+    LEASES,
     NODES,
     PODS,
     RESOURCE_CLAIM_TEMPLATES,
+    RESOURCE_CLAIMS,
+    SERVICE_ACCOUNTS,
+    SUBJECT_ACCESS_REVIEWS,
     Resource,
 )
 
@@ -71,9 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="say whether an N-node job gets one NVLink domain now, and where (the tightest "
         "clique with N free nodes); exit 1 when it does not fit. N from 1",
     )
-    cliques.add_argument(
-        "-o", "--output", choices=["table", "json", "yaml"], default="table", help="output format"
-    )
+    _output_flag(cliques)
     describe = commands.add_parser(
         "describe",
         help="a ComputeDomain's chain on one screen and its first broken link, with what to do",
@@ -81,15 +96,66 @@ def build_parser() -> argparse.ArgumentParser:
             "The domain's conditions, its children, per node its IMEX daemon and clique entry, "
             "its workload pods and the latest Events of each, then the first broken link in the "
             "order a domain comes up (controller, children, workload, node, daemon, clique, "
-            "Ready), named, with what to do. Exit 0 when the domain is Ready, 1 when a link is "
-            "broken."
+            "Ready; then whether it is one NVLink clique of its own), named, with what to do. "
+            "Exit 0 when the domain is Ready in a clique of its own, 1 when a link is broken."
         ),
     )
     describe.add_argument("name", help="the ComputeDomain's name")
     describe.add_argument(
         "-n", "--namespace", default="default", help="its namespace (default: default)"
     )
+    checkup = commands.add_parser(
+        "doctor",
+        help="check the install end to end: one line per check, with the fix",
+        description=(
+            "Checks, in the order to fix them: the CRDs (present, serving v1beta1, with our "
+            "status fields), the DRA API (resource.k8s.io/v1) and NVIDIA's two DeviceClasses, "
+            "NVIDIA's kubelet plugin Ready on every Ready node with nvidia.com/gpu.clique, our "
+            "controller leading (its Lease renewed in time), no NVIDIA controller running "
+            "beside it, the IMEX daemons' image equal to the kubelet plugin's, the daemon "
+            "ServiceAccount and its permissions, GPU nodes without a clique label. Exit 0 when "
+            "no check failed (warnings allowed), 1 when one did. The driver namespace and the "
+            "Lease are read from our controller's pod unless given."
+        ),
+    )
+    checkup.add_argument(
+        "--driver-namespace",
+        help="where the IMEX DaemonSets and the daemon ServiceAccount live (default: our "
+        "controller pod's NAMESPACE, else the kubelet plugin's namespace)",
+    )
+    _output_flag(checkup)
+    checkup.add_argument(
+        "--lease",
+        metavar="NAMESPACE/NAME",
+        type=_lease_ref,
+        help="the Lease our controller leads on (default: from its pod, else "
+        f"<driver namespace>/{doctor.DEFAULT_LEASE_NAME})",
+    )
     return parser
+
+
+def _output_flag(command: argparse.ArgumentParser) -> None:
+    command.add_argument(
+        "-o",
+        "--output",
+        choices=["table", "json", "yaml"],
+        default="table",
+        help="output format (default: table)",
+    )
+
+
+def _print_document(document: dict[str, Any], output: str) -> None:
+    if output == "json":
+        print(json.dumps(document, indent=2))
+    else:
+        print(yaml.safe_dump(document, sort_keys=False), end="")
+
+
+def _lease_ref(text: str) -> tuple[str, str]:
+    namespace, _, name = text.partition("/")
+    if not namespace or not name or "/" in name:
+        raise argparse.ArgumentTypeError(f"{text!r} is not NAMESPACE/NAME")
+    return namespace, name
 
 
 def _positive(text: str) -> int:
@@ -140,10 +206,7 @@ async def _cliques(args: argparse.Namespace) -> int:
         document: dict[str, Any] = {"cliques": [row.as_dict() for row in rows]}
         if fit is not None:
             document["fits"] = {"nodes": args.fits, "fits": fit[0], "message": fit[1]}
-        if args.output == "json":
-            print(json.dumps(document, indent=2))
-        else:
-            print(yaml.safe_dump(document, sort_keys=False), end="")
+        _print_document(document, args.output)
     return EXIT_NO_FIT if fit is not None and not fit[0] else 0
 
 
@@ -176,6 +239,7 @@ async def gather_chain(client: KubeClient, namespace: str, name: str) -> Chain:
         chain.cliques,
         chain.nodes,
         pods,
+        claims,
     ) = await asyncio.gather(
         _list(client, DAEMONSETS, None, selector),
         _list(client, RESOURCE_CLAIM_TEMPLATES, None, selector),
@@ -183,7 +247,14 @@ async def gather_chain(client: KubeClient, namespace: str, name: str) -> Chain:
         _list(client, CLIQUES, None, selector),
         _list(client, NODES, None, selector),
         _list(client, PODS, namespace),
+        _list(client, RESOURCE_CLAIMS),
     )
+    uid = cd["metadata"]["uid"]
+    chain.foreign_claims = [
+        claim
+        for claim in claims
+        if claim["metadata"]["namespace"] != namespace and uid in channel_domain_ids(claim)
+    ]
     chain.daemon_templates = [
         t
         for t in templates
@@ -215,6 +286,150 @@ async def gather_chain(client: KubeClient, namespace: str, name: str) -> Chain:
     return chain
 
 
+async def _doctor(args: argparse.Namespace) -> int:
+    client = await _client(args)
+    try:
+        install = await gather_install(client, args.driver_namespace, args.lease)
+    finally:
+        await client.close()
+    checks = doctor.diagnose(install)
+    if args.output == "table":
+        print(doctor.render(checks))
+    else:
+        _print_document({"checks": [asdict(check) for check in checks]}, args.output)
+    return 1 if any(check.state == "fail" for check in checks) else 0
+
+
+async def _get(client: KubeClient, what: Resource, name: str, namespace: str | None = None) -> Any:
+    """One object, or None when it does not exist."""
+    try:
+        return await client.get(what, name, namespace)
+    except ApiError as err:
+        if err.is_not_found:
+            return None
+        raise ClusterError(f"cannot read {what.plural} {name}: {err}") from None
+
+
+async def _device_classes(client: KubeClient) -> list[str] | None:
+    """DeviceClass names; None when resource.k8s.io/v1 is not served."""
+    try:
+        listing = await client.list(DEVICE_CLASSES, metadata_only=True)
+    except ApiError as err:
+        if err.is_not_found:
+            return None
+        raise ClusterError(f"cannot list deviceclasses: {err}") from None
+    return [item["metadata"]["name"] for item in listing.get("items") or []]
+
+
+async def _denied(client: KubeClient, namespace: str) -> list[str]:
+    """What NVIDIA's IMEX daemon does that its ServiceAccount may not (SubjectAccessReviews)."""
+    user = f"system:serviceaccount:{namespace}:{c.DAEMON_SERVICE_ACCOUNT}"
+
+    async def allowed(verb: str, group: str, resource: str) -> bool:
+        plural, _, subresource = resource.partition("/")
+        attributes = {"verb": verb, "group": group, "resource": plural, "namespace": namespace}
+        if subresource:
+            attributes["subresource"] = subresource
+        body = {
+            "apiVersion": "authorization.k8s.io/v1",
+            "kind": "SubjectAccessReview",
+            "spec": {
+                "user": user,
+                "groups": ["system:serviceaccounts", f"system:serviceaccounts:{namespace}"],
+                "resourceAttributes": attributes,
+            },
+        }
+        try:
+            review = await client.create(SUBJECT_ACCESS_REVIEWS, body)
+        except ApiError as err:
+            raise ClusterError(
+                f"cannot check the daemon's permissions (create subjectaccessreviews): {err}"
+            ) from None
+        return bool((review.get("status") or {}).get("allowed"))
+
+    wanted = doctor.DAEMON_PERMISSIONS
+    answers = await asyncio.gather(*(allowed(*permission) for permission in wanted))
+    return [
+        f"{verb} {resource}"
+        for (verb, _, resource), ok in zip(wanted, answers, strict=True)
+        if not ok
+    ]
+
+
+async def gather_install(
+    client: KubeClient, driver_namespace: str | None, lease_ref: tuple[str, str] | None
+) -> doctor.Install:
+    """What ``doctor`` checks: one request per kind, in two rounds (the second needs the driver
+    namespace and Lease, read from our controller's pod unless given)."""
+    own = ",".join(f"{key}={value}" for key, value in c.OWN_POD_LABELS.items())
+    (
+        cd_crd,
+        clique_crd,
+        device_classes,
+        nvidia_daemonsets,
+        nodes,
+        our_pods,
+        *nvidia_pods,
+    ) = await asyncio.gather(
+        _get(client, CUSTOM_RESOURCE_DEFINITIONS, CD_CRD_NAME),
+        _get(client, CUSTOM_RESOURCE_DEFINITIONS, CLIQUE_CRD_NAME),
+        _device_classes(client),
+        _list(client, DAEMONSETS, None, c.NVIDIA_CHART_DAEMONSETS_SELECTOR),
+        _list(client, NODES),
+        _list(client, PODS, None, own),
+        *(_list(client, PODS, None, selector) for selector in c.NVIDIA_CONTROLLER_SELECTORS),
+    )
+    running = [p for p in our_pods if (p.get("status") or {}).get("phase") == "Running"]
+    ours = running[0] if running else (our_pods[0] if our_pods else {})
+    install = doctor.Install(
+        now=datetime.now(UTC),
+        driver_namespace="",
+        lease_ref=("", ""),
+        crds={CD_CRD_NAME: cd_crd, CLIQUE_CRD_NAME: clique_crd},
+        dra_served=device_classes is not None,
+        device_classes=device_classes or [],
+        nvidia_daemonsets=nvidia_daemonsets,
+        nodes=nodes,
+        our_pods=our_pods,
+        nvidia_controller_pods=[pod for pods in nvidia_pods for pod in pods],
+        daemon_image=doctor.pod_env(ours, "IMAGE_NAME") or "",
+    )
+    plugin = doctor.plugin_daemonset(install)
+    install.driver_namespace = (
+        driver_namespace
+        or doctor.pod_env(ours, "NAMESPACE")
+        or (plugin[0]["metadata"]["namespace"] if plugin else "default")
+    )
+    install.lease_ref = lease_ref or (
+        doctor.pod_env(ours, "LEADER_ELECTION_LEASE_LOCK_NAMESPACE") or install.driver_namespace,
+        doctor.pod_env(ours, "LEADER_ELECTION_LEASE_LOCK_NAME") or doctor.DEFAULT_LEASE_NAME,
+    )
+    plugin_selector = ""
+    if plugin is not None:
+        match = ((plugin[0].get("spec") or {}).get("selector") or {}).get("matchLabels") or {}
+        plugin_selector = ",".join(f"{key}={value}" for key, value in match.items())
+
+    async def plugin_pods() -> list[dict[str, Any]]:
+        if plugin is None or not plugin_selector:
+            return []
+        return await _list(client, PODS, plugin[0]["metadata"]["namespace"], plugin_selector)
+
+    (
+        install.plugin_pods,
+        install.lease,
+        install.daemon_daemonsets,
+        install.daemon_service_account,
+        install.daemon_denied,
+    ) = await asyncio.gather(
+        plugin_pods(),
+        _get(client, LEASES, install.lease_ref[1], install.lease_ref[0]),
+        _list(client, DAEMONSETS, install.driver_namespace, c.CD_LABEL),
+        _get(client, SERVICE_ACCOUNTS, c.DAEMON_SERVICE_ACCOUNT, install.driver_namespace),
+        _denied(client, install.driver_namespace),
+    )
+    return install
+
+
 async def _client(args: argparse.Namespace) -> KubeClient:
     try:
         kubeconfig = args.kubeconfig or os.environ.get("KUBECONFIG") or None
@@ -225,7 +440,7 @@ async def _client(args: argparse.Namespace) -> KubeClient:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    command = _describe if args.command == "describe" else _cliques
+    command = {"describe": _describe, "doctor": _doctor}.get(args.command, _cliques)
     try:
         return asyncio.run(command(args))
     except ClusterError as err:

@@ -30,6 +30,7 @@ from computedomain.api.constants import (
     DAEMON_DEVICE_CLASS,
     DRIVER_NAME,
     GPU_CLIQUE_NODE_LABEL,
+    GPU_PRESENT_NODE_LABEL,
 )
 
 GB200_INSTANCE_TYPE = "p6e-gb200.36xlarge"
@@ -222,7 +223,7 @@ def build_nodes(spec: FleetSpec) -> list[dict[str, Any]]:
 
     common = {
         "kubernetes.io/os": "linux",
-        "nvidia.com/gpu.present": "true",
+        GPU_PRESENT_NODE_LABEL: "true",
         "topology.kubernetes.io/region": REGION,
         "topology.kubernetes.io/zone": ZONE,
         "topology.k8s.aws/zone-id": ZONE_ID,

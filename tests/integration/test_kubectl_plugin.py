@@ -3,39 +3,24 @@ script a user runs (a separate process, the test's kubeconfig)."""
 
 from __future__ import annotations
 
-import asyncio
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from computedomain.api import constants as c
+from computedomain.devcluster.watching import watch_objects
 from computedomain.runtime import resources as r
 from computedomain.runtime.objects import condition
 from computedomain.sim.faults import FaultSettings
-from tests.integration.e2e_harness import FAST_DAEMONS, EndToEnd, cd_ready, workload
+from tests.integration.e2e_harness import FAST_DAEMONS, STATEFULSETS, EndToEnd, cd_ready, workload
+from tests.kit.kubectl_plugin import cdom, doctor
+from tests.kit.waiting import eventually
 
 pytestmark = pytest.mark.integration
 
 RACKS = ["r00", "r01", "r02", "r03"]
-
-
-async def cdom(kubeconfig: Path, *args: str) -> tuple[int, str, str]:
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "computedomain.kubectl.main",
-        "--kubeconfig",
-        str(kubeconfig),
-        *args,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    out, err = await process.communicate()
-    assert process.returncode is not None
-    return process.returncode, out.decode(), err.decode()
 
 
 async def fits(kubeconfig: Path, size: int) -> dict[str, Any]:
@@ -76,6 +61,14 @@ async def test_cliques_fits_is_right_before_and_after_a_domain_takes_nodes(
     assert out.splitlines()[0].split() == ["CLIQUE", "NODES", "READY", "HELD", "FREE", "DOMAINS"]
     assert f"{e2e.namespace}/wide(3)" in out
 
+    # Ready, but split over four cliques: describe names it (IMEX spans one clique).
+    await e2e.cd_until("wide", cd_ready, "Ready")
+    code, out = await describe(e2e, kubeconfig_path, "wide")
+    assert code == 1
+    link = broken_link(out)
+    assert link[0] == "First broken link: cliques"
+    assert link[1].strip().startswith("MultipleCliques: Nodes span 4 NVLink cliques")
+
 
 async def describe(e2e: EndToEnd, kubeconfig: Path, name: str) -> tuple[int, str]:
     code, out, err = await cdom(kubeconfig, "describe", name, "-n", e2e.namespace)
@@ -107,6 +100,38 @@ async def test_describe_names_the_first_broken_link_of_each_kind(
     link = broken_link(out)
     assert link[0] == "First broken link: workload"
     assert f"ResourceClaimTemplate {e2e.namespace}/idle-channel" in link[1]
+
+    # The job started in another namespace, with a copy of the domain's channel template: the
+    # kubelet plugin refuses its claim, and describe names that claim.
+    other = await e2e.kube.create(
+        r.NAMESPACES,
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"generateName": "elsewhere-"}},
+    )
+    elsewhere = other["metadata"]["name"]
+    try:
+        template = await e2e.kube.get(r.RESOURCE_CLAIM_TEMPLATES, "idle-channel", e2e.namespace)
+        copy = {key: template[key] for key in ("apiVersion", "kind", "spec")}
+        copy["metadata"] = {"name": "idle-channel"}
+        await e2e.kube.create(r.RESOURCE_CLAIM_TEMPLATES, copy, elsewhere)
+        await e2e.kube.create(
+            STATEFULSETS, workload("idle", 1, rct_name="idle-channel", racks=["r01"]), elsewhere
+        )
+        claims = await watch_objects(
+            e2e.kube,
+            r.RESOURCE_CLAIMS,
+            lambda items: list(items.values()) or None,
+            namespace=elsewhere,
+            what="the claim of the pod in the other namespace",
+        )
+        code, out = await describe(e2e, kubeconfig_path, "idle")
+        print(out)
+        assert code == 1
+        link = broken_link(out)
+        claim = f"{elsewhere}/{claims[0]['metadata']['name']}"
+        assert link[0] == f"First broken link: workload claim {claim}"
+        assert f"whose namespace is {e2e.namespace}: NVIDIA's kubelet plugin refuses it" in link[1]
+    finally:
+        await e2e.kube.delete(r.NAMESPACES, elsewhere)
 
     # A foreign object at the workload template's name: the children link, the controller's words.
     foreign = {
@@ -173,3 +198,53 @@ async def test_describe_of_a_domain_that_does_not_exist_says_so(
     assert code == 3
     assert out == ""
     assert err.strip() == f"error: ComputeDomain {e2e.namespace}/nothing not found"
+
+
+async def test_doctor_names_each_broken_part_of_the_install_with_its_fix(
+    e2e: EndToEnd, kubeconfig_path: Path
+) -> None:
+    """The simulated fleet is an install without NVIDIA's chart: the simulator plays the kubelet
+    plugin, no ClusterRole grants the daemons anything. The doctor names each of those; what
+    the fleet does have (our current CRDs, resource.k8s.io/v1, NVIDIA's DeviceClasses) passes."""
+    code, checks = await doctor(kubeconfig_path, "--driver-namespace", e2e.driver_namespace)
+    print(json.dumps(checks, indent=1))
+    assert code == 1
+    for name in ("CRDs", "DRA API", "DeviceClasses", "second controller"):
+        assert checks[name]["state"] == "ok", checks[name]
+    assert "kubelet plugin DaemonSet was not found" in checks["kubelet plugin"]["detail"]
+    lease = f"{e2e.driver_namespace}/nvidia-compute-domain-controller"
+    assert checks["controller"]["detail"].startswith(f"no Lease {lease}")
+    assert checks["controller"]["state"] == "fail"
+    sa = f"{e2e.driver_namespace}/{c.DAEMON_SERVICE_ACCOUNT}"
+    assert checks["daemon RBAC"]["detail"] == (
+        f"ServiceAccount {sa} may do nothing the IMEX daemon does (e.g. get computedomains)"
+    )
+    assert "compute-domain-daemon-role" in checks["daemon RBAC"]["fix"]
+
+    # Our controller leading on its Lease.
+    await e2e.start_controller(LEADER_ELECTION_ENABLED="true")
+
+    async def leading() -> dict[str, dict[str, str]] | None:
+        checks = (await doctor(kubeconfig_path, "--driver-namespace", e2e.driver_namespace))[1]
+        return checks if checks["controller"]["state"] == "ok" else None
+
+    checks = await eventually(leading, within=30, what="doctor: controller leads")
+    assert f"leads on Lease {lease}, renewed " in checks["controller"]["detail"]
+
+    # The daemon ServiceAccount removed: the doctor names it, and describe names the link.
+    await e2e.kube.delete(r.SERVICE_ACCOUNTS, c.DAEMON_SERVICE_ACCOUNT, e2e.driver_namespace)
+    _, checks = await doctor(kubeconfig_path, "--driver-namespace", e2e.driver_namespace)
+    assert (
+        checks["daemon RBAC"]["detail"]
+        == f"ServiceAccount {sa} is missing: no IMEX daemon pod can be created"
+    )
+    await e2e.create_cd("no-sa", rct_name="no-sa-channel")
+    await e2e.cd_until(
+        "no-sa",
+        lambda cd: condition(cd, "ChildrenReady").get("reason") == "DaemonServiceAccountMissing",
+        "DaemonServiceAccountMissing",
+    )
+    code, out = await describe(e2e, kubeconfig_path, "no-sa")
+    link = broken_link(out)
+    assert link[0] == "First broken link: children"
+    assert link[1].strip().startswith("DaemonServiceAccountMissing:")

@@ -13,6 +13,7 @@ run by devcluster.podrunner (kwok runs no containers).
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import shlex
@@ -44,6 +45,7 @@ from computedomain.runtime.resources import Resource
 from tests.integration import nvidia_install as nvidia
 from tests.integration.e2e_harness import EndToEnd, end_to_end, pod_ready, pod_running, workload
 from tests.kit.controllers import controllers_for, create_cd, stop_after_cleanup, wait_children
+from tests.kit.kubectl_plugin import cdom, doctor
 from tests.kit.waiting import eventually
 
 pytestmark = pytest.mark.integration
@@ -603,6 +605,69 @@ async def test_outdated_crd_is_named_and_only_upstream_status_is_written(
         logged.close()
         # A running replica finalizes the CD, so it does not hang on our finalizer.
         await stop_after_cleanup(factory, kube, namespace)
+
+
+async def test_doctor_on_nvidias_install_names_what_the_swap_must_fix(
+    nvidia_install: NvidiaInstall,
+    kube: KubeClient,
+    api_client: ApiClient,
+    control_plane: ControlPlane,
+    namespace: str,
+    tmp_path: Path,
+) -> None:
+    """NVIDIA's v0.4.1 chart as installed: its CRD lacks our status fields and its controller
+    runs. `kubectl cdom doctor` (no flags: it finds the driver namespace from NVIDIA's kubelet
+    plugin) names both with their fixes and passes what the chart provides (DeviceClasses, the
+    daemon ServiceAccount and its ClusterRole); after the swap's steps (CRDs upgraded, NVIDIA's
+    controller at 0, ours leading) those pass too, and an IMEX daemon image other than the
+    kubelet plugin's is named."""
+    shape = nvidia_install.shape
+    nvidia_kubelet = nvidia.controller_kubelet(
+        api_client, control_plane, nvidia_install.build, tmp_path / "nvidia", shape
+    )
+    nvidia_kubelet.start()
+    factory = controllers_for(control_plane.kubeconfig, nvidia.NVIDIA_NAMESPACE)
+    try:
+        await nvidia.scale_controller(kube, 1, shape=shape)
+        code, checks = await doctor(control_plane.kubeconfig)
+        print(f"$ kubectl cdom doctor\n{(await cdom(control_plane.kubeconfig, 'doctor'))[1]}")
+        assert code == 1
+        assert checks["CRDs"]["state"] == "fail"
+        assert "lacks status fields conditions, observedGeneration" in checks["CRDs"]["detail"]
+        assert checks["CRDs"]["fix"] == "kubectl apply --server-side --force-conflicts -f crds/"
+        second = checks["second controller"]
+        assert second["state"] == "fail"
+        assert f"scale deployment {shape.deployment} --replicas=0" in second["fix"]
+        for name in ("DRA API", "DeviceClasses", "daemon RBAC"):
+            assert checks[name]["state"] == "ok", checks[name]
+        assert checks["controller"]["state"] == "fail"  # ours is not installed yet
+
+        await apply_crds(api_client, CRD_DIR)
+        await nvidia.scale_controller(kube, 0, shape=shape)
+        await factory.start(LEADER_ELECTION_ENABLED="true")
+
+        async def settled() -> dict[str, dict[str, Any]] | None:
+            checks = (await doctor(control_plane.kubeconfig))[1]
+            return checks if checks["controller"]["state"] == "ok" else None
+
+        checks = await eventually(settled, within=30, what="doctor: ours leads")
+        print(json.dumps(checks, indent=1))
+        lease = f"{nvidia.NVIDIA_NAMESPACE}/nvidia-compute-domain-controller"
+        assert f"leads on Lease {lease}" in checks["controller"]["detail"]
+        for name in ("CRDs", "second controller", "daemon RBAC"):
+            assert checks[name]["state"] == "ok", checks[name]
+
+        # Ours gives new daemons v0.4.0's image (the test default), the plugin runs v0.4.1's.
+        cd = await create_cd(kube, namespace, "imaged", rct_name="imaged-channel")
+        await wait_children(kube, cd, nvidia.NVIDIA_NAMESPACE, "imaged-channel", within=60)
+        _, checks = await doctor(control_plane.kubeconfig)
+        image = checks["daemon image"]
+        assert image["state"] == "fail", image
+        assert image["detail"].startswith(f"IMEX daemons run {c.NVIDIA_DRIVER_IMAGE}, but ")
+        assert image["fix"].startswith("set the controller's IMAGE_NAME to ")
+    finally:
+        await stop_after_cleanup(factory, kube, namespace)
+        await nvidia_kubelet.stop()
 
 
 async def test_nvidias_release_upgraded_to_another_driver_image_is_reported(

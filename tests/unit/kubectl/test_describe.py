@@ -10,6 +10,7 @@ from computedomain.api import constants as c
 from computedomain.kubectl.describe import (
     Chain,
     Finding,
+    channel_domain_ids,
     container_problem,
     first_broken_link,
     render,
@@ -139,3 +140,48 @@ def test_a_workload_pod_the_plugin_refuses_is_named_by_its_event() -> None:
     assert finding.problem == (
         "FailedPrepareDynamicResources: claim namespace differs from the ComputeDomain's"
     )
+
+
+def channel_claim(namespace: str, domain: str = UID) -> dict[str, Any]:
+    parameters = {"kind": c.CHANNEL_CONFIG_KIND, "domainID": domain}
+    return {
+        "metadata": {
+            "name": "worker-0-channel-x7k2p",
+            "namespace": namespace,
+            "ownerReferences": [{"kind": "Pod", "name": "worker-0"}],
+        },
+        "spec": {
+            "devices": {"config": [{"opaque": {"driver": c.DRIVER_NAME, "parameters": parameters}}]}
+        },
+    }
+
+
+def test_a_claim_for_the_domain_from_another_namespace_is_named_before_the_workload() -> None:
+    assert channel_domain_ids(channel_claim("other")) == {UID}
+    assert channel_domain_ids({"spec": {}}) == set()
+    daemon_claim = channel_claim("driver")
+    daemon_config = daemon_claim["spec"]["devices"]["config"][0]["opaque"]["parameters"]
+    daemon_config["kind"] = c.DAEMON_CONFIG_KIND
+    assert channel_domain_ids(daemon_claim) == set()
+    finding = first_broken_link(healthy(workload_pods=[], foreign_claims=[channel_claim("other")]))
+    assert finding is not None
+    assert finding.link == "workload claim other/worker-0-channel-x7k2p"
+    assert finding.problem.startswith(
+        "a claim in namespace other (pod worker-0) asks for this domain, whose namespace is team"
+    )
+    assert "resourceClaimTemplateName: job-channel" in finding.fix
+
+
+@pytest.mark.parametrize(
+    ("ctype", "reason"),
+    [("SingleClique", "MultipleCliques"), ("ExclusiveClique", "CliqueShared")],
+)
+def test_a_ready_domain_split_over_cliques_or_sharing_one_is_a_broken_link(
+    ctype: str, reason: str
+) -> None:
+    split = {"type": ctype, "status": "False", "reason": reason, "message": "Nodes span 2"}
+    finding = first_broken_link(healthy(cd=cd("Ready", ready="True", conditions=[split])))
+    assert finding is not None
+    assert finding.link == "cliques"
+    assert finding.problem == f"{reason}: Nodes span 2"
+    assert "kubectl cdom cliques --fits N" in finding.fix
