@@ -308,6 +308,10 @@ class CoexistenceMonitor:
         self._requeue_all = requeue_all
         self._leading = False
         self.missing: tuple[str, ...] = ()
+        # The outdated CRD, and what of it was reported: one Event on the CRD per outdated
+        # schema, for the whole cluster (not one per ComputeDomain).
+        self._crd: Mapping[str, Any] | None = None
+        self._reported_crd: tuple[str, tuple[str, ...]] | None = None
         self.missing_crds: list[str] = []
         self._running: dict[str, Mapping[str, Any]] = {}
         self._reported_pods: set[str] = set()
@@ -325,6 +329,7 @@ class CoexistenceMonitor:
     # CRD ---------------------------------------------------------------------------------------
     def crd_changed(self, crd: Mapping[str, Any] | None) -> None:
         missing = missing_status_fields(crd)
+        self._crd = crd
         if missing == self.missing:
             return
         self.missing = missing
@@ -333,6 +338,7 @@ class CoexistenceMonitor:
             log.warning("ComputeDomain CRD is outdated: %s", crd_outdated_message(missing))
         else:
             log.info("ComputeDomain CRD has every status field; writing conditions again")
+        self._report()
         self._requeue_all()
 
     def crds_present(self, missing: list[str]) -> None:
@@ -421,6 +427,12 @@ class CoexistenceMonitor:
         self._metrics.set_standing_by(self._leading and bool(self._standing_by))
         if not self._leading:
             return
+        if self.missing and self._crd is not None:
+            reported = (objects.meta(self._crd).get("uid") or "", self.missing)
+            if reported != self._reported_crd:
+                self._reported_crd = reported
+                message = crd_outdated_message(self.missing)
+                self._recorder.record(self._crd, "Warning", "CRDOutdated", "Detect", message)
         for uid, pod in self._running.items():
             if uid in self._reported_pods:
                 continue

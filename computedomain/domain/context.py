@@ -29,7 +29,6 @@ class DomainMemory:
     reported_ready: bool = False
     # While the installed CRD prunes conditions, the last ones we computed live only here.
     conditions: list[Condition] = field(default_factory=list)
-    reported_crd_outdated: bool = False
     # Reasons warned about once per CD (transitions.ONCE_PER_DOMAIN) and already recorded.
     warned_once: set[str] = field(default_factory=set)
     # When (clock.now()) this process last wrote the CD's status: the coalescing window's start;

@@ -189,11 +189,8 @@ class StatusWriter:
         self._observe_metrics(cd, view, conditions, nodes, desired_status["status"])
         if missing_fields:
             # Writing fields the apiserver prunes would differ from the stored status forever.
+            # The CRD itself carries the one CRDOutdated Event (coexistence), not each CD.
             desired_status = {k: desired_status[k] for k in coexistence.UPSTREAM_STATUS_FIELDS}
-            if not memory.reported_crd_outdated:
-                memory.reported_crd_outdated = True
-                message = coexistence.crd_outdated_message(missing_fields)
-                ctx.recorder.record(obj, "Warning", "CRDOutdated", "Reconcile", message)
         stored = dict(obj.get("status") or {})
         if projection.status_equal(stored, desired_status):
             if missing_fields and conditions != previous_conditions:

@@ -545,12 +545,15 @@ async def test_outdated_crd_is_named_and_only_upstream_status_is_written(
     kube: KubeClient, api_client: ApiClient, control_plane: ControlPlane, namespace: str
 ) -> None:
     """NVIDIA's chart never upgrades CRDs: with its CRD installed, our status fields are pruned.
-    The controller says so (log, gauge, one Warning per CD), writes status.status and
+    The controller says so (log, gauge, one Warning on the CRD), writes status.status and
     status.nodes only, and does not loop writing what the apiserver drops; after the CRD
     upgrade the conditions appear without a restart."""
     await nvidia.scale_controller(kube, 0)  # swapped: NVIDIA's controller is at 0, ours works
     factory = controllers_for(control_plane.kubeconfig, nvidia.NVIDIA_NAMESPACE)
     logged = LogCapture("computedomain")
+    # Events regarding a cluster-scoped object live in `default`; earlier tests may have left some.
+    earlier = await kube.list(r.EVENTS, "default", field_selector="reason=CRDOutdated")
+    seen = {e["metadata"]["name"] for e in earlier["items"]}
     try:
         running = await factory.start()
         assert running.process.coexistence.missing == (
@@ -574,19 +577,27 @@ async def test_outdated_crd_is_named_and_only_upstream_status_is_written(
         assert "conditions" not in cd["status"]
 
         def outdated(events: Objects) -> list[dict[str, Any]] | None:
-            found = [e for e in events.values() if e.get("reason") == "CRDOutdated"]
+            found = [
+                e
+                for e in events.values()
+                if e.get("reason") == "CRDOutdated" and e["metadata"]["name"] not in seen
+            ]
             return found or None
 
         events = await watch_objects(
-            kube, r.EVENTS, outdated, namespace=namespace, what="a CRDOutdated event"
+            kube, r.EVENTS, outdated, namespace="default", what="a CRDOutdated event"
         )
         assert len(events) == 1
+        assert events[0]["regarding"]["kind"] == "CustomResourceDefinition"
+        assert events[0]["regarding"]["name"] == "computedomains.resource.nvidia.com"
         assert events[0]["type"] == "Warning"
         assert "kubectl apply --server-side --force-conflicts -f crds/" in events[0]["note"]
         print(f"Warning CRDOutdated: {events[0]['note']}")
 
         # No write loop: a reconcile of the unchanged CD writes nothing.
         await running.wait_idle()
+        per_domain = await kube.list(r.EVENTS, namespace, field_selector="reason=CRDOutdated")
+        assert per_domain["items"] == [], "one Event for the cluster, none per ComputeDomain"
         before = running.writes()
         running.process.queue.add(f"{namespace}/upstream-only")
         await running.wait_idle()

@@ -268,6 +268,26 @@ def test_monitor_requeues_when_the_crd_changes(
     assert (monitor.missing, metrics.missing, len(requeues)) == ((), 0, 2)
 
 
+def test_an_outdated_crd_is_one_warning_on_the_crd_from_the_leader(
+    monitor_parts: tuple[CoexistenceMonitor, Recorder, Metrics, list[int]],
+) -> None:
+    """A cluster-level problem: one Event, on the CRD (kubectl describe crd shows it), not one
+    per ComputeDomain; again only when the CRD is replaced by another outdated one."""
+    monitor, recorder, _, _ = monitor_parts
+    crd = {**nvidia_crd(), "metadata": {**OUR_CRD["metadata"], "uid": "crd-1"}}
+    monitor.crd_changed(crd)
+    assert recorder.events == []  # a standby writes nothing
+    monitor.set_leading(True)
+    name = OUR_CRD["metadata"]["name"]
+    assert recorder.events == [(name, "Warning", "CRDOutdated")]
+    monitor.crd_changed(crd)
+    monitor.set_leading(True)
+    assert len(recorder.events) == 1
+    monitor.crd_changed(OUR_CRD)  # upgraded, then NVIDIA's CRD put back
+    monitor.crd_changed({**crd, "metadata": {**crd["metadata"], "uid": "crd-2"}})
+    assert recorder.events == [(name, "Warning", "CRDOutdated")] * 2
+
+
 @pytest.mark.parametrize("install", sorted(INSTALLS))
 def test_the_caches_watch_every_selector_and_wake_the_monitor(
     monitor_parts: tuple[CoexistenceMonitor, Recorder, Metrics, list[int]], install: str
