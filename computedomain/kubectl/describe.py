@@ -11,6 +11,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from computedomain.api import constants as c
+from computedomain.domain.coexistence import (
+    nvidia_deployment_of,
+    nvidia_lease,
+    running_nvidia_controllers,
+)
 from computedomain.runtime.objects import condition, condition_true
 
 Obj = dict[str, Any]
@@ -32,6 +37,9 @@ class Chain:
     nodes: list[Obj] = field(default_factory=list)  # nodes labelled for this domain
     # ResourceClaims of other namespaces whose channel config names this domain.
     foreign_claims: list[Obj] = field(default_factory=list)
+    nvidia_controller_pods: list[Obj] = field(default_factory=list)  # running or not
+    # The Lease ours leads on: one of NVIDIA's pods electing on it waits while ours leads.
+    own_lease: tuple[str, str] | None = None
     events: list[Obj] = field(default_factory=list)  # of every object above
 
     @property
@@ -131,6 +139,22 @@ def first_broken_link(chain: Chain) -> Finding | None:
             "labels are gone",
             "wait; if it stays, read the controller's log and the runbook "
             "ComputeDomainStuckDeleting",
+        )
+    nvidia = running_nvidia_controllers(chain.nvidia_controller_pods)
+    # One electing its leader on our Lease waits while ours leads: no second writer.
+    writers = [
+        pod for pod in nvidia if nvidia_lease(pod) is None or nvidia_lease(pod) != chain.own_lease
+    ]
+    if writers:
+        pod = writers[0]
+        pod_ns, pod_name = pod["metadata"]["namespace"], pod["metadata"]["name"]
+        return Finding(
+            "controller",
+            f"NVIDIA's controller runs (pod {pod_ns}/{pod_name}): ours stands by and writes "
+            "nothing, so the conditions shown are ours from before it started, and NVIDIA's "
+            "controller manages this domain",
+            f"kubectl -n {pod_ns} scale deployment {nvidia_deployment_of(pod)} --replicas=0, "
+            "and controller.replicas=0 in NVIDIA's Helm values (`kubectl cdom doctor`)",
         )
     if not ready:
         return Finding(

@@ -96,6 +96,21 @@ def pod_env(pod: Mapping[str, Any], name: str) -> str | None:
     return None
 
 
+def our_pod(pods: Sequence[Obj]) -> Obj:
+    """The pod of ours to read settings from: a running one first; {} when none."""
+    running = [p for p in pods if (p.get("status") or {}).get("phase") == "Running"]
+    return running[0] if running else (pods[0] if pods else {})
+
+
+def our_lease(pod: Mapping[str, Any], driver_namespace: str) -> tuple[str, str]:
+    """(namespace, name) of the Lease our controller leads on: its pod's settings, else the
+    controller's defaults."""
+    return (
+        pod_env(pod, "LEADER_ELECTION_LEASE_LOCK_NAMESPACE") or driver_namespace,
+        pod_env(pod, "LEADER_ELECTION_LEASE_LOCK_NAME") or DEFAULT_LEASE_NAME,
+    )
+
+
 def _names(items: Sequence[str]) -> str:
     shown = ", ".join(sorted(items)[:NAMES_SHOWN])
     more = len(items) - NAMES_SHOWN

@@ -53,6 +53,7 @@ from computedomain.runtime.resources import (
 EXIT_NO_FIT = 1
 EXIT_USAGE = 2
 EXIT_CLUSTER = 3
+OWN_PODS = ",".join(f"{key}={value}" for key, value in c.OWN_POD_LABELS.items())
 # A person waits on these: a few requests, no need for the controller's budget.
 QPS, BURST = 20.0, 40
 
@@ -240,6 +241,8 @@ async def gather_chain(client: KubeClient, namespace: str, name: str) -> Chain:
         chain.nodes,
         pods,
         claims,
+        our_pods,
+        *nvidia_pods,
     ) = await asyncio.gather(
         _list(client, DAEMONSETS, None, selector),
         _list(client, RESOURCE_CLAIM_TEMPLATES, None, selector),
@@ -248,7 +251,16 @@ async def gather_chain(client: KubeClient, namespace: str, name: str) -> Chain:
         _list(client, NODES, None, selector),
         _list(client, PODS, namespace),
         _list(client, RESOURCE_CLAIMS),
+        _list(client, PODS, None, OWN_PODS),
+        *(_list(client, PODS, None, selector) for selector in c.NVIDIA_CONTROLLER_SELECTORS),
     )
+    chain.nvidia_controller_pods = [pod for found in nvidia_pods for pod in found]
+    ours = doctor.our_pod(our_pods)
+    driver_namespace = doctor.pod_env(ours, "NAMESPACE") or next(
+        (o["metadata"]["namespace"] for o in chain.daemonsets + chain.nvidia_controller_pods),
+        "default",
+    )
+    chain.own_lease = doctor.our_lease(ours, driver_namespace)
     uid = cd["metadata"]["uid"]
     chain.foreign_claims = [
         claim
@@ -361,7 +373,6 @@ async def gather_install(
 ) -> doctor.Install:
     """What ``doctor`` checks: one request per kind, in two rounds (the second needs the driver
     namespace and Lease, read from our controller's pod unless given)."""
-    own = ",".join(f"{key}={value}" for key, value in c.OWN_POD_LABELS.items())
     (
         cd_crd,
         clique_crd,
@@ -376,11 +387,10 @@ async def gather_install(
         _device_classes(client),
         _list(client, DAEMONSETS, None, c.NVIDIA_CHART_DAEMONSETS_SELECTOR),
         _list(client, NODES),
-        _list(client, PODS, None, own),
+        _list(client, PODS, None, OWN_PODS),
         *(_list(client, PODS, None, selector) for selector in c.NVIDIA_CONTROLLER_SELECTORS),
     )
-    running = [p for p in our_pods if (p.get("status") or {}).get("phase") == "Running"]
-    ours = running[0] if running else (our_pods[0] if our_pods else {})
+    ours = doctor.our_pod(our_pods)
     install = doctor.Install(
         now=datetime.now(UTC),
         driver_namespace="",
@@ -400,10 +410,7 @@ async def gather_install(
         or doctor.pod_env(ours, "NAMESPACE")
         or (plugin[0]["metadata"]["namespace"] if plugin else "default")
     )
-    install.lease_ref = lease_ref or (
-        doctor.pod_env(ours, "LEADER_ELECTION_LEASE_LOCK_NAMESPACE") or install.driver_namespace,
-        doctor.pod_env(ours, "LEADER_ELECTION_LEASE_LOCK_NAME") or doctor.DEFAULT_LEASE_NAME,
-    )
+    install.lease_ref = lease_ref or doctor.our_lease(ours, install.driver_namespace)
     plugin_selector = ""
     if plugin is not None:
         match = ((plugin[0].get("spec") or {}).get("selector") or {}).get("matchLabels") or {}

@@ -652,6 +652,14 @@ async def test_doctor_on_nvidias_install_names_what_the_swap_must_fix(
         for name in ("DRA API", "DeviceClasses", "daemon RBAC"):
             assert checks[name]["state"] == "ok", checks[name]
         assert checks["controller"]["state"] == "fail"  # ours is not installed yet
+        # describe of a domain says the same first: NVIDIA's controller manages it now.
+        await create_cd(kube, namespace, "before")
+        code, out, _ = await cdom(control_plane.kubeconfig, "describe", "before", "-n", namespace)
+        assert code == 1
+        link = out.splitlines()[-3:]
+        assert link[0] == "First broken link: controller"
+        assert link[1].strip().startswith("NVIDIA's controller runs (pod nvidia-dra-driver-gpu/")
+        assert f"scale deployment {shape.deployment} --replicas=0" in link[2]
 
         await apply_crds(api_client, CRD_DIR)
         await nvidia.scale_controller(kube, 0, shape=shape)

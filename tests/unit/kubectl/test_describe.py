@@ -185,3 +185,33 @@ def test_a_ready_domain_split_over_cliques_or_sharing_one_is_a_broken_link(
     assert finding.link == "cliques"
     assert finding.problem == f"{reason}: Nodes span 2"
     assert "kubectl cdom cliques --fits N" in finding.fix
+
+
+def nvidia_controller(env: list[dict[str, str]]) -> dict[str, Any]:
+    controller = pod("dra-driver-nvidia-gpu-controller-5d8f-abcde", node="cpu-1")
+    controller["metadata"]["labels"] = {"dra-driver-nvidia-gpu-component": "controller"}
+    controller["status"]["phase"] = "Running"
+    controller["spec"]["containers"] = [{"name": "compute-domain", "env": env}]
+    return controller
+
+
+def test_nvidias_controller_writing_beside_ours_is_the_first_link() -> None:
+    chain = healthy(cd=cd("Ready", ready="True"), nvidia_controller_pods=[nvidia_controller([])])
+    finding = first_broken_link(chain)
+    assert finding is not None
+    assert finding.link == "controller"
+    assert finding.problem.startswith(
+        "NVIDIA's controller runs (pod driver/dra-driver-nvidia-gpu-controller-5d8f-abcde)"
+    )
+    assert "scale deployment dra-driver-nvidia-gpu-controller --replicas=0" in finding.fix
+    # One electing its leader on our Lease waits while ours leads; on another it writes.
+    lease = [
+        {"name": "LEADER_ELECTION_ENABLED", "value": "true"},
+        {"name": "LEADER_ELECTION_LEASE_LOCK_NAMESPACE", "value": "driver"},
+        {"name": "LEADER_ELECTION_LEASE_LOCK_NAME", "value": "ours"},
+    ]
+    electing = healthy(nvidia_controller_pods=[nvidia_controller(lease)])
+    electing.own_lease = ("driver", "ours")
+    assert first_broken_link(electing) == first_broken_link(healthy())
+    electing.own_lease = ("driver", "another")
+    assert link(electing) == "controller"
