@@ -18,7 +18,7 @@ from prometheus_client import CollectorRegistry
 from computedomain.config import Settings
 from computedomain.domain.caches import Caches, build_caches
 from computedomain.domain.coexistence import CoexistenceMonitor
-from computedomain.domain.keys import CDKey, parse_key
+from computedomain.domain.keys import CDKey, QueueKey
 from computedomain.domain.reconciler import ComputeDomainReconciler
 from computedomain.domain.topology import CliqueInventory
 from computedomain.domain.watches import EventRouter, wire
@@ -74,7 +74,9 @@ class ControllerProcess:
             node_inventory_interval=s.node_inventory_resync_interval,
             nvidia_controller_selectors=s.nvidia_controller_selectors,
         )
-        self.queue = WorkQueue(CONTROLLER_NAME, metrics=self.runtime_metrics, clock=self.clock)
+        self.queue: WorkQueue[QueueKey] = WorkQueue(
+            CONTROLLER_NAME, metrics=self.runtime_metrics, clock=self.clock
+        )
         self.recorder = EventRecorder(
             # Events have a budget of their own: a burst of new CDs spends the client's on
             # children and status, never waiting behind its own Events.
@@ -140,18 +142,15 @@ class ControllerProcess:
         """Every CD, and every orphan the caches know (what a stand-by left waiting)."""
         self.router.enqueue_all()
         for key in self.reconciler.sweeper.orphans():
-            self.queue.add(str(key))
+            self.queue.add(key)
 
     def _crds_installed(self) -> bool:
         if self.coexistence.crd_problem:
             raise CheckFailedError(self.coexistence.crd_problem)
         return True
 
-    async def _reconcile_with_log_fields(self, key: str) -> Result:
-        parsed = parse_key(key)
-        namespace, name = (
-            (parsed.namespace, parsed.name) if isinstance(parsed, CDKey) else ("", key)
-        )
+    async def _reconcile_with_log_fields(self, key: QueueKey) -> Result:
+        namespace, name = (key.namespace, key.name) if isinstance(key, CDKey) else ("", str(key))
         with bind(**reconcile_fields(CONTROLLER_NAME, namespace, name)):
             return await self.reconciler.reconcile(key)
 

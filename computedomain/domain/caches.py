@@ -28,6 +28,7 @@ from computedomain.domain.coexistence import (
     trim_plugin_daemonset,
     trim_pod_identity,
 )
+from computedomain.domain.keys import CDKey
 from computedomain.domain.labels import cd_uid_of, cd_uids_of_clique
 from computedomain.domain.topology import clique_of
 from computedomain.runtime import objects
@@ -283,6 +284,10 @@ class Caches:
     def missing_status_fields(self) -> tuple[str, ...]:
         """Our status fields the installed CD CRD would prune; empty when it keeps them."""
         return missing_status_fields(self.compute_domain_crd())
+
+    def compute_domain(self, key: CDKey) -> dict[str, Any] | None:
+        """The cached CD of this key, if any."""
+        return self.cds.get(key.store_key)
 
     def cds_of(self, uid: str) -> list[dict[str, Any]]:
         """The cached CDs with this UID (none, or one)."""

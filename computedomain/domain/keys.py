@@ -1,9 +1,11 @@
 """Work-queue keys of the ComputeDomain controller, typed, with one parser.
 
-The generic work queue holds strings; this module alone knows their grammar:
+The controller's work queue holds these keys (``WorkQueue[QueueKey]``); ``str()`` names one in
+logs:
 
-- ``<namespace>/<name>``: reconcile the ComputeDomain of that name;
-- ``orphan:<uid>``: remove what still names the CD UID ``uid`` when no CD has it any more.
+- ``CDKey``, ``<namespace>/<name>``: reconcile the ComputeDomain of that name;
+- ``OrphanKey``, ``orphan:<uid>``: remove what still names the CD UID ``uid`` when no CD has it
+  any more.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from computedomain.runtime.objects import name, namespace
+from computedomain.runtime.objects import name, namespace, object_key
 
 ORPHAN_PREFIX = "orphan:"
 
@@ -25,6 +27,11 @@ class CDKey:
     @classmethod
     def of(cls, cd: Mapping[str, Any]) -> CDKey:
         return cls(namespace(cd) or "", name(cd))
+
+    @property
+    def store_key(self) -> str:
+        """The key of this CD in an informer's store."""
+        return object_key({"metadata": {"namespace": self.namespace, "name": self.name}})
 
     def __str__(self) -> str:
         return f"{self.namespace}/{self.name}"
@@ -39,11 +46,3 @@ class OrphanKey:
 
 
 QueueKey = CDKey | OrphanKey
-
-
-def parse_key(key: str) -> QueueKey:
-    """The typed key of a queue string (the inverse of ``str(key)``)."""
-    if key.startswith(ORPHAN_PREFIX):
-        return OrphanKey(key.removeprefix(ORPHAN_PREFIX))
-    ns, _, cd_name = key.rpartition("/")
-    return CDKey(ns, cd_name)

@@ -29,7 +29,7 @@ from computedomain.domain.caches import Caches
 from computedomain.domain.children import ChildMaker
 from computedomain.domain.context import ReconcileContext
 from computedomain.domain.deletion import Cleanup, Finalizer
-from computedomain.domain.keys import OrphanKey, parse_key
+from computedomain.domain.keys import OrphanKey, QueueKey
 from computedomain.domain.ports import DomainMetricsSink
 from computedomain.domain.settings import ReconcilerSettings
 from computedomain.domain.status import StatusWriter
@@ -74,16 +74,15 @@ class ComputeDomainReconciler:
         self._finalizer = Finalizer(self._ctx, self.cleanup, self._status)
         self.sweeper = OrphanSweeper(self._ctx, self.cleanup)
 
-    async def reconcile(self, key: str) -> Result:
-        parsed = parse_key(key)
+    async def reconcile(self, key: QueueKey) -> Result:
         standing_by = self._standing_by()
-        if isinstance(parsed, OrphanKey):
+        if isinstance(key, OrphanKey):
             # Orphans wait too: the end of the stand-by requeues them.
-            return Result() if standing_by else await self.sweeper.reconcile(parsed)
-        obj = self._ctx.caches.cds.get(str(parsed))
+            return Result() if standing_by else await self.sweeper.reconcile(key)
+        obj = self._ctx.caches.compute_domain(key)
         if obj is None:
             # Gone, also without our finalizer (removed by hand): its series go with it.
-            self._ctx.metrics.forget_domain(parsed.namespace, parsed.name)
+            self._ctx.metrics.forget_domain(key.namespace, key.name)
             return Result()
         cd = ComputeDomain.model_validate(obj)
         memory = self._ctx.memory_of(cd.metadata.uid)

@@ -34,11 +34,11 @@ class OrphanSweeper:
         caches = self._ctx.caches
         return [OrphanKey(uid) for uid in sorted(caches.labelled_uids() - caches.known_uids())]
 
-    async def sweep_forever(self, enqueue: Callable[[str], None], interval: float) -> None:
+    async def sweep_forever(self, enqueue: Callable[[OrphanKey], None], interval: float) -> None:
         """Periodic orphan sweep: covers CDs deleted while no controller was running."""
         while True:
             for key in self.orphans():
-                enqueue(str(key))
+                enqueue(key)
             await self._ctx.clock.sleep(interval)
 
     async def reconcile(self, key: OrphanKey) -> Result:

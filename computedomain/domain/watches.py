@@ -24,7 +24,7 @@ from typing import Any, Protocol
 
 from computedomain.domain.caches import BY_GPU_CLIQUE, Caches, uids_of_labelled
 from computedomain.domain.coexistence import CoexistenceMonitor
-from computedomain.domain.keys import CDKey, OrphanKey
+from computedomain.domain.keys import CDKey, OrphanKey, QueueKey
 from computedomain.domain.labels import cd_uid_of, cd_uids_of_clique
 from computedomain.domain.topology import clique_of
 from computedomain.runtime import objects
@@ -37,9 +37,9 @@ UidsOf = Callable[[Obj], list[str]]
 class Queue(Protocol):
     """The part of ``WorkQueue`` the handlers use."""
 
-    def add(self, key: str, priority: int = 0) -> None: ...
+    def add(self, key: QueueKey, priority: int = 0) -> None: ...
 
-    def add_after(self, key: str, delay: float, priority: int = 0) -> None: ...
+    def add_after(self, key: QueueKey, delay: float, priority: int = 0) -> None: ...
 
 
 def uids_of_change(uids_of: UidsOf, old: Obj | None, new: Obj | None) -> list[str]:
@@ -63,19 +63,19 @@ class EventRouter:
 
     def enqueue_all(self, priority: int = 0) -> None:
         for cd in self.caches.cds.list():
-            self._queue.add(str(CDKey.of(cd)), priority=priority)
+            self._queue.add(CDKey.of(cd), priority=priority)
 
     def _for_uids(self, uids: Iterable[str]) -> None:
         for uid in uids:
             cds = self.caches.cds_of(uid)
             for cd in cds:
-                self._queue.add(str(CDKey.of(cd)))
+                self._queue.add(CDKey.of(cd))
             if not cds and self.caches.compute_domains.has_synced:
                 # Seen on sight; the orphan reconcile applies the grace period and a live check.
-                self._queue.add_after(str(OrphanKey(uid)), self._orphan_grace)
+                self._queue.add_after(OrphanKey(uid), self._orphan_grace)
 
     def on_cd(self, obj: Obj) -> None:
-        self._queue.add(str(CDKey.of(obj)))
+        self._queue.add(CDKey.of(obj))
 
     def on_owned(self, uids_of: UidsOf) -> FunctionHandler:
         """Handler for objects that name their CD(s) through ``uids_of``."""

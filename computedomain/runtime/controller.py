@@ -13,8 +13,9 @@ import asyncio
 import contextvars
 import logging
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass
+from typing import Generic, TypeVar
 
 import aiohttp
 from prometheus_client import CollectorRegistry
@@ -28,7 +29,6 @@ log = logging.getLogger(__name__)
 
 reconcile_id: contextvars.ContextVar[str] = contextvars.ContextVar("reconcile_id", default="")
 """A fresh uuid4 per reconcile call; loggers read it to tag every line of one reconcile."""
-reconcile_key: contextvars.ContextVar[str] = contextvars.ContextVar("reconcile_key", default="")
 controller_name: contextvars.ContextVar[str] = contextvars.ContextVar("controller_name", default="")
 
 
@@ -55,15 +55,17 @@ EXPECTED_ERRORS: tuple[type[BaseException], ...] = (
 )
 """Exceptions that are ordinary errors; anything else counts as a panic (a bug)."""
 
-Reconcile = Callable[[str], Awaitable[Result | None]]
+K = TypeVar("K", bound=Hashable)
 
 
-class Controller:
+class Controller(Generic[K]):
+    """Workers reconciling the keys of one queue; a key's ``str()`` names it in logs."""
+
     def __init__(
         self,
         name: str,
-        queue: WorkQueue,
-        reconcile: Reconcile,
+        queue: WorkQueue[K],
+        reconcile: Callable[[K], Awaitable[Result | None]],
         workers: int = 4,
         timeout: float | None = 60.0,
         metrics: RuntimeMetrics | None = None,
@@ -99,10 +101,9 @@ class Controller:
             finally:
                 self.queue.done(key)
 
-    async def process(self, key: str) -> None:
+    async def process(self, key: K) -> None:
         """Reconcile one key and act on the outcome (the caller marks the key done)."""
         id_token = reconcile_id.set(str(uuid.uuid4()))
-        key_token = reconcile_key.set(key)
         name_token = controller_name.set(self.name)
         active = self.metrics.active_workers.labels(controller=self.name)
         active.inc()
@@ -115,10 +116,9 @@ class Controller:
             )
             active.dec()
             reconcile_id.reset(id_token)
-            reconcile_key.reset(key_token)
             controller_name.reset(name_token)
 
-    async def _process_in_context(self, key: str) -> None:
+    async def _process_in_context(self, key: K) -> None:
         metrics = self.metrics
         name = self.name
         deadline = asyncio.timeout(self.timeout)
@@ -165,7 +165,7 @@ class Controller:
             self.queue.forget(key)
             metrics.reconcile_total.labels(controller=name, result="success").inc()
 
-    def _requeue_after_error(self, key: str, retry_after: float | None = None) -> None:
+    def _requeue_after_error(self, key: K, retry_after: float | None = None) -> None:
         """Back off; never sooner than a server's ``Retry-After`` (a 429 the client did not
         wait out itself)."""
         self.metrics.reconcile_errors_total.labels(controller=self.name).inc()
@@ -173,12 +173,11 @@ class Controller:
         self.queue.add_rate_limited(key, at_least=retry_after or 0.0)
 
     def _fields(
-        self, key: str, error: BaseException | str, terminal: bool = False
+        self, key: K, error: BaseException | str, terminal: bool = False
     ) -> dict[str, object]:
-        # LogRecord reserves "name"; formatters derive namespace/name from reconcile_key.
         fields: dict[str, object] = {
             "controller": self.name,
-            "key": key,
+            "key": str(key),
             "reconcileID": reconcile_id.get(),
             "err": str(error) or type(error).__name__,
         }

@@ -11,6 +11,8 @@ import asyncio
 import heapq
 import itertools
 from collections import Counter as Tally
+from collections.abc import Hashable
+from typing import Generic, TypeVar
 
 from prometheus_client import CollectorRegistry
 
@@ -23,8 +25,11 @@ LOW_PRIORITY = -100
 
 _MAX_EXPONENT = 62
 
+K = TypeVar("K", bound=Hashable)
+"""A queue's key type: any hashable value (the controller's are typed keys; str() names one)."""
 
-class RateLimiter:
+
+class RateLimiter(Generic[K]):
     """Per-item exponential backoff max'ed with an overall token bucket.
 
     controller-runtime's default: ``5 ms * 2^failures`` capped at 1000 s, and 10 qps / burst 100.
@@ -41,9 +46,9 @@ class RateLimiter:
         self.base_delay = base_delay
         self.max_delay = max_delay
         self._bucket = TokenBucket(qps, burst, clock)
-        self._failures: dict[str, int] = {}
+        self._failures: dict[K, int] = {}
 
-    def when(self, key: str) -> float:
+    def when(self, key: K) -> float:
         """The delay before ``key`` may be retried; counts one more failure for it."""
         failures = self._failures.get(key, 0)
         self._failures[key] = failures + 1
@@ -51,36 +56,36 @@ class RateLimiter:
         backoff = min(self.base_delay * (2.0**exponent), self.max_delay)
         return max(backoff, self._bucket.reserve())
 
-    def forget(self, key: str) -> None:
+    def forget(self, key: K) -> None:
         self._failures.pop(key, None)
 
-    def num_requeues(self, key: str) -> int:
+    def num_requeues(self, key: K) -> int:
         return self._failures.get(key, 0)
 
 
-class WorkQueue:
+class WorkQueue(Generic[K]):
     def __init__(
         self,
         name: str,
-        rate_limiter: RateLimiter | None = None,
+        rate_limiter: RateLimiter[K] | None = None,
         clock: Clock | None = None,
         metrics: RuntimeMetrics | None = None,
     ) -> None:
         self.name = name
         self.clock = clock or SystemClock()
-        self.rate_limiter = rate_limiter or RateLimiter(clock=self.clock)
+        self.rate_limiter: RateLimiter[K] = rate_limiter or RateLimiter(clock=self.clock)
         self.metrics = metrics or RuntimeMetrics(CollectorRegistry())
         self._sequence = itertools.count()
         # Ready keys: heap of (-priority, seq, key); _ready maps key -> its live (priority, seq).
-        self._heap: list[tuple[int, int, str]] = []
-        self._ready: dict[str, tuple[int, int]] = {}
-        self._dirty: set[str] = set()
-        self._dirty_priority: dict[str, int] = {}
-        self._processing: dict[str, float] = {}
-        self._added_at: dict[str, float] = {}
+        self._heap: list[tuple[int, int, K]] = []
+        self._ready: dict[K, tuple[int, int]] = {}
+        self._dirty: set[K] = set()
+        self._dirty_priority: dict[K, int] = {}
+        self._processing: dict[K, float] = {}
+        self._added_at: dict[K, float] = {}
         # Delayed keys: heap of (ready_at, seq, key); _delayed maps key -> earliest ready_at.
-        self._delayed_heap: list[tuple[float, int, str]] = []
-        self._delayed: dict[str, tuple[float, int]] = {}
+        self._delayed_heap: list[tuple[float, int, K]] = []
+        self._delayed: dict[K, tuple[float, int]] = {}
         self._depth: Tally[int] = Tally()
         self._changed = asyncio.Event()
         self._idle = asyncio.Event()
@@ -107,7 +112,7 @@ class WorkQueue:
 
     # -- adding -----------------------------------------------------------------------------
 
-    def add(self, key: str, priority: int = 0) -> None:
+    def add(self, key: K, priority: int = 0) -> None:
         if self._shutting_down:
             return
         if key in self._dirty:
@@ -121,7 +126,7 @@ class WorkQueue:
             return
         self._push_ready(key, priority)
 
-    def add_after(self, key: str, delay: float, priority: int = 0) -> None:
+    def add_after(self, key: K, delay: float, priority: int = 0) -> None:
         if self._shutting_down:
             return
         if delay <= 0:
@@ -137,19 +142,19 @@ class WorkQueue:
         heapq.heappush(self._delayed_heap, (ready_at, sequence, key))
         self._notify()
 
-    def add_rate_limited(self, key: str, at_least: float = 0.0) -> None:
+    def add_rate_limited(self, key: K, at_least: float = 0.0) -> None:
         """Re-add after the key's backoff, or ``at_least`` seconds if that is longer."""
         self.add_after(key, max(self.rate_limiter.when(key), at_least))
 
-    def forget(self, key: str) -> None:
+    def forget(self, key: K) -> None:
         self.rate_limiter.forget(key)
 
-    def num_requeues(self, key: str) -> int:
+    def num_requeues(self, key: K) -> int:
         return self.rate_limiter.num_requeues(key)
 
     # -- taking -----------------------------------------------------------------------------
 
-    async def get(self) -> str | None:
+    async def get(self) -> K | None:
         """The next ready key, waiting as long as needed; None once the queue shuts down."""
         while True:
             self._promote_due()
@@ -164,7 +169,7 @@ class WorkQueue:
                 timeout = self._delayed_heap[0][0] - self.clock.now()
             await wait_event(self.clock, changed, timeout)
 
-    def done(self, key: str) -> None:
+    def done(self, key: K) -> None:
         started = self._processing.pop(key, None)
         if started is not None:
             self._work_duration.observe(max(0.0, self.clock.now() - started))
@@ -222,14 +227,14 @@ class WorkQueue:
         self._changed.set()
         self._changed = asyncio.Event()
 
-    def _push_ready(self, key: str, priority: int) -> None:
+    def _push_ready(self, key: K, priority: int) -> None:
         sequence = next(self._sequence)
         self._ready[key] = (priority, sequence)
         heapq.heappush(self._heap, (-priority, sequence, key))
         self._set_depth(priority, +1)
         self._notify()
 
-    def _raise_priority(self, key: str, priority: int) -> None:
+    def _raise_priority(self, key: K, priority: int) -> None:
         if priority <= self._dirty_priority.get(key, priority):
             return
         self._dirty_priority[key] = priority
@@ -238,7 +243,7 @@ class WorkQueue:
             self._set_depth(current[0], -1)
             self._push_ready(key, priority)
 
-    def _pop_ready(self) -> str | None:
+    def _pop_ready(self) -> K | None:
         while self._heap:
             negative_priority, sequence, key = heapq.heappop(self._heap)
             if self._ready.get(key) != (-negative_priority, sequence):

@@ -10,6 +10,7 @@ from computedomain.api import constants as c
 from computedomain.api.resources import CLIQUES, COMPUTE_DOMAINS
 from computedomain.devcluster.harness import Controllers
 from computedomain.devcluster.watching import watch_object, watch_objects
+from computedomain.domain.keys import CDKey
 from computedomain.runtime import resources as r
 from computedomain.runtime.client import ApiError, KubeClient
 from computedomain.runtime.objects import condition, labels
@@ -578,7 +579,7 @@ async def test_domain_deleted_before_its_first_reconcile_is_no_error(
     cache = running.process.caches.cds
     assert cache.observe_write(stale), "the stale copy must be what the reconciler reads"
 
-    result = await running.process.reconciler.reconcile(f"{namespace}/fleeting")
+    result = await running.process.reconciler.reconcile(CDKey(namespace, "fleeting"))
 
     assert result.requeue_after is None
     assert not result.requeue

@@ -38,6 +38,7 @@ from computedomain.devcluster.helm import find_helm
 from computedomain.devcluster.podrunner import Kubelet
 from computedomain.devcluster.upstream import OLDER_CHART_VERSION, RELEASE, UpstreamBuild
 from computedomain.devcluster.watching import Objects, watch_object, watch_objects
+from computedomain.domain.keys import CDKey
 from computedomain.runtime import resources as r
 from computedomain.runtime.client import KubeClient
 from computedomain.runtime.objects import condition
@@ -599,7 +600,7 @@ async def test_outdated_crd_is_named_and_only_upstream_status_is_written(
         per_domain = await kube.list(r.EVENTS, namespace, field_selector="reason=CRDOutdated")
         assert per_domain["items"] == [], "one Event for the cluster, none per ComputeDomain"
         before = running.writes()
-        running.process.queue.add(f"{namespace}/upstream-only")
+        running.process.queue.add(CDKey(namespace, "upstream-only"))
         await running.wait_idle()
         assert running.writes() == before
 

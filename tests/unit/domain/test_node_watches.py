@@ -12,6 +12,7 @@ from computedomain.api import constants as c
 from computedomain.domain import projection
 from computedomain.domain.caches import BY_CD, Caches, build_caches
 from computedomain.domain.coexistence import CoexistenceMonitor
+from computedomain.domain.keys import CDKey, QueueKey
 from computedomain.domain.watches import EventRouter, wire
 from computedomain.observability.metrics import DomainMetrics
 from computedomain.runtime import resources as r
@@ -114,12 +115,12 @@ def test_the_node_caches_keep_no_spec_and_no_images() -> None:
 
 class Queue:
     def __init__(self) -> None:
-        self.keys: list[str] = []
+        self.keys: list[QueueKey] = []
 
-    def add(self, key: str, priority: int = 0) -> None:
+    def add(self, key: QueueKey, priority: int = 0) -> None:
         self.keys.append(key)
 
-    def add_after(self, key: str, delay: float, priority: int = 0) -> None:
+    def add_after(self, key: QueueKey, delay: float, priority: int = 0) -> None:
         self.keys.append(key)
 
 
@@ -163,14 +164,14 @@ def test_readiness_and_label_changes_wake_the_domain() -> None:
     caches, queue = wired()
     down = k8s_node("a", 2, ready=False, **{c.CD_LABEL: UID, c.GPU_CLIQUE_NODE_LABEL: "cl.1"})
     caches.labelled_nodes.feed("MODIFIED", down)
-    assert set(queue.keys) == {"ns/cd"}
+    assert set(queue.keys) == {CDKey("ns", "cd")}
     assert caches.node_ready("a") is False
     queue.keys.clear()
     # b, in the same clique, gains the label: seen on the labelled watch, and carried into the
     # polled inventory at once (the CD's members, cliques and sharing read it).
     joined = k8s_node("b", 3, **{c.CD_LABEL: UID, c.GPU_CLIQUE_NODE_LABEL: "cl.1"})
     caches.labelled_nodes.feed("ADDED", joined)
-    assert set(queue.keys) == {"ns/cd"}
+    assert set(queue.keys) == {CDKey("ns", "cd")}
     assert [n["metadata"]["name"] for n in caches.nodes.store.by_index(BY_CD, UID)] == ["a", "b"]
 
 
@@ -184,7 +185,7 @@ async def test_a_labelled_node_that_leaves_the_watch_is_looked_up() -> None:
     assert client.gets == ["a"]
     assert caches.node_ready("a") is None
     assert caches.nodes.store.get("a") is None
-    assert "ns/cd" in queue.keys
+    assert CDKey("ns", "cd") in queue.keys
     # A list of the inventory taken before the deletion does not bring it back.
     caches.nodes.feed_list([metadata(gone)], "3")
     assert caches.node_ready("a") is None
@@ -200,4 +201,4 @@ async def test_a_node_that_only_lost_the_label_still_exists() -> None:
     # Existing and unlabelled: Ready by node_ready's rule, and no longer the CD's member.
     assert caches.node_ready("a") is True
     assert caches.nodes.store.by_index(BY_CD, UID) == []
-    assert set(queue.keys) == {"ns/cd"}
+    assert set(queue.keys) == {CDKey("ns", "cd")}

@@ -14,6 +14,7 @@ from prometheus_client import CollectorRegistry
 from computedomain.api import constants as c
 from computedomain.api.resources import CLIQUES, COMPUTE_DOMAINS
 from computedomain.domain.caches import Caches, build_caches
+from computedomain.domain.keys import CDKey, OrphanKey, QueueKey
 from computedomain.domain.reconciler import CHILDREN_FIRST_REQUEUE, ComputeDomainReconciler
 from computedomain.domain.settings import DaemonSettings, ReconcilerSettings
 from computedomain.observability.metrics import DomainMetrics
@@ -83,7 +84,7 @@ class World:
         for name, items in stores.items():
             informers[name][0].feed_list(items)
 
-    async def reconcile(self, key: str) -> Result:
+    async def reconcile(self, key: QueueKey) -> Result:
         self.client.forget_calls()
         result = await self.reconciler.reconcile(key)
         return result
@@ -198,7 +199,7 @@ async def test_new_cd_gets_finalizer_children_and_status(world: World) -> None:
     cd = world.client.add(COMPUTE_DOMAINS, compute_domain())
     world.fill(cds=[cd], service_accounts=[service_account()])
 
-    assert await world.reconcile(f"{NS}/cd") == Result()
+    assert await world.reconcile(CDKey(NS, "cd")) == Result()
 
     assert world.client.calls == NEW_CD_CALLS
     # One Event lists the three children (one write, not three); the first verdict (waiting for
@@ -235,13 +236,13 @@ async def test_in_a_burst_children_come_before_the_first_status() -> None:
     cd = world.client.add(COMPUTE_DOMAINS, compute_domain())
     world.fill(cds=[cd], service_accounts=[service_account()])
 
-    assert await world.reconcile(f"{NS}/cd") == Result(requeue_after=CHILDREN_FIRST_REQUEUE)
+    assert await world.reconcile(CDKey(NS, "cd")) == Result(requeue_after=CHILDREN_FIRST_REQUEUE)
     assert world.client.calls == NEW_CD_CALLS[:-1]
     assert world.recorder.events == [("Normal", "Created")]
 
     # Its turn again (the children are in the caches): the status, and nothing else.
     world.client.forget_calls()
-    assert await world.reconcile(f"{NS}/cd") == Result()
+    assert await world.reconcile(CDKey(NS, "cd")) == Result()
     assert world.client.calls == NEW_CD_CALLS[-1:]
     stored = world.client.objects[("computedomains", NS, "cd")]
     assert stored["status"]["status"] == c.STATUS_READY
@@ -250,11 +251,11 @@ async def test_in_a_burst_children_come_before_the_first_status() -> None:
 async def test_steady_state_makes_no_calls(world: World) -> None:
     cd = world.client.add(COMPUTE_DOMAINS, compute_domain())
     world.fill(cds=[cd], service_accounts=[service_account()])
-    await world.reconcile(f"{NS}/cd")  # its writes went into the caches (read-your-writes)
+    await world.reconcile(CDKey(NS, "cd"))  # its writes went into the caches (read-your-writes)
     world.recorder.events.clear()
     await world.clock.advance(30)
 
-    assert await world.reconcile(f"{NS}/cd") == Result()
+    assert await world.reconcile(CDKey(NS, "cd")) == Result()
 
     assert world.client.calls == []
     assert world.recorder.events == []
@@ -266,7 +267,7 @@ async def test_a_foreign_daemonset_is_refused_not_touched(world: World) -> None:
     world.client.add(r.DAEMONSETS, {"metadata": {"name": DAEMON, "namespace": DRIVER_NS}})
     world.fill(cds=[cd], service_accounts=[service_account()])
 
-    result = await world.reconcile(f"{NS}/cd")
+    result = await world.reconcile(CDKey(NS, "cd"))
 
     assert world.client.calls == [
         ("patch", "computedomains", f"{NS}/cd"),
@@ -310,7 +311,7 @@ async def test_deletion_with_daemon_pods_removes_children_and_labels_then_waits(
         service_accounts=[service_account()],
     )
 
-    result = await world.reconcile(f"{NS}/cd")
+    result = await world.reconcile(CDKey(NS, "cd"))
 
     assert world.client.calls == [
         ("delete", "resourceclaimtemplates", f"{NS}/channel"),  # the workload's first
@@ -352,13 +353,13 @@ async def test_a_retried_deletion_skips_what_is_already_gone(world: World) -> No
         service_accounts=[service_account()],
         **late,
     )
-    await world.reconcile(f"{NS}/cd")
+    await world.reconcile(CDKey(NS, "cd"))
     assert [call[0] for call in world.client.calls].count("delete") == 3  # each answered 404
     assert ("list", "nodes", f"{c.CD_LABEL}={UID}") in world.client.calls
 
     for _ in range(3):
         await world.clock.advance(2.0)
-        await world.reconcile(f"{NS}/cd")
+        await world.reconcile(CDKey(NS, "cd"))
         assert not [call for call in world.client.calls if call[0] in ("delete", "list")]
 
 
@@ -372,13 +373,13 @@ async def test_a_pass_after_the_finalizer_went_and_before_the_cds_deleted_event_
         COMPUTE_DOMAINS, compute_domain(finalizers=[c.FINALIZER], deletionTimestamp=deleted_at)
     )
     world.fill(cds=[cd], service_accounts=[service_account()])
-    assert await world.reconcile(f"{NS}/cd") == Result()
+    assert await world.reconcile(CDKey(NS, "cd")) == Result()
     assert world.client.calls == [
         ("list", "nodes", f"{c.CD_LABEL}={UID}"),
         ("patch", "computedomains", f"{NS}/cd"),  # our finalizer, the last one
     ]
 
-    assert await world.reconcile(f"{NS}/cd") == Result()
+    assert await world.reconcile(CDKey(NS, "cd")) == Result()
     assert world.client.calls == []
 
 
@@ -387,7 +388,7 @@ async def test_an_orphan_is_removed_after_the_grace_period_and_a_live_check(
 ) -> None:
     daemonset = world.client.add(r.DAEMONSETS, labelled(c.daemon_name(GHOST), DRIVER_NS, GHOST))
     world.fill(daemonsets=[daemonset], service_accounts=[service_account()])
-    key = f"orphan:{GHOST}"
+    key = OrphanKey(GHOST)
 
     assert await world.reconcile(key) == Result(requeue_after=5.0)
     assert world.client.calls == []  # seen, not yet acted on
@@ -407,7 +408,7 @@ async def test_an_orphan_is_removed_after_the_grace_period_and_a_live_check(
 
 async def test_a_cd_gone_from_the_cache_is_routine(world: World) -> None:
     world.fill()
-    assert await world.reconcile(f"{NS}/gone") == Result()
+    assert await world.reconcile(CDKey(NS, "gone")) == Result()
     assert world.client.calls == []
 
 
@@ -419,13 +420,13 @@ async def test_a_pruned_clique_entry_leaves_status_in_the_same_reconcile(world: 
     ghost_entry = daemon_entry("ghost-node", "10.0.0.9", c.STATUS_NOT_READY)
     clique = world.client.add(CLIQUES, clique_of_cd(clique_id, [ghost_entry]))
     world.fill(cds=[cd], service_accounts=[service_account()], cliques=[clique])
-    await world.reconcile(f"{NS}/cd")  # children, status with the entry; stale from now on
+    await world.reconcile(CDKey(NS, "cd"))  # children, status with the entry; stale from now on
     status = world.client.objects[("computedomains", NS, "cd")]["status"]
     assert [n["name"] for n in status["nodes"]] == ["ghost-node"]
     world.recorder.events.clear()
 
     await world.clock.advance(SETTINGS.orphan_grace_period)
-    await world.reconcile(f"{NS}/cd")
+    await world.reconcile(CDKey(NS, "cd"))
 
     assert world.client.calls == [
         ("list", "pods", f"{DRIVER_NS}/{c.CD_LABEL}={UID}"),  # the live check
@@ -451,10 +452,10 @@ async def test_pruning_spares_an_entry_whose_daemon_pod_the_cache_has_not_seen(
     pod["status"] = {"phase": "Running", "podIP": "10.0.0.7"}
     world.client.add(r.PODS, pod)  # in the apiserver, not (yet) in the pod cache
     world.fill(cds=[cd], service_accounts=[service_account()], cliques=[clique])
-    await world.reconcile(f"{NS}/cd")
+    await world.reconcile(CDKey(NS, "cd"))
 
     await world.clock.advance(SETTINGS.orphan_grace_period)
-    result = await world.reconcile(f"{NS}/cd")
+    result = await world.reconcile(CDKey(NS, "cd"))
 
     assert world.client.calls == [("list", "pods", f"{DRIVER_NS}/{c.CD_LABEL}={UID}")]
     stored = world.client.objects[("computedomaincliques", DRIVER_NS, clique["metadata"]["name"])]
@@ -465,7 +466,7 @@ async def test_pruning_spares_an_entry_whose_daemon_pod_the_cache_has_not_seen(
     # Its grace period starts over: no prune (nor live check) before it has passed again.
     assert result.requeue_after is None or result.requeue_after > 0
     await world.clock.advance(SETTINGS.orphan_grace_period / 2)
-    await world.reconcile(f"{NS}/cd")
+    await world.reconcile(CDKey(NS, "cd"))
     assert world.client.calls == []
 
 
@@ -480,7 +481,7 @@ async def test_a_status_write_on_a_stale_version_is_a_conflict_and_requeues(
     world.client.bump(COMPUTE_DOMAINS, "cd", NS)
     before = world.client.objects[("computedomains", NS, "cd")].get("status")
 
-    result = await world.reconcile(f"{NS}/cd")
+    result = await world.reconcile(CDKey(NS, "cd"))
 
     assert world.client.calls == [("patch", "computedomains/status", f"{NS}/cd")]
     (sent,) = world.client.bodies
@@ -501,11 +502,11 @@ async def test_a_prune_on_a_stale_clique_is_a_conflict_and_looks_again_soon(
     entry = daemon_entry("gone", "10.0.0.9", c.STATUS_NOT_READY)
     clique = world.client.add(CLIQUES, clique_of_cd("rack0.0", [entry]))
     world.fill(cds=[cd], service_accounts=[service_account()], cliques=[clique])
-    await world.reconcile(f"{NS}/cd")
+    await world.reconcile(CDKey(NS, "cd"))
     await world.clock.advance(SETTINGS.orphan_grace_period)
     newer = world.client.bump(CLIQUES, clique_name, DRIVER_NS)
 
-    result = await world.reconcile(f"{NS}/cd")
+    result = await world.reconcile(CDKey(NS, "cd"))
 
     assert world.client.calls[:2] == [
         ("list", "pods", f"{DRIVER_NS}/{c.CD_LABEL}={UID}"),
@@ -529,10 +530,10 @@ async def test_one_live_pod_list_serves_every_clique_of_a_pass(world: World) -> 
         for clique_id, node in (("rack0.0", "ghost-a"), ("rack1.0", "ghost-b"))
     ]
     world.fill(cds=[cd], service_accounts=[service_account()], cliques=cliques)
-    await world.reconcile(f"{NS}/cd")
+    await world.reconcile(CDKey(NS, "cd"))
     await world.clock.advance(SETTINGS.orphan_grace_period)
 
-    await world.reconcile(f"{NS}/cd")
+    await world.reconcile(CDKey(NS, "cd"))
 
     assert world.client.calls == [
         ("list", "pods", f"{DRIVER_NS}/{c.CD_LABEL}={UID}"),

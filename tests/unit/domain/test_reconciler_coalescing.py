@@ -11,6 +11,7 @@ import pytest
 
 from computedomain.api import constants as c
 from computedomain.api.resources import CLIQUES
+from computedomain.domain.keys import CDKey
 from computedomain.runtime import resources as r
 from computedomain.runtime.clock import format_time
 from tests.unit.domain.test_reconciler import (
@@ -28,7 +29,7 @@ from tests.unit.domain.test_reconciler import (
     make_world as reconciler_world,
 )
 
-KEY = f"{NS}/cd"
+KEY = CDKey(NS, "cd")
 CLIQUE_ID = "rack0.0"
 WINDOW = 1.0
 STATUS_PATCH = ("patch", "computedomains/status", f"{NS}/cd")

@@ -12,6 +12,7 @@ import pytest
 
 from computedomain.api import constants as c
 from computedomain.api.resources import COMPUTE_DOMAINS
+from computedomain.domain.keys import CDKey
 from computedomain.runtime import objects
 from computedomain.runtime import resources as r
 from computedomain.runtime.clock import format_time
@@ -29,7 +30,7 @@ from tests.unit.domain.test_reconciler import (
 )
 
 GRACE = 120.0
-KEY = f"{NS}/cd"
+KEY = CDKey(NS, "cd")
 OTHER_UID = "5d1ad1b8-3c3a-4a8e-9d47-0b2cde000002"
 
 

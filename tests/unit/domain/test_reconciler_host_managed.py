@@ -11,6 +11,7 @@ import pytest
 
 from computedomain.api import constants as c
 from computedomain.api.resources import COMPUTE_DOMAINS
+from computedomain.domain.keys import CDKey
 from computedomain.runtime import resources as r
 from computedomain.runtime.clock import format_time
 from computedomain.runtime.controller import Result
@@ -28,7 +29,7 @@ from tests.unit.domain.test_reconciler import (
 )
 
 HOST_SETTINGS = dataclasses.replace(SETTINGS, imex_mode=c.IMEX_MODE_HOST)
-KEY = f"{NS}/cd"
+KEY = CDKey(NS, "cd")
 
 
 @pytest.fixture

@@ -9,6 +9,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from computedomain.api import constants as c
 from computedomain.api.resources import COMPUTE_DOMAINS
+from computedomain.domain.keys import CDKey
 from computedomain.runtime import resources as r
 from computedomain.runtime.clock import format_time, parse_time
 from tests.unit.domain.test_reconciler import (
@@ -55,7 +56,7 @@ def labels(**values: str) -> frozenset[tuple[str, str]]:
 async def test_the_reason_of_each_condition_is_exported(world: MeteredWorld) -> None:
     cd = world.client.add(COMPUTE_DOMAINS, compute_domain())
     world.fill(cds=[cd], service_accounts=[service_account()])
-    await world.reconcile(f"{NS}/cd")
+    await world.reconcile(CDKey(NS, "cd"))
 
     reasons = world.series("computedomain_status_condition_reason")
     ready = labels(namespace=NS, name="cd", condition="Ready", reason="WaitingForWorkload")
@@ -69,7 +70,7 @@ async def test_a_deletion_is_exported_from_the_first_pass_until_the_domain_is_go
 ) -> None:
     cd = world.client.add(COMPUTE_DOMAINS, compute_domain())
     world.fill(cds=[cd], service_accounts=[service_account()])
-    await world.reconcile(f"{NS}/cd")
+    await world.reconcile(CDKey(NS, "cd"))
     assert world.series("computedomain_status_condition")
 
     deleted_at = format_time(world.clock.wall())
@@ -81,7 +82,7 @@ async def test_a_deletion_is_exported_from_the_first_pass_until_the_domain_is_go
     daemonset = world.client.add(r.DAEMONSETS, held)
     world.fill(cds=[stored], daemonsets=[daemonset], service_accounts=[service_account()])
     await world.clock.advance(30)
-    await world.reconcile(f"{NS}/cd")
+    await world.reconcile(CDKey(NS, "cd"))
 
     deletion = "computedomain_deletion_started_timestamp_seconds"
     assert world.series(deletion) == {
@@ -92,7 +93,7 @@ async def test_a_deletion_is_exported_from_the_first_pass_until_the_domain_is_go
     # The CD goes with our finalizer removed by hand: the next reconcile finds no CD and
     # forgets every series of it.
     world.fill(daemonsets=[daemonset], service_accounts=[service_account()])
-    await world.reconcile(f"{NS}/cd")
+    await world.reconcile(CDKey(NS, "cd"))
     assert world.series(deletion) == {}
     assert world.series("computedomain_status_condition") == {}
     assert world.series("computedomain_status_condition_reason") == {}

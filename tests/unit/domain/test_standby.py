@@ -11,6 +11,7 @@ import pytest
 
 from computedomain.api import constants as c
 from computedomain.api.resources import CLIQUES, COMPUTE_DOMAINS
+from computedomain.domain.keys import CDKey, OrphanKey
 from computedomain.runtime import resources as r
 from computedomain.runtime.clock import format_time
 from computedomain.runtime.controller import Result
@@ -65,21 +66,21 @@ async def test_a_new_cd_gets_nothing_while_standing_by_and_everything_after(
     world.fill(cds=[cd], service_accounts=[service_account()])
 
     for _ in range(3):  # however often it is woken
-        assert await world.reconcile(f"{NS}/cd") == Result()
+        assert await world.reconcile(CDKey(NS, "cd")) == Result()
         assert world.client.calls == []
     assert world.recorder.events == [("Warning", "StandingBy")]  # once, not per reconcile
     assert world.recorder.notes == [WHY]
 
     nvidia.running = False
-    assert await world.reconcile(f"{NS}/cd") == Result()
+    assert await world.reconcile(CDKey(NS, "cd")) == Result()
     assert world.client.calls == NEW_CD_CALLS
     assert world.recorder.events[:2] == [("Warning", "StandingBy"), ("Normal", "Resumed")]
 
     # A second stand-by is said again, once.
     nvidia.running = True
     seen = len(world.recorder.events)
-    await world.reconcile(f"{NS}/cd")
-    await world.reconcile(f"{NS}/cd")
+    await world.reconcile(CDKey(NS, "cd"))
+    await world.reconcile(CDKey(NS, "cd"))
     assert world.client.calls == []
     assert world.recorder.events[seen:] == [("Warning", "StandingBy")]
 
@@ -96,11 +97,11 @@ async def test_a_running_cd_keeps_its_status_cliques_and_children_as_nvidia_writ
     clique = world.client.add(CLIQUES, clique_of_cd("rack0.0", [stale]))
     world.fill(**stores, cliques=[clique], service_accounts=[service_account()])
 
-    assert await world.reconcile(f"{NS}/cd") == Result()
+    assert await world.reconcile(CDKey(NS, "cd")) == Result()
     assert world.client.calls == []
 
     nvidia.running = False
-    await world.reconcile(f"{NS}/cd")
+    await world.reconcile(CDKey(NS, "cd"))
     assert ("create", "daemonsets", f"{DRIVER_NS}/{DAEMON}") in world.client.calls
     assert ("patch", "computedomains/status", f"{NS}/cd") in world.client.calls
 
@@ -117,13 +118,13 @@ async def test_a_deleted_cd_is_left_to_nvidias_controller_then_finalized(
     node = world.client.add(r.NODES, {"metadata": {"name": "n1", "labels": {c.CD_LABEL: UID}}})
     world.fill(**stores, nodes=[node], service_accounts=[service_account()])
 
-    assert await world.reconcile(f"{NS}/cd") == Result()
+    assert await world.reconcile(CDKey(NS, "cd")) == Result()
     assert world.client.calls == []
     cd = world.client.objects[("computedomains", NS, "cd")]
     assert cd["metadata"]["finalizers"] == [c.FINALIZER]
 
     nvidia.running = False
-    await world.reconcile(f"{NS}/cd")
+    await world.reconcile(CDKey(NS, "cd"))
     assert ("delete", "daemonsets", f"{DRIVER_NS}/{DAEMON}") in world.client.calls
     assert ("patch", "nodes", "n1") in world.client.calls
 
@@ -133,7 +134,7 @@ async def test_orphans_wait_for_the_end_of_the_stand_by(
 ) -> None:
     daemonset = world.client.add(r.DAEMONSETS, labelled(c.daemon_name(GHOST), DRIVER_NS, GHOST))
     world.fill(daemonsets=[daemonset], service_accounts=[service_account()])
-    key = f"orphan:{GHOST}"
+    key = OrphanKey(GHOST)
     await world.clock.advance(60)
 
     assert await world.reconcile(key) == Result()

@@ -12,7 +12,6 @@ from computedomain.runtime.controller import (
     Result,
     TerminalError,
     reconcile_id,
-    reconcile_key,
 )
 from computedomain.runtime.metrics import RuntimeMetrics
 from computedomain.runtime.workqueue import WorkQueue
@@ -173,7 +172,7 @@ async def test_reconcile_id_is_fresh_per_call_and_visible_inside() -> None:
     seen: list[tuple[str, str]] = []
 
     async def reconcile(key: str) -> Result:
-        seen.append((reconcile_id.get(), reconcile_key.get()))
+        seen.append((reconcile_id.get(), key))
         return Result()
 
     harness = Harness(reconcile)
