@@ -55,14 +55,18 @@ from computedomain.config import SETTINGS, ConfigError, environ, parse_settings
 from computedomain.devcluster.clients import api_client_from_kubeconfig
 from computedomain.devcluster.cluster import ensure_namespace, populate
 from computedomain.devcluster.controlplane import ControlPlane, free_port
-from computedomain.devcluster.harness import WRITE_METHODS, RunningController, compute_domain
-from computedomain.devcluster.harness import start_controller as start_controller_in_process
+from computedomain.devcluster.harness import (
+    WRITE_METHODS,
+    RunningController,
+    compute_domain,
+    start_controller,
+)
 from computedomain.devcluster.processes import rss_mb
 from computedomain.devcluster.workloads import STATEFULSETS, workload
 from computedomain.observability.logging import configure_logging
 from computedomain.runtime import resources as r
 from computedomain.runtime.client import KubeClient
-from computedomain.runtime.objects import condition, condition_true, labels
+from computedomain.runtime.objects import condition, condition_true, labels, pod_ready
 from computedomain.runtime.resources import Resource
 from computedomain.sim.context import SimSettings
 from computedomain.sim.faults import FaultSettings
@@ -118,10 +122,6 @@ async def seconds_since(begin: float, tasks: Mapping[str, Awaitable[float]]) -> 
 def cd_ready(cd: Obj | None) -> bool:
     status = (cd or {}).get("status") or {}
     return status.get("status") == c.STATUS_READY and condition_true(cd, "Ready")
-
-
-def pod_ready(pod: Obj | None) -> bool:
-    return condition_true(pod, "Ready")
 
 
 # -- what the controller writes, by resource ----------------------------------------------------
@@ -222,9 +222,11 @@ class ControllerUnderTest:
         await self.running.shutdown()
 
 
-async def start_controller(kubeconfig: Path, overrides: Mapping[str, str]) -> ControllerUnderTest:
+async def start_measured_controller(
+    kubeconfig: Path, overrides: Mapping[str, str]
+) -> ControllerUnderTest:
     tally = WriteTally()
-    running = await start_controller_in_process(
+    running = await start_controller(
         kubeconfig,
         DRIVER_NAMESPACE,
         # Clique entries of the latency phase have no daemon pod behind them; keep them.
@@ -291,7 +293,7 @@ class Bench:
                     what="preloaded CDs' conditions",
                 )
             )
-        self.controller = await start_controller(self.kubeconfig, self.args.overrides)
+        self.controller = await start_measured_controller(self.kubeconfig, self.args.overrides)
         synced = now() - begin
         all_reconciled = (await reconciled) - begin if reconciled is not None else None
         after_sync = settled_rss_mb()

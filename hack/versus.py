@@ -51,7 +51,7 @@ from computedomain.devcluster.upstream import (
     chart_controller_container,
     container_environment,
     find_upstream,
-    start_controller,
+    start_nvidia_controller,
 )
 from computedomain.devcluster.workloads import STATEFULSETS, workload
 from computedomain.runtime import resources as r
@@ -204,7 +204,7 @@ class Versus:
                 container, "dra-driver-nvidia-gpu-controller-0", self.driver_namespace
             )
             env.update(HTTP_ENDPOINT=f"127.0.0.1:{free_port()}", **rate)
-            return start_controller(self.build, kubeconfig, container, env, log)
+            return start_nvidia_controller(self.build, kubeconfig, container, env, log)
         env = {
             **os.environ,
             **environ(

@@ -214,7 +214,7 @@ def controller_entrypoint(build: UpstreamBuild) -> Entrypoint:
     return argv
 
 
-def start_controller(
+def start_nvidia_controller(
     build: UpstreamBuild,
     kubeconfig: Path,
     container: Mapping[str, Any],

@@ -56,6 +56,11 @@ def condition_true(obj: Mapping[str, Any] | None, ctype: str) -> bool:
     return condition(obj, ctype).get("status") == "True"
 
 
+def pod_ready(pod: Mapping[str, Any] | None) -> bool:
+    """The pod's Ready condition is True (its containers passed their readiness probes)."""
+    return condition_true(pod, "Ready")
+
+
 def condition(obj: Mapping[str, Any] | None, ctype: str) -> Mapping[str, Any]:
     """The ``status.conditions`` entry of type ``ctype``, or an empty mapping."""
     status = (obj or _EMPTY).get("status")

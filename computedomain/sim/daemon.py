@@ -21,6 +21,7 @@ from computedomain.api import constants as c
 from computedomain.api.resources import CLIQUES, COMPUTE_DOMAINS
 from computedomain.runtime import objects
 from computedomain.runtime.client import ApiError
+from computedomain.runtime.objects import pod_ready
 from computedomain.runtime.resources import PODS
 
 from .context import SimContext
@@ -38,7 +39,6 @@ from .gates import DaemonGates, InvalidFeatureGatesError, container_env, max_nod
 from .podstatus import (
     ContainerPhase,
     PodState,
-    is_pod_ready,
     needs_ready_resync,
     node_internal_ip,
     pod_status,
@@ -192,7 +192,7 @@ class FakeImexDaemon(DaemonContainer):
             )
         except InvalidFeatureGatesError as error:
             gates_error = str(error)
-        if not (resumed and is_pod_ready(pod)):
+        if not (resumed and pod_ready(pod)):
             await self._write_pod(ContainerPhase.STARTING)
         await self._label_pod()
         if gates_error:
@@ -213,7 +213,7 @@ class FakeImexDaemon(DaemonContainer):
             await self._write_pod(ContainerPhase.CRASH_LOOP)
             await self.ctx.report(pod, "Warning", "BackOff", "Back-off restarting failed container")
             await asyncio.Event().wait()
-        already_ready = resumed and is_pod_ready(pod)
+        already_ready = resumed and pod_ready(pod)
         while True:
             await self._start_container(fate, already_ready)
             already_ready = False

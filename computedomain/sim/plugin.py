@@ -15,6 +15,7 @@ from typing import Any
 from computedomain.api import constants as c
 from computedomain.runtime import patches
 from computedomain.runtime.client import ApiError
+from computedomain.runtime.objects import pod_ready
 from computedomain.runtime.resources import NODES, PODS
 
 from .context import SimContext
@@ -22,7 +23,6 @@ from .decisions import Action, Classification, decide_workload, node_clique_id
 from .podstatus import (
     ContainerPhase,
     PodState,
-    is_pod_ready,
     needs_ready_resync,
     node_internal_ip,
     pod_status,
@@ -43,7 +43,7 @@ class FakeKubeletPlugin:
 
     async def start_generic(self, pod: dict[str, Any]) -> None:
         """A pod whose claims belong to other drivers: the generic DRA path starts it at once."""
-        if not is_pod_ready(pod):
+        if not pod_ready(pod):
             await self.write_running(pod)
         self.released.add(pod["metadata"]["uid"])
 
@@ -102,7 +102,7 @@ class FakeKubeletPlugin:
                     await ctx.report(pod, "Warning", decision.reason, decision.message)
                     return  # permanent: the kubelet would retry, but the answer never changes
                 if decision.action is Action.RELEASE:
-                    if not is_pod_ready(pod):
+                    if not pod_ready(pod):
                         await self.write_running(pod)
                     self.released.add(metadata["uid"])
                     return

@@ -158,10 +158,6 @@ def node_internal_ip(node: Mapping[str, Any] | None) -> str:
     return ""
 
 
-def is_pod_ready(pod: Mapping[str, Any]) -> bool:
-    return objects.condition_true(pod, "Ready")
-
-
 def is_node_ready(node: Mapping[str, Any] | None) -> bool:
     """Ready=True and not being deleted: only then does the node lifecycle controller leave its
     pods' Ready condition alone."""
@@ -185,7 +181,7 @@ def needs_ready_resync(
         return False
     if (pod.get("status") or {}).get("phase") != "Running":
         return False  # not started by us yet: the pod's own coroutine writes it first
-    if is_pod_ready(pod) == wanted_ready:
+    if objects.pod_ready(pod) == wanted_ready:
         return False
     return not wanted_ready or is_node_ready(node)
 

@@ -23,6 +23,7 @@ from computedomain.devcluster.workloads import workload as workload
 from computedomain.runtime import resources as r
 from computedomain.runtime.client import ApiError, KubeClient
 from computedomain.runtime.objects import condition_true
+from computedomain.runtime.objects import pod_ready as pod_ready
 from computedomain.runtime.resources import Resource
 from computedomain.sim.context import SimSettings
 from computedomain.sim.daemon import FakeImexDaemon
@@ -40,11 +41,6 @@ def status_nodes(cd: Mapping[str, Any] | None) -> dict[str, dict[str, Any]]:
 def cd_ready(cd: Mapping[str, Any] | None) -> bool:
     """The CD's Ready condition is True."""
     return condition_true(cd, "Ready")
-
-
-def pod_ready(pod: Mapping[str, Any] | None) -> bool:
-    """The pod's Ready condition is True."""
-    return condition_true(pod, "Ready")
 
 
 def pod_running(pod: Mapping[str, Any]) -> bool:

@@ -36,7 +36,7 @@ from computedomain.devcluster.upstream import (
     UpstreamBuild,
     chart_controller_container,
     container_environment,
-    start_controller,
+    start_nvidia_controller,
 )
 from computedomain.devcluster.watching import Objects, watch_objects
 from computedomain.runtime import resources as r
@@ -404,7 +404,7 @@ async def test_nvidia_daemons_are_configured_alike_under_nvidia_controller_and_o
         return seen
 
     log = fleet.kubeconfig.parent / "nvidia-controller.log"
-    nvidia = start_controller(upstream, fleet.kubeconfig, container, nvidia_env, log)
+    nvidia = start_nvidia_controller(upstream, fleet.kubeconfig, container, nvidia_env, log)
     failure = ""
     try:
         theirs = await run_once()

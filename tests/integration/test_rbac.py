@@ -33,8 +33,7 @@ from computedomain.config import environ
 from computedomain.devcluster.assets import AssetsUnavailableError, find_assets
 from computedomain.devcluster.clients import request_service_account_token, token_kubeconfig
 from computedomain.devcluster.controlplane import ControlPlane
-from computedomain.devcluster.harness import RunningController, compute_domain
-from computedomain.devcluster.harness import start_controller as start_controller_in_process
+from computedomain.devcluster.harness import RunningController, compute_domain, start_controller
 from computedomain.devcluster.watching import watch_object, watch_objects
 from computedomain.observability.logging import configure_logging
 from computedomain.runtime import resources as r
@@ -215,13 +214,13 @@ RBAC_ENV = environ(
 )
 
 
-async def start_controller(
+async def start_unsynced_controller(
     kubeconfig: Path, driver_namespace: str, forbidden_log: ForbiddenLog
 ) -> RunningController:
     """Unlike the tests' default, does not wait for the caches: a missing list/watch verb never
     syncs. The 403 log is attached before the controller makes its first request."""
     configure_logging(log_format="text", verbosity=0)
-    return await start_controller_in_process(
+    return await start_controller(
         kubeconfig,
         driver_namespace,
         {**RBAC_ENV, **environ(leader_election_lease_lock_namespace=driver_namespace)},
@@ -643,7 +642,7 @@ async def run_scenario(
             r.RESOURCE_CLAIM_TEMPLATES, plain_claim_template("taken", {}, []), namespace
         )
 
-        controller = await start_controller(kubeconfig, driver_namespace, forbidden_log)
+        controller = await start_unsynced_controller(kubeconfig, driver_namespace, forbidden_log)
         controllers.append(controller)
         steps = Steps(controller, forbidden_log)
         await scenario(steps, admin, namespace, driver_namespace, nodes, foreign_uid)
@@ -759,7 +758,7 @@ async def test_readyz_waits_for_cache_sync(
     kubeconfig = token_kubeconfig(
         tmp_path / "controller.kubeconfig", control_plane.server, control_plane.ca_file, token
     )
-    controller = await start_controller(kubeconfig, driver_namespace, forbidden_log)
+    controller = await start_unsynced_controller(kubeconfig, driver_namespace, forbidden_log)
     try:
         server = controller.process.server
 

@@ -11,23 +11,14 @@ from prometheus_client import CollectorRegistry
 from computedomain.devcluster.controlplane import ControlPlane
 from computedomain.runtime.client import ApiError, KubeClient
 from computedomain.runtime.metrics import RuntimeMetrics
-from computedomain.runtime.resources import EVENTS, Resource
+from computedomain.runtime.resources import CONFIG_MAPS, EVENTS
+from tests.kit.etcd import compact_etcd
 
 pytestmark = pytest.mark.integration
-
-CONFIG_MAPS = Resource("", "v1", "configmaps", "ConfigMap", namespaced=True)
 
 
 def config_map(name: str, **data: str) -> dict[str, object]:
     return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": data}
-
-
-async def compact_etcd(control_plane: ControlPlane, kube: KubeClient) -> None:
-    """Compact etcd up to the current revision, so any older RV is gone (410)."""
-    if control_plane.workdir is None:
-        pytest.skip("needs our own etcd (not an existing cluster)")
-    current = (await kube.list(CONFIG_MAPS, "default", limit=1))["metadata"]["resourceVersion"]
-    control_plane.compact_etcd(current)
 
 
 @pytest.fixture

@@ -10,11 +10,9 @@ from kubernetes_asyncio.client import ApiClient
 
 from computedomain.runtime.client import KubeClient
 from computedomain.runtime.events import EventRecorder
-from computedomain.runtime.resources import EVENTS, Resource
+from computedomain.runtime.resources import CONFIG_MAPS, EVENTS
 
 pytestmark = pytest.mark.integration
-
-CONFIG_MAPS = Resource("", "v1", "configmaps", "ConfigMap", namespaced=True)
 
 
 async def test_event_and_its_series_appear(api_client: ApiClient, namespace: str) -> None:

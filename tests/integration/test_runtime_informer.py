@@ -15,12 +15,12 @@ from computedomain.runtime.client import KubeClient
 from computedomain.runtime.clock import SystemClock, format_microtime
 from computedomain.runtime.informer import FunctionHandler, Informer
 from computedomain.runtime.objects import object_key
-from computedomain.runtime.resources import EVENTS, NODES, Resource
+from computedomain.runtime.resources import CONFIG_MAPS, EVENTS, NODES, Resource
+from tests.kit.etcd import compact_etcd
 from tests.kit.waiting import eventually
 
 pytestmark = pytest.mark.integration
 
-CONFIG_MAPS = Resource("", "v1", "configmaps", "ConfigMap", namespaced=True)
 SELECTED = "runtime-test=informer"
 
 
@@ -112,14 +112,6 @@ def event(name: str, namespace: str, labels: dict[str, str]) -> dict[str, Any]:
         "note": "x",
         "regarding": {"kind": "ConfigMap", "namespace": namespace, "name": "x", "apiVersion": "v1"},
     }
-
-
-async def compact_etcd(control_plane: ControlPlane, kube: KubeClient) -> None:
-    """Compact etcd up to the current revision, so any older RV is gone (410)."""
-    if control_plane.workdir is None:
-        pytest.skip("needs our own etcd (not an existing cluster)")
-    current = (await kube.list(CONFIG_MAPS, "default", limit=1))["metadata"]["resourceVersion"]
-    control_plane.compact_etcd(current)
 
 
 async def test_relist_after_410_delivers_tombstones_and_missed_adds(

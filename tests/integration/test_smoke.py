@@ -10,15 +10,11 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from computedomain.api.constants import CHANNEL_DEVICE_CLASS, DRIVER_NAME
 from computedomain.devcluster.rest import request_json
+from computedomain.runtime.objects import pod_ready
 from tests.kit.controllers import workload_pod
 from tests.kit.waiting import eventually
 
 PAUSE_IMAGE = "registry.k8s.io/pause:3.10"
-
-
-def _pod_ready(pod: dict[str, Any]) -> bool:
-    conditions = pod.get("status", {}).get("conditions") or []
-    return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
 
 
 async def test_daemonset_lands_one_ready_pod_per_selected_fake_node(
@@ -68,7 +64,7 @@ async def test_daemonset_lands_one_ready_pod_per_selected_fake_node(
             query={"labelSelector": "app=smoke"},
         )
         items = pods["items"]
-        if len(items) >= len(targets) and all(_pod_ready(p) for p in items):
+        if len(items) >= len(targets) and all(pod_ready(p) for p in items):
             return items
         return None
 

@@ -42,7 +42,7 @@ from computedomain.domain.keys import CDKey
 from computedomain.runtime import resources as r
 from computedomain.runtime.client import KubeClient
 from computedomain.runtime.objects import condition
-from computedomain.runtime.resources import Resource
+from computedomain.runtime.resources import CONFIG_MAPS, Resource
 from tests.integration import nvidia_install as nvidia
 from tests.integration.e2e_harness import EndToEnd, end_to_end, pod_ready, pod_running, workload
 from tests.kit.controllers import controllers_for, create_cd, stop_after_cleanup, wait_children
@@ -765,7 +765,6 @@ ROLES = Resource("rbac.authorization.k8s.io", "v1", "roles", "Role", namespaced=
 ROLE_BINDINGS = Resource("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding", True)
 SERVICES = Resource("", "v1", "services", "Service", namespaced=True)
 SECRETS = Resource("", "v1", "secrets", "Secret", namespaced=True)
-CONFIG_MAPS = Resource("", "v1", "configmaps", "ConfigMap", namespaced=True)
 PDBS = Resource("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", namespaced=True)
 # What a swap can create or change, by namespace (Helm's release Secrets included).
 NAMESPACED = (

@@ -35,7 +35,7 @@ from computedomain.devcluster.upstream import (
     UpstreamBuild,
     chart_controller_container,
     container_environment,
-    start_controller,
+    start_nvidia_controller,
 )
 from computedomain.devcluster.watching import Objects, watch_object, watch_objects
 from computedomain.runtime import resources as r
@@ -282,7 +282,7 @@ async def test_children_equal_nvidia_controllers(
     if env.get("HTTP_ENDPOINT"):
         env["HTTP_ENDPOINT"] = "127.0.0.1:0"
     log = tmp_path / "nvidia-controller.log"
-    nvidia = start_controller(upstream, kubeconfig_path, container, env, log)
+    nvidia = start_nvidia_controller(upstream, kubeconfig_path, container, env, log)
     try:
         try:
             their_uid, theirs = await written_for(

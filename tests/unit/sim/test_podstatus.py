@@ -1,10 +1,10 @@
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from computedomain.runtime.objects import pod_ready
 from computedomain.sim.podstatus import (
     ContainerPhase,
     PodState,
-    is_pod_ready,
     node_internal_ip,
     pod_status,
 )
@@ -35,7 +35,7 @@ def test_ready_pod_status_is_running_with_all_conditions_true() -> None:
     (container,) = status["containerStatuses"]
     assert container["ready"] is True
     assert "running" in container["state"]
-    assert is_pod_ready({"status": status})
+    assert pod_ready({"status": status})
 
 
 def test_starting_pod_is_running_but_not_ready() -> None:
@@ -45,7 +45,7 @@ def test_starting_pod_is_running_but_not_ready() -> None:
     ready = next(cond for cond in status["conditions"] if cond["type"] == "Ready")
     assert ready["reason"] == "ContainersNotReady"
     assert status["containerStatuses"][0]["started"] is False
-    assert not is_pod_ready({"status": status})
+    assert not pod_ready({"status": status})
 
 
 def test_crash_loop_reports_waiting_and_last_termination() -> None:
