@@ -30,7 +30,9 @@ from computedomain.domain.children import ChildMaker
 from computedomain.domain.context import ReconcileContext
 from computedomain.domain.deletion import Cleanup, Finalizer
 from computedomain.domain.keys import OrphanKey, QueueKey
+from computedomain.domain.modes import status_mode
 from computedomain.domain.ports import DomainMetricsSink
+from computedomain.domain.pruning import CliquePruner
 from computedomain.domain.settings import ReconcilerSettings
 from computedomain.domain.status import StatusWriter
 from computedomain.domain.sweeper import OrphanSweeper
@@ -70,6 +72,7 @@ class ComputeDomainReconciler:
             self._ctx.backlog = backlog
         self._children = ChildMaker(self._ctx)
         self._status = StatusWriter(self._ctx)
+        self._pruner = CliquePruner(self._ctx)
         self.cleanup = Cleanup(self._ctx)
         self._finalizer = Finalizer(self._ctx, self.cleanup, self._status)
         self.sweeper = OrphanSweeper(self._ctx, self.cleanup)
@@ -117,7 +120,12 @@ class ComputeDomainReconciler:
             # Children first in a burst: this CD's first status waits behind the reconciles
             # queued now, so no CD's children wait for another's status (same writes, reordered).
             return Result(requeue_after=CHILDREN_FIRST_REQUEUE)
-        result = await self._status.update(cd, obj, children)
+        mode = status_mode(ctx, cd)
+        # Before the status: what it projects must not show the entries removed now.
+        pruning = await self._pruner.prune(cd) if mode.prunes_cliques else None
+        result = await self._status.update(cd, obj, children, mode=mode)
+        if pruning is not None and not result.requeue:
+            result = Result(requeue_after=min(pruning, result.requeue_after or pruning))
         if requeue is not None:
             result = Result(requeue_after=min(requeue, result.requeue_after or requeue))
         return result

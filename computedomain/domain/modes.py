@@ -1,0 +1,49 @@
+"""How a ComputeDomain's status is made this reconcile, decided once (the status path reads it,
+never the settings, daemonsets or CRD again).
+
+- host-managed IMEX (contract §18): no daemons, cliques or node labels; Ready means admitted
+  with its workload claim template;
+- the legacy protocol: daemons write ``status.nodes`` themselves, so there are no clique entries
+  of ours to prune and no nodes to project beyond theirs;
+- an outdated CRD: the apiserver prunes our status fields, so only upstream's are written and
+  the conditions live in memory.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from computedomain.api.v1beta1 import ComputeDomain
+from computedomain.domain import projection
+from computedomain.domain.context import ReconcileContext
+
+
+@dataclass(frozen=True)
+class StatusMode:
+    host_managed: bool = False
+    legacy: bool = False
+    # Our status fields the installed CRD prunes (empty: it keeps them all).
+    pruned_fields: tuple[str, ...] = ()
+
+    @property
+    def upstream_only(self) -> bool:
+        """Write ``status.status`` and ``status.nodes`` only (the CRD would drop the rest)."""
+        return bool(self.pruned_fields)
+
+    @property
+    def prunes_cliques(self) -> bool:
+        """Stale clique entries are ours to remove (cliques protocol, driver-managed)."""
+        return not self.host_managed and not self.legacy
+
+
+def status_mode(ctx: ReconcileContext, cd: ComputeDomain) -> StatusMode:
+    pruned = ctx.caches.missing_status_fields()
+    if ctx.settings.host_managed:
+        return StatusMode(host_managed=True, pruned_fields=pruned)
+    daemonsets = ctx.caches.daemonsets_of(cd.metadata.uid)
+    legacy = (
+        projection.uses_legacy_protocol(daemonsets[0])
+        if daemonsets
+        else not ctx.settings.cliques_enabled
+    )
+    return StatusMode(legacy=legacy, pruned_fields=pruned)
