@@ -1163,6 +1163,16 @@ def report(results: dict[str, Any]) -> str:
 # -- main ----------------------------------------------------------------------------------------
 
 
+def _share(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0.0 < value <= 1.0:
+        raise argparse.ArgumentTypeError(f"{value} is not in (0, 1]")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else "")
     parser.add_argument("--quick", action="store_true", help="smoke run: 8 racks, 20 CDs")
@@ -1214,6 +1224,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--soak-cds", type=int, default=300, help="CDs created in the soak")
     parser.add_argument("--soak-kills", type=int, default=10, help="controller kills in the soak")
+    parser.add_argument(
+        "--soak-kill-window",
+        type=_share,
+        default=0.7,
+        help="the kills fall within this first share of the soak (0 to 1, default 0.7); the last "
+        "controller lives through the rest, so a small share shows its memory over a long churn",
+    )
     parser.add_argument(
         "--soak-apiserver-restarts", type=int, default=3, help="apiserver restarts in the soak"
     )
@@ -1361,6 +1378,7 @@ async def run_soak(
         seconds=args.soak,
         cds=args.soak_cds,
         kills=args.soak_kills,
+        kill_window=args.soak_kill_window,
         seed=args.seed,
         control_plane=cp,
         apiserver_restarts=args.soak_apiserver_restarts,

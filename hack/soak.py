@@ -55,7 +55,8 @@ Obj = dict[str, Any]
 NAMESPACE = "bench-soak"
 # Faults are on from this share of the run to that one; the rest runs clean.
 FAULT_WINDOW = (0.15, 0.75)
-# Controller kills fall within this first share of the run; the last controller lives on.
+# Controller kills fall within this first share of the run (by default); the last controller
+# lives on through the rest.
 KILL_WINDOW = 0.7
 RSS_SAMPLE_EVERY_S = 10.0
 # CDs created at once when the churn is behind its schedule.
@@ -127,6 +128,7 @@ class Soak:
     say: Callable[[str], None]
     apiserver_restarts: int = 3
     compactions: int = 1
+    kill_window: float = KILL_WINDOW
     rng: random.Random = field(init=False)
     hold: int = field(init=False)
     jobs: Jobs = field(init=False)
@@ -162,7 +164,7 @@ class Soak:
             begin = time.monotonic()
             created = deleted = restarts = serial = 0
             replacing: asyncio.Task[None] | None = None
-            kill_every = self.seconds * KILL_WINDOW / self.kills if self.kills else None
+            kill_every = self.seconds * self.kill_window / self.kills if self.kills else None
             next_kill = begin + kill_every / 2 if kill_every else None
             # Apiserver restarts and compactions fall inside the fault window, spread evenly.
             low, high = (self.seconds * share for share in FAULT_WINDOW)
@@ -247,7 +249,7 @@ class Soak:
             "cds_deleted_during_churn": deleted,
             "cds_alive_at_once_up_to": self.hold,
             "controller_kills": restarts,
-            "kill_window": KILL_WINDOW,
+            "kill_window": self.kill_window,
             "apiserver_restarts": restarted,
             "etcd_compactions": compacted,
             "fault_window": list(FAULT_WINDOW),
