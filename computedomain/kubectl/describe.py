@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from computedomain.api import constants as c
+from computedomain.api.claims import driver_configs
 from computedomain.domain.coexistence import (
     nvidia_deployment_of,
     nvidia_lease,
@@ -67,17 +68,11 @@ def channel_domain_ids(claim: Mapping[str, Any]) -> set[str]:
     """The ComputeDomain UIDs whose channel a ResourceClaim asks for (its opaque channel configs
     for NVIDIA's driver; a daemon's claim, in the driver namespace, names its domain too)."""
     devices = ((claim.get("spec") or {}).get("devices")) or {}
-    found = set()
-    for config in devices.get("config") or []:
-        opaque = config.get("opaque") or {}
-        parameters = opaque.get("parameters") or {}
-        if (
-            opaque.get("driver") == c.DRIVER_NAME
-            and parameters.get("kind") == c.CHANNEL_CONFIG_KIND
-            and parameters.get("domainID")
-        ):
-            found.add(str(parameters["domainID"]))
-    return found
+    return {
+        config.domain_id
+        for config in driver_configs(devices)
+        if config.kind == c.CHANNEL_CONFIG_KIND and config.domain_id
+    }
 
 
 def _claim_pod(claim: Mapping[str, Any]) -> str:

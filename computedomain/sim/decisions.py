@@ -13,6 +13,7 @@ from enum import Enum
 from typing import Any
 
 from computedomain.api import constants as c
+from computedomain.api.claims import DriverConfig, driver_configs
 from computedomain.runtime import objects
 
 from .entries import CLIQUE_KEY, LEGACY_KEY, find_entry
@@ -24,15 +25,6 @@ class ClaimRef:
 
     pod_claim_name: str
     claim_name: str | None  # None until the resourceclaim controller reports it
-
-
-@dataclass(frozen=True)
-class DriverConfig:
-    """One compute-domain opaque config applied to a claim's allocation."""
-
-    kind: str
-    domain_id: str
-    allocation_mode: str | None = None
 
 
 def pod_claim_refs(pod: Mapping[str, Any]) -> list[ClaimRef]:
@@ -56,21 +48,7 @@ def pod_claim_refs(pod: Mapping[str, Any]) -> list[ClaimRef]:
 def compute_domain_configs(claim: Mapping[str, Any]) -> list[DriverConfig]:
     """The compute-domain opaque configs of an allocated claim (empty if none or unallocated)."""
     allocation = (claim.get("status") or {}).get("allocation") or {}
-    devices = allocation.get("devices") or {}
-    configs: list[DriverConfig] = []
-    for config in devices.get("config") or []:
-        opaque = config.get("opaque") or {}
-        if opaque.get("driver") != c.DRIVER_NAME:
-            continue
-        parameters = opaque.get("parameters") or {}
-        configs.append(
-            DriverConfig(
-                kind=str(parameters.get("kind", "")),
-                domain_id=str(parameters.get("domainID", "")),
-                allocation_mode=parameters.get("allocationMode"),
-            )
-        )
-    return configs
+    return driver_configs(allocation.get("devices") or {})
 
 
 def allocated_drivers(claim: Mapping[str, Any]) -> set[str]:
