@@ -165,6 +165,12 @@ def nvidia_lease(pod: Mapping[str, Any]) -> tuple[str, str] | None:
     return settings[NVIDIA_LE_NAMESPACE], settings[NVIDIA_LE_NAME]
 
 
+def shares_lease(pod: Mapping[str, Any], own_lease: tuple[str, str] | None) -> bool:
+    """One of NVIDIA's controller pods elects its leader on the Lease ours leads on: it waits
+    while ours leads, so it is no second writer."""
+    return own_lease is not None and nvidia_lease(pod) == own_lease
+
+
 def concurrent_controller_message(
     pod: Mapping[str, Any], shared_lease: tuple[str, str] | None = None
 ) -> str:
@@ -448,7 +454,7 @@ class CoexistenceMonitor:
             self._recorder.record(ds, "Warning", "DaemonImageDrift", "Detect", message)
 
     def _shares_our_lease(self, pod: Mapping[str, Any]) -> bool:
-        return self._own_lease is not None and nvidia_lease(pod) == self._own_lease
+        return shares_lease(pod, self._own_lease)
 
     def _message(self, pod: Mapping[str, Any]) -> str:
         return concurrent_controller_message(

@@ -14,8 +14,8 @@ from computedomain.api import constants as c
 from computedomain.api.claims import driver_configs
 from computedomain.domain.coexistence import (
     nvidia_deployment_of,
-    nvidia_lease,
     running_nvidia_controllers,
+    shares_lease,
 )
 from computedomain.runtime.objects import condition, condition_true
 
@@ -135,10 +135,10 @@ def first_broken_link(chain: Chain) -> Finding | None:
             "wait; if it stays, read the controller's log and the runbook "
             "ComputeDomainStuckDeleting",
         )
-    nvidia = running_nvidia_controllers(chain.nvidia_controller_pods)
-    # One electing its leader on our Lease waits while ours leads: no second writer.
     writers = [
-        pod for pod in nvidia if nvidia_lease(pod) is None or nvidia_lease(pod) != chain.own_lease
+        pod
+        for pod in running_nvidia_controllers(chain.nvidia_controller_pods)
+        if not shares_lease(pod, chain.own_lease)
     ]
     if writers:
         pod = writers[0]

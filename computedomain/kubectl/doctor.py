@@ -22,8 +22,8 @@ from computedomain.domain.coexistence import (
     kubelet_plugin_image,
     missing_status_fields,
     nvidia_deployment_of,
-    nvidia_lease,
     running_nvidia_controllers,
+    shares_lease,
 )
 from computedomain.runtime.clock import parse_time
 from computedomain.runtime.objects import condition_true
@@ -268,11 +268,12 @@ def check_second_controller(install: Install) -> Check:
     running = running_nvidia_controllers(install.nvidia_controller_pods)
     if not running:
         return Check("second controller", "ok", "NVIDIA's controller is not running")
-    pod = running[0]
+    writers = [pod for pod in running if not shares_lease(pod, install.lease_ref)]
+    # Electing on our Lease it waits while ours leads: not two writers, but not a clean swap.
+    shared = not writers
+    pod = writers[0] if writers else running[0]
     namespace, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
     lease_ns, lease_name = install.lease_ref
-    # Electing on our Lease it waits while ours leads: not two writers, but not a clean swap.
-    shared = nvidia_lease(pod) == install.lease_ref
     what = (
         f"it elects on our Lease {lease_ns}/{lease_name}, so one writes at a time"
         if shared
