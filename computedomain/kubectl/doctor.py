@@ -102,6 +102,12 @@ def our_pod(pods: Sequence[Obj]) -> Obj:
     return running[0] if running else (pods[0] if pods else {})
 
 
+def driver_namespace(pod: Mapping[str, Any], *seen: str) -> str:
+    """Our controller pod's NAMESPACE, else the first namespace seen where the driver lives
+    (the kubelet plugin's, a daemon DaemonSet's), else ``default`` (the controller's own)."""
+    return pod_env(pod, "NAMESPACE") or next((ns for ns in seen if ns), "default")
+
+
 def our_lease(pod: Mapping[str, Any], driver_namespace: str) -> tuple[str, str]:
     """(namespace, name) of the Lease our controller leads on: its pod's settings, else the
     controller's defaults."""

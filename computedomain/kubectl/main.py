@@ -233,6 +233,18 @@ async def gather_chain(client: KubeClient, namespace: str, name: str) -> Chain:
         raise ClusterError(f"cannot read ComputeDomain {namespace}/{name}: {err}") from None
     selector = f"{c.CD_LABEL}={cd['metadata']['uid']}"
     chain = Chain(cd)
+    listed, (our_pods, chain.nvidia_controller_pods) = await asyncio.gather(
+        asyncio.gather(
+            _list(client, DAEMONSETS, None, selector),
+            _list(client, RESOURCE_CLAIM_TEMPLATES, None, selector),
+            _list(client, PODS, None, selector),
+            _list(client, CLIQUES, None, selector),
+            _list(client, NODES, None, selector),
+            _list(client, PODS, namespace),
+            _list(client, RESOURCE_CLAIMS),
+        ),
+        _controller_pods(client),
+    )
     (
         chain.daemonsets,
         templates,
@@ -241,26 +253,10 @@ async def gather_chain(client: KubeClient, namespace: str, name: str) -> Chain:
         chain.nodes,
         pods,
         claims,
-        our_pods,
-        *nvidia_pods,
-    ) = await asyncio.gather(
-        _list(client, DAEMONSETS, None, selector),
-        _list(client, RESOURCE_CLAIM_TEMPLATES, None, selector),
-        _list(client, PODS, None, selector),
-        _list(client, CLIQUES, None, selector),
-        _list(client, NODES, None, selector),
-        _list(client, PODS, namespace),
-        _list(client, RESOURCE_CLAIMS),
-        _list(client, PODS, None, OWN_PODS),
-        *(_list(client, PODS, None, selector) for selector in c.NVIDIA_CONTROLLER_SELECTORS),
-    )
-    chain.nvidia_controller_pods = [pod for found in nvidia_pods for pod in found]
+    ) = listed
     ours = doctor.our_pod(our_pods)
-    driver_namespace = doctor.pod_env(ours, "NAMESPACE") or next(
-        (o["metadata"]["namespace"] for o in chain.daemonsets + chain.nvidia_controller_pods),
-        "default",
-    )
-    chain.own_lease = doctor.our_lease(ours, driver_namespace)
+    seen = [o["metadata"]["namespace"] for o in chain.daemonsets + chain.nvidia_controller_pods]
+    chain.own_lease = doctor.our_lease(ours, doctor.driver_namespace(ours, *seen))
     uid = cd["metadata"]["uid"]
     chain.foreign_claims = [
         claim
@@ -296,6 +292,17 @@ async def gather_chain(client: KubeClient, namespace: str, name: str) -> Chain:
     listed = await asyncio.gather(*(_list(client, EVENTS, ns) for ns in sorted(namespaces)))
     chain.events = [event for events in listed for event in events if regarding(event) in about]
     return chain
+
+
+async def _controller_pods(
+    client: KubeClient,
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Our controller's pods and NVIDIA's (one LIST per selector of its chart), all namespaces."""
+    ours, *nvidia = await asyncio.gather(
+        _list(client, PODS, None, OWN_PODS),
+        *(_list(client, PODS, None, selector) for selector in c.NVIDIA_CONTROLLER_SELECTORS),
+    )
+    return ours, [pod for found in nvidia for pod in found]
 
 
 async def _doctor(args: argparse.Namespace) -> int:
@@ -379,16 +386,14 @@ async def gather_install(
         device_classes,
         nvidia_daemonsets,
         nodes,
-        our_pods,
-        *nvidia_pods,
+        (our_pods, nvidia_pods),
     ) = await asyncio.gather(
         _get(client, CUSTOM_RESOURCE_DEFINITIONS, CD_CRD_NAME),
         _get(client, CUSTOM_RESOURCE_DEFINITIONS, CLIQUE_CRD_NAME),
         _device_classes(client),
         _list(client, DAEMONSETS, None, c.NVIDIA_CHART_DAEMONSETS_SELECTOR),
         _list(client, NODES),
-        _list(client, PODS, None, OWN_PODS),
-        *(_list(client, PODS, None, selector) for selector in c.NVIDIA_CONTROLLER_SELECTORS),
+        _controller_pods(client),
     )
     ours = doctor.our_pod(our_pods)
     install = doctor.Install(
@@ -401,14 +406,12 @@ async def gather_install(
         nvidia_daemonsets=nvidia_daemonsets,
         nodes=nodes,
         our_pods=our_pods,
-        nvidia_controller_pods=[pod for pods in nvidia_pods for pod in pods],
+        nvidia_controller_pods=nvidia_pods,
         daemon_image=doctor.pod_env(ours, "IMAGE_NAME") or "",
     )
     plugin = doctor.plugin_daemonset(install)
-    install.driver_namespace = (
-        driver_namespace
-        or doctor.pod_env(ours, "NAMESPACE")
-        or (plugin[0]["metadata"]["namespace"] if plugin else "default")
+    install.driver_namespace = driver_namespace or doctor.driver_namespace(
+        ours, plugin[0]["metadata"]["namespace"] if plugin else ""
     )
     install.lease_ref = lease_ref or doctor.our_lease(ours, install.driver_namespace)
     plugin_selector = ""
