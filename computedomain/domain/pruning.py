@@ -7,6 +7,7 @@ daemons use the cliques protocol removes such entries, after a grace period and 
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 
 from computedomain.api import constants as c
 from computedomain.api.resources import CLIQUES
@@ -27,7 +28,7 @@ class CliquePruner:
     def __init__(self, ctx: ReconcileContext) -> None:
         self._ctx = ctx
 
-    async def prune(self, cd: ComputeDomain) -> float | None:
+    async def prune(self, cd: ComputeDomain, pods: Sequence[projection.DaemonPod]) -> float | None:
         """Drop clique entries whose node runs no daemon pod of this CD in that clique.
 
         An entry is pruned only after it stayed stale for the grace period: the pod cache may
@@ -36,7 +37,6 @@ class CliquePruner:
         so the status of the same reconcile no longer shows the entries removed.
         """
         ctx, uid = self._ctx, cd.metadata.uid
-        pods = [projection.daemon_pod_from_dict(p) for p in ctx.caches.pods_of(uid)]
         memory = ctx.memory_of(uid)
         now = ctx.clock.now()
         wait: float | None = None

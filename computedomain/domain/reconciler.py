@@ -34,7 +34,7 @@ from computedomain.domain.modes import status_mode
 from computedomain.domain.ports import DomainMetricsSink
 from computedomain.domain.pruning import CliquePruner
 from computedomain.domain.settings import ReconcilerSettings
-from computedomain.domain.status import StatusWriter
+from computedomain.domain.status import StatusWriter, daemon_pods
 from computedomain.domain.sweeper import OrphanSweeper
 from computedomain.runtime import patches
 from computedomain.runtime.client import ApiError, KubeClient
@@ -120,12 +120,10 @@ class ComputeDomainReconciler:
             # Children first in a burst: this CD's first status waits behind the reconciles
             # queued now, so no CD's children wait for another's status (same writes, reordered).
             return Result(requeue_after=CHILDREN_FIRST_REQUEUE)
-        mode = status_mode(ctx, cd)
+        mode, pods = status_mode(ctx, cd), daemon_pods(ctx, cd)
         # Before the status: what it projects must not show the entries removed now.
-        pruning = await self._pruner.prune(cd) if mode.prunes_cliques else None
-        result = await self._status.update(cd, obj, children, mode=mode)
+        pruning = await self._pruner.prune(cd, pods) if mode.prunes_cliques else None
+        result = await self._status.update(cd, obj, children, mode=mode, pods=pods)
         if pruning is not None and not result.requeue:
-            result = Result(requeue_after=min(pruning, result.requeue_after or pruning))
-        if requeue is not None:
-            result = Result(requeue_after=min(requeue, result.requeue_after or requeue))
-        return result
+            result = result.sooner(pruning)
+        return result if requeue is None else result.sooner(requeue)

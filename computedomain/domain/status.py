@@ -77,6 +77,11 @@ def desired_status(
     }
 
 
+def daemon_pods(ctx: ReconcileContext, cd: ComputeDomain) -> list[projection.DaemonPod]:
+    """The CD's daemon pods as the cache holds them, projected (once per reconcile)."""
+    return [projection.daemon_pod_from_dict(p) for p in ctx.caches.pods_of(cd.metadata.uid)]
+
+
 class StatusWriter:
     def __init__(self, ctx: ReconcileContext) -> None:
         self._ctx = ctx
@@ -86,11 +91,11 @@ class StatusWriter:
         cd: ComputeDomain,
         children: Mapping[ChildKind, ChildState],
         mode: StatusMode,
+        pods: list[projection.DaemonPod],
         deleting: bool = False,
     ) -> tuple[DomainView, list[ComputeDomainNode]]:
         """What the conditions are computed from, and the projected nodes."""
         caches, uid = self._ctx.caches, cd.metadata.uid
-        pods = [projection.daemon_pod_from_dict(p) for p in caches.pods_of(uid)]
         if mode.host_managed:
             return self._host_view(cd, children, deleting, pods), []
         cliques = [projection.clique_from_dict(cl) for cl in caches.cliques_of(uid)]
@@ -166,12 +171,14 @@ class StatusWriter:
         children: Mapping[ChildKind, ChildState],
         deleting: bool = False,
         mode: StatusMode | None = None,
+        pods: list[projection.DaemonPod] | None = None,
     ) -> Result:
-        """View, desired status, coalescing, write, events: in that order, for ``mode`` (decided
-        by the caller for the whole reconcile; else here)."""
+        """View, desired status, coalescing, write, events: in that order, for ``mode`` and the
+        CD's daemon ``pods`` (given by the caller for the whole reconcile; else read here)."""
         ctx = self._ctx
         mode = mode or status_mode(ctx, cd)
-        view, nodes = self.domain_view(cd, children, mode, deleting)
+        pods = daemon_pods(ctx, cd) if pods is None else pods
+        view, nodes = self.domain_view(cd, children, mode, pods, deleting)
         memory = ctx.memory_of(cd.metadata.uid)
         previous = self._previous_conditions(cd, memory, mode)
         now, grace = ctx.clock.wall(), ctx.settings.daemon_ready_grace_period
@@ -202,10 +209,10 @@ class StatusWriter:
         if hold is not None:
             # Folded into one write at the window's end; that reconcile recomputes from the
             # caches, so it carries whatever changed meanwhile.
-            return Result(requeue_after=min(hold, result.requeue_after or hold))
+            return result.sooner(hold)
         written = await self._write(cd, obj, desired)
-        if written is None or isinstance(written, Result):
-            return written or Result()
+        if isinstance(written, Result):
+            return written
         self._wrote(memory)
         self._emit_transitions(obj, cd, previous, conditions, nodes)
         if mode.upstream_only:
@@ -233,7 +240,7 @@ class StatusWriter:
 
     async def _write(
         self, cd: ComputeDomain, obj: Mapping[str, Any], desired: dict[str, Any]
-    ) -> dict[str, Any] | Result | None:
+    ) -> dict[str, Any] | Result:
         """The status patch, guarded by the version read. The written object, or the Result to
         return instead (a conflict requeues; a CD gone meanwhile needs nothing)."""
         patch = {"metadata": {"resourceVersion": objects.resource_version(obj)}, "status": desired}
@@ -244,7 +251,7 @@ class StatusWriter:
                 # Someone (a legacy daemon) wrote in between; the watch event requeues us.
                 return Result(requeue=True)
             if err.is_not_found:  # gone without our finalizer; orphan handling takes over
-                return None
+                return Result()
             raise
         self._ctx.caches.observe_write(COMPUTE_DOMAINS, written)
         return written

@@ -37,6 +37,10 @@ class Result:
     requeue_after: float | None = None
     requeue: bool = False
 
+    def sooner(self, delay: float) -> Result:
+        """Requeued after ``delay`` or after this result's own delay, whichever comes first."""
+        return Result(requeue_after=min(delay, self.requeue_after or delay))
+
 
 class TerminalError(Exception):
     """A reconcile error that retrying cannot fix (e.g. invalid user input): no requeue."""

@@ -232,3 +232,9 @@ async def test_run_returns_when_the_queue_shuts_down() -> None:
     await settle()
     harness.queue.shutdown()
     await asyncio.wait_for(runner, 1)
+
+
+def test_sooner_takes_the_earlier_delay() -> None:
+    assert Result().sooner(5.0) == Result(requeue_after=5.0)
+    assert Result(requeue_after=2.0).sooner(5.0) == Result(requeue_after=2.0)
+    assert Result(requeue_after=9.0).sooner(5.0) == Result(requeue_after=5.0)
