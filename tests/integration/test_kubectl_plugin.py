@@ -10,13 +10,12 @@ from typing import Any
 import pytest
 
 from computedomain.api import constants as c
-from computedomain.devcluster.watching import watch_objects
+from computedomain.devcluster.watching import watch_object, watch_objects
 from computedomain.runtime import resources as r
 from computedomain.runtime.objects import condition
 from computedomain.sim.faults import FaultSettings
 from tests.integration.e2e_harness import FAST_DAEMONS, STATEFULSETS, EndToEnd, cd_ready, workload
-from tests.kit.kubectl_plugin import cdom, doctor
-from tests.kit.waiting import eventually
+from tests.kit.kubectl_plugin import cdom, doctor, lease_held
 
 pytestmark = pytest.mark.integration
 
@@ -224,11 +223,17 @@ async def test_doctor_names_each_broken_part_of_the_install_with_its_fix(
     # Our controller leading on its Lease.
     await e2e.start_controller(LEADER_ELECTION_ENABLED="true")
 
-    async def leading() -> dict[str, dict[str, str]] | None:
-        checks = (await doctor(kubeconfig_path, "--driver-namespace", e2e.driver_namespace))[1]
-        return checks if checks["controller"]["state"] == "ok" else None
-
-    checks = await eventually(leading, within=30, what="doctor: controller leads")
+    await watch_object(
+        e2e.kube,
+        r.LEASES,
+        "nvidia-compute-domain-controller",
+        lease_held,
+        namespace=e2e.driver_namespace,
+        within=30,
+        what="our Lease held",
+    )
+    _, checks = await doctor(kubeconfig_path, "--driver-namespace", e2e.driver_namespace)
+    assert checks["controller"]["state"] == "ok", checks["controller"]
     assert f"leads on Lease {lease}, renewed " in checks["controller"]["detail"]
 
     # The daemon ServiceAccount removed: the doctor names it, and describe names the link.

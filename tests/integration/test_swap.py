@@ -46,7 +46,7 @@ from computedomain.runtime.resources import CONFIG_MAPS, Resource
 from tests.integration import nvidia_install as nvidia
 from tests.integration.e2e_harness import EndToEnd, end_to_end, pod_ready, pod_running, workload
 from tests.kit.controllers import controllers_for, create_cd, stop_after_cleanup, wait_children
-from tests.kit.kubectl_plugin import cdom, doctor
+from tests.kit.kubectl_plugin import cdom, doctor, lease_held
 from tests.kit.waiting import eventually
 
 pytestmark = pytest.mark.integration
@@ -666,11 +666,17 @@ async def test_doctor_on_nvidias_install_names_what_the_swap_must_fix(
         await nvidia.scale_controller(kube, 0, shape=shape)
         await factory.start(LEADER_ELECTION_ENABLED="true")
 
-        async def settled() -> dict[str, dict[str, Any]] | None:
-            checks = (await doctor(control_plane.kubeconfig))[1]
-            return checks if checks["controller"]["state"] == "ok" else None
-
-        checks = await eventually(settled, within=30, what="doctor: ours leads")
+        await watch_object(
+            kube,
+            r.LEASES,
+            "nvidia-compute-domain-controller",
+            lease_held,
+            namespace=nvidia.NVIDIA_NAMESPACE,
+            within=30,
+            what="our Lease held",
+        )
+        _, checks = await doctor(control_plane.kubeconfig)
+        assert checks["controller"]["state"] == "ok", checks["controller"]
         print(json.dumps(checks, indent=1))
         lease = f"{nvidia.NVIDIA_NAMESPACE}/nvidia-compute-domain-controller"
         assert f"leads on Lease {lease}" in checks["controller"]["detail"]

@@ -27,6 +27,11 @@ async def cdom(kubeconfig: Path, *args: str) -> tuple[int, str, str]:
     return process.returncode, out.decode(), err.decode()
 
 
+def lease_held(lease: dict[str, Any] | None) -> bool:
+    """A Lease a controller holds now (what doctor's controller check reads)."""
+    return bool(lease and (lease.get("spec") or {}).get("holderIdentity"))
+
+
 async def doctor(kubeconfig: Path, *args: str) -> tuple[int, dict[str, dict[str, Any]]]:
     """``doctor -o json ARGS``: exit code (checked against the states), checks by name."""
     code, out, err = await cdom(kubeconfig, "doctor", "-o", "json", *args)
