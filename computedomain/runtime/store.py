@@ -84,10 +84,15 @@ class Store:
         """
         key = object_key(obj)
         metadata = meta(obj)
-        if not is_newer(obj, self._items.get(key) or self._deleted.get(key)):
-            return False
+        known = self._items.get(key) or self._deleted.get(key)
         if metadata.get("deletionTimestamp") and not metadata.get("finalizers"):
+            # That answer carries the resourceVersion the object had (the apiserver deleted
+            # instead of writing), so it is often the very version this store holds.
+            if known is not None and is_newer(known, obj):
+                return False
             return self.remove(key, obj) is not None
+        if not is_newer(obj, known):
+            return False
         self.upsert(obj)
         return True
 

@@ -14,7 +14,8 @@ from computedomain.devcluster.controlplane import ControlPlane
 from computedomain.runtime.client import KubeClient
 from computedomain.runtime.clock import SystemClock, format_microtime
 from computedomain.runtime.informer import FunctionHandler, Informer
-from computedomain.runtime.objects import object_key
+from computedomain.runtime.objects import meta, object_key, resource_version
+from computedomain.runtime.patches import remove_finalizer
 from computedomain.runtime.resources import CONFIG_MAPS, EVENTS, NODES, Resource
 from tests.kit.etcd import compact_etcd
 from tests.kit.waiting import eventually
@@ -96,6 +97,36 @@ async def test_add_update_delete_are_delivered_and_selector_respected(
         assert not seen.kinds(f"{namespace}/other")
         assert key not in informer.store
         assert seen.kinds(f"{namespace}/before") == ["add"]
+
+
+async def test_the_answer_that_removed_the_last_finalizer_takes_the_object_out_of_the_store(
+    kube: KubeClient, namespace: str
+) -> None:
+    """The apiserver deletes an object as it answers the write that empties its finalizers,
+    and that answer carries the resourceVersion the object already had: the store holding that
+    version drops the object on the answer, before any watch event."""
+    finalizer = "example.com/runtime-test"
+    body = config_map("finalized", labelled())
+    body["metadata"]["finalizers"] = [finalizer]
+    await kube.create(CONFIG_MAPS, body, namespace)
+    informer = Informer(kube, CONFIG_MAPS, namespace=namespace, label_selector=SELECTED)
+    key = f"{namespace}/finalized"
+    async with running(informer):
+        await kube.delete(CONFIG_MAPS, "finalized", namespace)
+
+        async def deleting() -> bool:
+            return bool(meta(informer.store.get(key)).get("deletionTimestamp"))
+
+        await eventually(deleting, within=20, what="the deletionTimestamp in the store")
+    # Stopped: no watch event can take it out first.
+    cached = informer.store.get(key)
+    patch = remove_finalizer(cached or {}, finalizer)
+    written = await kube.patch(CONFIG_MAPS, "finalized", patch, namespace, patch_type="json")
+    assert resource_version(written) == resource_version(cached)
+    assert meta(written).get("deletionTimestamp")
+    assert not meta(written).get("finalizers")
+    assert informer.store.observe_write(written)
+    assert key not in informer.store
 
 
 def event(name: str, namespace: str, labels: dict[str, str]) -> dict[str, Any]:

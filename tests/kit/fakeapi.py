@@ -3,10 +3,11 @@ apiserver would, and records each call with its body.
 
 Like the apiserver it honours optimistic concurrency: a merge patch or an update that carries a
 ``metadata.resourceVersion`` other than the stored one is answered 409 Conflict, and every write
-moves the stored object's resourceVersion on. Tests assert on ``calls`` (``(verb,
-resource[/subresource], namespace/name)``, as kubernetes/sample-controller's tests compare
-actions) and on ``bodies`` (what each call sent), and may ``bump`` an object to play a writer
-that came in between.
+moves the stored object's resourceVersion on, except the one that removes the last finalizer of
+an object being deleted: that deletes it and answers with the resourceVersion it had. Tests
+assert on ``calls`` (``(verb, resource[/subresource], namespace/name)``, as
+kubernetes/sample-controller's tests compare actions) and on ``bodies`` (what each call
+sent), and may ``bump`` an object to play a writer that came in between.
 """
 
 from __future__ import annotations
@@ -133,6 +134,12 @@ class FakeApiServer:
         if subresource == "status":
             for pruned in self.pruned_status_fields:
                 (stored.get("status") or {}).pop(pruned, None)
+        if stored["metadata"].get("deletionTimestamp") and not stored["metadata"].get("finalizers"):
+            # As the apiserver: the write that empties the finalizers of an object being
+            # deleted deletes it instead, and answers with the object as it was before the
+            # write (its resourceVersion unchanged) with the finalizers removed.
+            del self.objects[(res.plural, namespace or "", name)]
+            return copy.deepcopy(stored)
         stored["metadata"]["resourceVersion"] = str(next(self._rv))
         return copy.deepcopy(stored)
 

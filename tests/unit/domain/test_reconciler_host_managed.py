@@ -124,7 +124,11 @@ async def test_deletion_removes_the_workload_template_then_the_finalizer(world: 
     world.caches.claim_templates.feed("DELETED", rct)  # the watch says it is gone
     assert await world.reconcile(KEY) == Result()
     assert world.client.calls == [("patch", "computedomains", f"{NS}/cd")]
-    assert world.client.objects[("computedomains", NS, "cd")]["metadata"]["finalizers"] == []
+    assert world.client.bodies[0] == [
+        {"op": "test", "path": "/metadata/finalizers/0", "value": c.FINALIZER},
+        {"op": "remove", "path": "/metadata/finalizers/0"},
+    ]
+    assert ("computedomains", NS, "cd") not in world.client.objects  # gone with it
 
 
 async def test_deletion_takes_driver_managed_leftovers_with_it(world: World) -> None:

@@ -175,6 +175,26 @@ def test_our_write_that_removed_the_last_finalizer_removes_the_object_until_its_
     assert recorder.events == [("add", "ns/a", "5"), ("delete", "ns/a", "8"), ("add", "ns/a", "9")]
 
 
+def test_the_answer_that_deleted_an_object_removes_it_at_the_version_already_cached() -> None:
+    """The apiserver answers the write that removed the last finalizer with the resourceVersion
+    the object had (it deleted rather than wrote): often the very version in the store."""
+    informer, recorder = make_informer()
+    deleting = pod("a", 7)
+    deleting["metadata"].update(deletionTimestamp="2026-01-01T00:00:00Z", finalizers=["x"])
+    informer.feed("ADDED", deleting)
+    finalized = pod("a", 7)
+    finalized["metadata"].update(deletionTimestamp="2026-01-01T00:00:00Z", finalizers=[])
+    assert informer.store.observe_write(finalized)
+    assert informer.store.get("ns/a") is None
+    informer.feed("MODIFIED", deleting)  # a duplicate of what was seen: no resurrection
+    assert informer.store.get("ns/a") is None
+    informer.feed("DELETED", pod("a", 8))
+    assert recorder.events == [("add", "ns/a", "7"), ("delete", "ns/a", "8")]
+    older = pod("a", 6)
+    older["metadata"].update(deletionTimestamp="2026-01-01T00:00:00Z", finalizers=[])
+    assert not informer.store.observe_write(older)  # after a newer deletion: changes nothing
+
+
 def test_relist_delivers_vanished_objects_as_deletes_with_last_state() -> None:
     informer, recorder = make_informer()
     informer.feed_list([pod("a", 1), pod("b", 1)])
