@@ -49,6 +49,8 @@ Transform = Callable[[Obj], Obj]
 Unchanged = Callable[[Obj, Obj], bool]
 
 DEFAULT_PAGE_SIZE = 500  # client-go's pager default
+# How long a deletion the watch has passed is still remembered (see _forget_passed_deletions).
+TOMBSTONE_GRACE_SECONDS = 60.0
 
 
 def strip_managed_fields(obj: Obj) -> Obj:
@@ -171,6 +173,10 @@ class Informer:
         # Polling: deletions fed in since the last list, which an older list must not undo.
         self._fed_deletions: dict[str, Obj] = {}
         self._resource_version: str | None = None
+        # Deletions the store remembers are forgotten once the watch has passed them for
+        # TOMBSTONE_GRACE_SECONDS: the RV it had reached at the previous pass, and when.
+        self._tombstone_mark = ""
+        self._tombstone_marked_at = self.clock.now()
         self._last_error: str | None = None
         self.relists = 0
         # LIST requests sent, pages included (tests read it).
@@ -339,6 +345,7 @@ class Informer:
         self._resource_version = list_resource_version
         self._last_error = None
         self._synced.set()
+        self._forget_passed_deletions()
 
     async def _watch(self) -> None:
         low, high = self.watch_timeout
@@ -389,6 +396,7 @@ class Informer:
         if event_type == "BOOKMARK":
             if rv:
                 self._resource_version = rv
+                self._forget_passed_deletions()
             return
         obj = self._prepare(obj)
         if event_type in ("ADDED", "MODIFIED"):
@@ -406,6 +414,19 @@ class Informer:
             )
         if rv:
             self._resource_version = rv
+            self._forget_passed_deletions()
+
+    def _forget_passed_deletions(self) -> None:
+        """Every TOMBSTONE_GRACE_SECONDS: forget the deletions at or before the RV the watch
+        had reached one period ago (a late response to our own write may still come within
+        the period; an event that old cannot come after the watch passed it)."""
+        now = self.clock.now()
+        if now - self._tombstone_marked_at < TOMBSTONE_GRACE_SECONDS:
+            return
+        if self._tombstone_mark:
+            self.store.forget_deletions_through(self._tombstone_mark)
+        self._tombstone_mark = self._resource_version or ""
+        self._tombstone_marked_at = now
 
     def _apply_upsert(self, obj: Obj) -> None:
         old = self.store.get(object_key(obj))

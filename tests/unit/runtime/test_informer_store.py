@@ -6,6 +6,7 @@ import pytest
 
 from computedomain.runtime.clock import FakeClock
 from computedomain.runtime.informer import (
+    TOMBSTONE_GRACE_SECONDS,
     Backoff,
     FunctionHandler,
     Informer,
@@ -193,6 +194,36 @@ def test_the_answer_that_deleted_an_object_removes_it_at_the_version_already_cac
     older = pod("a", 6)
     older["metadata"].update(deletionTimestamp="2026-01-01T00:00:00Z", finalizers=[])
     assert not informer.store.observe_write(older)  # after a newer deletion: changes nothing
+
+
+def test_deletions_the_watch_passed_a_grace_period_ago_are_forgotten() -> None:
+    """A churning controller must not remember every deletion: once the watch has passed one
+    for TOMBSTONE_GRACE_SECONDS, no event or write response that old can still come."""
+    informer, _ = make_informer()
+    clock = informer.clock
+    assert isinstance(clock, FakeClock)
+    for i in range(50):
+        informer.feed("ADDED", pod(f"p{i}", 10 + i))
+        informer.feed("DELETED", pod(f"p{i}", 100 + i))
+    assert informer.store.remembered_deletions == 50
+    clock.freeze_for(TOMBSTONE_GRACE_SECONDS)
+    informer.feed("BOOKMARK", {"metadata": {"resourceVersion": "200"}})  # the watch is at 200
+    assert informer.store.remembered_deletions == 50  # within the grace period of passing them
+    # Our own write shows a deletion ahead of the watch: it stays until the watch passed it.
+    finalized = pod("ahead", 300)
+    finalized["metadata"].update(deletionTimestamp="2026-01-01T00:00:00Z", finalizers=[])
+    informer.feed("ADDED", pod("ahead", 250))
+    assert informer.store.observe_write(finalized)
+    clock.freeze_for(TOMBSTONE_GRACE_SECONDS)
+    informer.feed("MODIFIED", pod("other", 260))
+    assert informer.store.remembered_deletions == 1
+    assert not informer.store.observe_write(pod("ahead", 299))  # still refused: not passed
+    clock.freeze_for(TOMBSTONE_GRACE_SECONDS)
+    informer.feed("BOOKMARK", {"metadata": {"resourceVersion": "310"}})
+    assert informer.store.remembered_deletions == 1  # passed at 310, forgotten a period later
+    clock.freeze_for(TOMBSTONE_GRACE_SECONDS)
+    informer.feed("BOOKMARK", {"metadata": {"resourceVersion": "320"}})
+    assert informer.store.remembered_deletions == 0
 
 
 def test_relist_delivers_vanished_objects_as_deletes_with_last_state() -> None:
