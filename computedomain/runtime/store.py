@@ -96,25 +96,17 @@ class Store:
         self.upsert(obj)
         return True
 
-    def forget_deletions_through(self, resource_version: str) -> int:
-        """Drop the remembered deletions at or before ``resource_version``; how many went.
+    def forget_deletions_through(self, resource_version: str) -> None:
+        """Drop the remembered deletions at or before ``resource_version``.
 
         The informer calls this with an RV its watch passed a while ago: no event or write
         response that old can still arrive for a key deleted then, so remembering it only
         costs memory (a churning controller otherwise held up to ``MAX_DELETED_REMEMBERED``
         of them per store).
         """
-        mark = _rv_number({"metadata": {"resourceVersion": resource_version}})
-        if mark is None:
-            return 0
-        stale = [
-            key
-            for key, tombstone in self._deleted.items()
-            if (number := _rv_number(tombstone)) is not None and number <= mark
-        ]
-        for key in stale:
+        passed = {"metadata": {"resourceVersion": resource_version}}
+        for key in [k for k, tombstone in self._deleted.items() if not is_newer(tombstone, passed)]:
             del self._deleted[key]
-        return len(stale)
 
     @property
     def remembered_deletions(self) -> int:

@@ -111,13 +111,15 @@ async def test_the_answer_that_removed_the_last_finalizer_takes_the_object_out_o
     await kube.create(CONFIG_MAPS, body, namespace)
     informer = Informer(kube, CONFIG_MAPS, namespace=namespace, label_selector=SELECTED)
     key = f"{namespace}/finalized"
+    deleting = asyncio.Event()
+    informer.add_handler(
+        FunctionHandler(
+            update=lambda _, new: deleting.set() if meta(new).get("deletionTimestamp") else None
+        )
+    )
     async with running(informer):
         await kube.delete(CONFIG_MAPS, "finalized", namespace)
-
-        async def deleting() -> bool:
-            return bool(meta(informer.store.get(key)).get("deletionTimestamp"))
-
-        await eventually(deleting, within=20, what="the deletionTimestamp in the store")
+        await asyncio.wait_for(deleting.wait(), 20)  # the deletionTimestamp reached the store
     # Stopped: no watch event can take it out first.
     cached = informer.store.get(key)
     patch = remove_finalizer(cached or {}, finalizer)
