@@ -15,6 +15,8 @@ from typing import Any
 import pytest
 import yaml
 
+from computedomain.api import constants as c
+from computedomain.config import parse_settings
 from computedomain.devcluster.upstream import (
     UpstreamBuild,
     UpstreamUnavailableError,
@@ -22,6 +24,7 @@ from computedomain.devcluster.upstream import (
     find_upstream,
     upstream_required,
 )
+from computedomain.domain.selectors import matches, parse_selector
 from tests.unit.helm.support import (
     CHART,
     NVIDIA_VALUES,
@@ -520,3 +523,49 @@ def test_an_nvidia_values_file_gives_the_namespaces_nvidias_rbac(
         return sorted((s["name"], s["namespace"]) for s in binding["subjects"])
 
     assert daemon_subjects(ours) == daemon_subjects(theirs)
+
+
+# ---- nameOverride: the name of NVIDIA's install, as in NVIDIA's chart ----------------------------
+
+NVIDIA_DRIVER_NAMESPACE_VALUES = CHART.parent / "values" / "nvidia-driver-namespace.yaml"
+
+
+@pytest.mark.parametrize("name", ["", "nvidia-dra-driver-gpu", "acme-gpu"])
+def test_name_override_names_nvidias_install_not_ours(
+    helm: Path, nvidia_chart: Path, tmp_path: Path, name: str
+) -> None:
+    """Given NVIDIA's nameOverride (empty: a fresh install; nvidia-dra-driver-gpu: upgraded from
+    v25.x; or any other), ours takes NVIDIA's Lease and recognises NVIDIA's controller pods as
+    NVIDIA's chart renders them, and our own objects keep their names and labels."""
+    values = tmp_path / "name.yaml"
+    # NVIDIA's chart renders only with its GPU plugin off (its guard for the device plugin).
+    values.write_text(
+        yaml.safe_dump({"nameOverride": name, "resources": {"gpus": {"enabled": False}}})
+    )
+    theirs = controller_pod(render_nvidia(helm, nvidia_chart, values))
+    ours_objects = render(
+        helm, release="computedomain", namespace=NVIDIA_NS,
+        values=[NVIDIA_DRIVER_NAMESPACE_VALUES, values],
+    )  # fmt: skip
+    ours = find(ours_objects, "Deployment")
+
+    their_env = container_environment(
+        theirs["spec"]["template"]["spec"]["containers"][0], "pod-1", NVIDIA_NS
+    )
+    our_env = container_environment(container(ours_objects), "pod-1", NVIDIA_NS)
+    # The Lease's name; both keep it in their release namespace.
+    lease = "LEADER_ELECTION_LEASE_LOCK_NAME"
+    assert our_env[lease] == their_env[lease] == f"{name or c.NVIDIA_CHART_NAME}-controller"
+    assert our_env["LEADER_ELECTION_LEASE_LOCK_NAMESPACE"] == NVIDIA_NS
+
+    settings = parse_settings([], our_env)
+    selectors = [parse_selector(s) for s in settings.nvidia_controller_selectors]
+    their_labels = theirs["spec"]["template"]["metadata"]["labels"]
+    our_labels = ours["spec"]["template"]["metadata"]["labels"]
+    assert any(matches(s, their_labels) for s in selectors), (their_labels, selectors)
+    assert not any(matches(s, our_labels) for s in selectors)
+    assert ours["metadata"]["name"] == "computedomain-controller"
+    assert our_labels["app.kubernetes.io/name"] == "computedomain-controller"
+    # The controller's own default where it knows the name: nothing rendered.
+    if name in ("", c.NVIDIA_UPGRADED_NAME):
+        assert "NVIDIA_CONTROLLER_SELECTORS" not in our_env

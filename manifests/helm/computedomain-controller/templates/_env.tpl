@@ -46,7 +46,7 @@ controller.containers.computeDomain.env into it by name.
 - name: LEADER_ELECTION_ENABLED
   value: {{ .Values.controller.leaderElection.enabled | toString | quote }}
 - name: LEADER_ELECTION_LEASE_LOCK_NAME
-  value: {{ .Values.controller.leaderElection.leaseLockName | quote }}
+  value: {{ include "computedomain-controller.leaseLockName" . | quote }}
 - name: LEADER_ELECTION_LEASE_LOCK_NAMESPACE
   valueFrom: {fieldRef: {fieldPath: metadata.namespace}}
 - name: LEADER_ELECTION_LEASE_DURATION
@@ -76,6 +76,10 @@ controller.containers.computeDomain.env into it by name.
 {{- with .Values.controller.workers }}
 - name: WORKERS
   value: {{ . | toString | quote }}
+{{- end }}
+{{- with include "computedomain-controller.nvidiaControllerSelectors" . }}
+- name: NVIDIA_CONTROLLER_SELECTORS
+  value: {{ . | quote }}
 {{- end }}
 - name: NVIDIA_VISIBLE_DEVICES
   value: void

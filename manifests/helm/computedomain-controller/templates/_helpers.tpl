@@ -1,8 +1,11 @@
 {{/*
-The app name: nameOverride, else the chart name (computedomain-controller).
+The app name: always the chart name (computedomain-controller). nameOverride keeps NVIDIA's
+meaning, the name of NVIDIA's install (below): an NVIDIA values file must not give our pods
+the app label of NVIDIA's pods, nor move the selectors swap.sh, the anti-affinity and the
+dashboards use.
 */}}
 {{- define "computedomain-controller.name" -}}
-{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- .Chart.Name }}
 {{- end }}
 
 {{/*
@@ -16,6 +19,36 @@ alerts select).
 {{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
 {{- else }}
 {{- include "computedomain-controller.name" . }}
+{{- end }}
+{{- end }}
+
+{{/*
+The name of NVIDIA's install, as NVIDIA's chart derives it: nameOverride, else its chart name.
+NVIDIA's controller Deployment and Lease are "<it>-controller", its pods' selector label
+"<it>-component: controller" (docs/contract.md §19).
+*/}}
+{{- define "computedomain-controller.nvidiaName" -}}
+{{- default "dra-driver-nvidia-gpu" .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+The Lease name: controller.leaderElection.leaseLockName, or, when that is empty, NVIDIA's
+controller's Lease "<NVIDIA's name>-controller" (install mode "into NVIDIA's driver namespace").
+*/}}
+{{- define "computedomain-controller.leaseLockName" -}}
+{{- .Values.controller.leaderElection.leaseLockName | default (printf "%s-controller" (include "computedomain-controller.nvidiaName" .)) }}
+{{- end }}
+
+{{/*
+NVIDIA_CONTROLLER_SELECTORS when nameOverride names an install the controller's default does
+not know (the default knows dra-driver-nvidia-gpu and nvidia-dra-driver-gpu): the default plus
+"<nameOverride>-component=controller"; "" otherwise (the controller's default applies).
+*/}}
+{{- define "computedomain-controller.nvidiaControllerSelectors" -}}
+{{- $known := list "dra-driver-nvidia-gpu" "nvidia-dra-driver-gpu" }}
+{{- $name := include "computedomain-controller.nvidiaName" . }}
+{{- if not (has $name $known) }}
+{{- range $known }}{{ . }}-component=controller;{{ end }}{{ $name }}-component=controller
 {{- end }}
 {{- end }}
 
