@@ -9,7 +9,7 @@
 #
 #   helm         our chart into NVIDIA's driver namespace, reusing its daemon ServiceAccount and
 #                its controller's Lease name (manifests/helm/values/nvidia-driver-namespace.yaml)
-#   kustomize    the same with manifests/nvidia (NS must be nvidia-dra-driver-gpu)
+#   kustomize    the same with manifests/nvidia, rendered into NS
 #   helm-beside  our chart in its own namespace ($OWN_NS), managing NVIDIA's driver namespace
 #                (manifests/helm/values/beside-nvidia.yaml)
 #
@@ -29,11 +29,12 @@
 # exactly what `in` changed whatever the method, except the CRDs: they stay (NVIDIA's controller
 # ignores our optional status fields; Helm never touches CRDs).
 #
-# Environment: IMAGE (our controller image, required by `in`), NS (NVIDIA's driver namespace,
-# default nvidia-dra-driver-gpu; a fresh install of NVIDIA's chart uses dra-driver-nvidia-gpu),
-# NVIDIA_DEPLOYMENT (NVIDIA's controller Deployment; default: whichever of
-# dra-driver-nvidia-gpu-controller (fresh install) and nvidia-dra-driver-gpu-controller (upgraded,
-# nameOverride=nvidia-dra-driver-gpu) exists in NS), OWN_NS (default computedomain-system),
+# Environment: IMAGE (our controller image, required by `in`), NVIDIA_DEPLOYMENT (NVIDIA's
+# controller Deployment; default: whichever of dra-driver-nvidia-gpu-controller (fresh install)
+# and nvidia-dra-driver-gpu-controller (upgraded, nameOverride=nvidia-dra-driver-gpu) exists),
+# NS (NVIDIA's driver namespace, where that Deployment is; default: the one namespace that has
+# it: dra-driver-nvidia-gpu for a fresh install as NVIDIA documents it, nvidia-dra-driver-gpu for
+# an upgraded one), OWN_NS (default computedomain-system),
 # RELEASE (default computedomain), WAIT_NAMESPACES (where step 6 waits for ComputeDomains;
 # default: every namespace that has one), TIMEOUT (each wait, default 180s), KUBECTL and HELM
 # (default: from PATH), KUBECONFIG.
@@ -43,7 +44,7 @@ cd "$(dirname "$0")/.."
 usage='usage: IMAGE=<image:tag> hack/swap.sh in [helm|kustomize|helm-beside] | hack/swap.sh out | hack/swap.sh --help'
 action=${1:-}
 method=${2:-}
-NS=${NS:-nvidia-dra-driver-gpu}
+NS=${NS:-}
 OWN_NS=${OWN_NS:-computedomain-system}
 RELEASE=${RELEASE:-computedomain}
 KUBECTL=${KUBECTL:-kubectl}
@@ -67,8 +68,19 @@ fail() {
 k() { "$KUBECTL" "$@"; }
 
 # NVIDIA's controller Deployment: named after the chart or its nameOverride, never the release
-# (docs/contract.md §19).
-find_nvidia_deployment() { # sets nvidia
+# (docs/contract.md §19); without NS, looked for in every namespace.
+find_nvidia_deployment() { # sets nvidia (and NS)
+  if [ -z "$NS" ]; then
+    local wanted=${NVIDIA_DEPLOYMENT:-$NVIDIA_DEPLOYMENTS} found
+    found=$(k get deployments --all-namespaces \
+      -o jsonpath='{range .items[*]}{.metadata.namespace}{" "}{.metadata.name}{"\n"}{end}' |
+      awk -v wanted=" $wanted " 'index(wanted, " " $2 " ") { print $1 "/" $2 }')
+    case "$(grep -c . <<<"$found")" in
+      1) NS=${found%%/*} ;;
+      0) fail "no Deployment named ${wanted// / or } in any namespace: is NVIDIA's chart installed? (set NS, or NVIDIA_DEPLOYMENT)" ;;
+      *) fail "NVIDIA's controller Deployment is in more than one place ($(tr '\n' ' ' <<<"$found")): set NS" ;;
+    esac
+  fi
   if [ -n "${NVIDIA_DEPLOYMENT:-}" ]; then
     k -n "$NS" get deployment "$NVIDIA_DEPLOYMENT" -o name >/dev/null ||
       fail "NVIDIA_DEPLOYMENT=$NVIDIA_DEPLOYMENT: no such Deployment in namespace $NS"
@@ -213,20 +225,27 @@ helm_args() { # $1: replicas ("" = the chart's)
   printf '%s\n' "${args[@]}"
 }
 
-# manifests/nvidia with our image, NVIDIA's daemon image and Lease name, and (optionally) the
-# replicas, rendered into $workdir/ours.yaml.
+# manifests/nvidia in namespace $ours_ns (a copy of its kustomization with that namespace, so
+# its binding-subject replacements follow), with our image, NVIDIA's daemon image and Lease name
+# and (optionally) the replicas, rendered into $workdir/ours.yaml. For `out` (no image known)
+# only the namespace: enough to name what to delete.
 render_kustomize() { # $1: replicas ("" = the manifest's)
-  local base
-  base=$(realpath --relative-to="$workdir" manifests/nvidia)
+  local manifests
+  mkdir -p "$workdir/nvidia"
+  manifests=$(realpath --relative-to="$workdir/nvidia" manifests)
+  sed -e "s|^namespace: .*|namespace: $ours_ns|" -e "s|^- \.\./|- $manifests/|" \
+    manifests/nvidia/kustomization.yaml >"$workdir/nvidia/kustomization.yaml"
   {
-    printf 'apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n- %s\n' "$base"
-    printf 'images:\n- name: computedomain-controller\n  newName: "%s"\n  newTag: "%s"\n' "$image_repository" "$image_tag"
-    [ -z "$image_digest" ] || printf '  digest: "%s"\n' "${image_digest#@}"
-    printf 'patches:\n- patch: |-\n    apiVersion: apps/v1\n    kind: Deployment\n    metadata: {name: %s}\n    spec:\n' "$OURS"
-    [ -z "$1" ] || printf '      replicas: %s\n' "$1"
-    printf '      template:\n        spec:\n          containers:\n          - name: controller\n            env:\n'
-    printf '            - {name: IMAGE_NAME, value: "%s"}\n' "$daemon_image"
-    printf '            - {name: LEADER_ELECTION_LEASE_LOCK_NAME, value: "%s"}\n' "$lease"
+    printf 'apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n- nvidia\n'
+    if [ -n "${image_repository:-}" ]; then
+      printf 'images:\n- name: computedomain-controller\n  newName: "%s"\n  newTag: "%s"\n' "$image_repository" "$image_tag"
+      [ -z "$image_digest" ] || printf '  digest: "%s"\n' "${image_digest#@}"
+      printf 'patches:\n- patch: |-\n    apiVersion: apps/v1\n    kind: Deployment\n    metadata: {name: %s}\n    spec:\n' "$OURS"
+      [ -z "$1" ] || printf '      replicas: %s\n' "$1"
+      printf '      template:\n        spec:\n          containers:\n          - name: controller\n            env:\n'
+      printf '            - {name: IMAGE_NAME, value: "%s"}\n' "$daemon_image"
+      printf '            - {name: LEADER_ELECTION_LEASE_LOCK_NAME, value: "%s"}\n' "$lease"
+    fi
   } >"$workdir/kustomization.yaml" && k kustomize "$workdir" >"$workdir/ours.yaml"
 }
 
@@ -302,7 +321,6 @@ rolling_back=false
 on_exit() {
   local rc=$?
   trap - EXIT INT TERM
-  [ -z "${workdir:-}" ] || rm -rf "$workdir"
   if [ "$rc" -ne 0 ] && [ "$changed" = false ] && [ "$reported" = false ]; then
     say "${step:-preflight} failed (above); nothing was changed"
   fi
@@ -323,22 +341,21 @@ on_exit() {
     fi
     rm -f "$workdir.rollback.log"
   fi
+  [ -z "${workdir:-}" ] || rm -rf "$workdir"
   exit "$rc"
 }
 
 swap_in() {
   method=${method:-helm}
   case "$method" in
-    helm | kustomize) ours_ns=$NS ;;
+    helm | kustomize) ;;
     helm-beside) ours_ns=$OWN_NS ;;
     *) fail "unknown method '$method' (helm, kustomize or helm-beside)" ;;
   esac
-  if [ "$method" = kustomize ] && [ "$NS" != nvidia-dra-driver-gpu ]; then
-    fail "preflight: manifests/nvidia targets nvidia-dra-driver-gpu; for $NS use the helm method, or run 'kustomize edit set namespace $NS' in manifests/nvidia first"
-  fi
   check_image
   check_cluster_version # first: it also shows that the cluster answers
   find_nvidia_deployment
+  [ "$method" = helm-beside ] || ours_ns=$NS
   nvidia_pods=$(pods_of "$nvidia")
   if [ -n "$(recorded method)" ]; then
     fail "preflight: deployment/$nvidia in $NS records a swap already (annotations $RECORD-*): run hack/swap.sh out first"
@@ -439,7 +456,7 @@ restore() {
         "$HELM" uninstall "$RELEASE" --namespace "$ours_ns" --wait --timeout "$TIMEOUT" >/dev/null
       fi
       ;;
-    kustomize) k delete -k manifests/nvidia --ignore-not-found --wait >/dev/null ;;
+    kustomize) render_kustomize "" && k delete -f "$workdir/ours.yaml" --ignore-not-found --wait >/dev/null ;;
   esac
 
   # 2. NVIDIA's controller back as it was. The finalizer, labels and children are the ones it
@@ -487,7 +504,11 @@ case "$action" in
     trap 'exit 143' TERM
     swap_in
     ;;
-  out) swap_out ;;
+  out)
+    workdir=$(mktemp -d)
+    trap 'rm -rf "$workdir"' EXIT
+    swap_out
+    ;;
   -h | --help) sed -n '2,/^set -euo/{/^#/s/^# \{0,1\}//p}' "$0" ;;
   *) fail "$usage" ;;
 esac

@@ -29,7 +29,6 @@ from computedomain.devcluster.controlplane import ControlPlane
 from computedomain.devcluster.podrunner import Kubelet
 from computedomain.devcluster.upstream import (
     COMPUTE_DOMAIN_VALUES,
-    RELEASE,
     UpstreamBuild,
     controller_entrypoint,
     render_chart,
@@ -41,9 +40,6 @@ from computedomain.runtime.resources import Resource
 from computedomain.sim.fleet import install_device_classes
 from tests.kit.waiting import eventually
 
-NVIDIA_NAMESPACE = "nvidia-dra-driver-gpu"
-# `<release>-<chart>-service-account-controller`, as the chart names it for this release.
-NVIDIA_CONTROLLER_SA = f"{RELEASE}-{c.NVIDIA_CHART_NAME}-service-account-controller"
 DEPLOYMENTS = Resource("apps", "v1", "deployments", "Deployment", namespaced=True)
 CLUSTER_ROLES = Resource(
     "rbac.authorization.k8s.io", "v1", "clusterroles", "ClusterRole", namespaced=False
@@ -71,13 +67,16 @@ SELECTOR = ",".join(f"{k}={v}" for k, v in CONTROLLER_POD_SELECTOR.items())
 
 @dataclass(frozen=True)
 class Shape:
-    """One of the two documented install shapes of NVIDIA's chart, as release RELEASE: a fresh
-    install, or one upgraded from NVIDIA's older chart, which keeps its old names through
-    `nameOverride`. The chart names the Deployment, its Lease, the controller's
-    ServiceAccount and the pods' selector label after the name."""
+    """One of the two documented install shapes of NVIDIA's chart: a fresh install (release
+    and namespace named after the chart), or one upgraded from NVIDIA's older chart, which
+    keeps its old release, namespace and, through `nameOverride`, object names. The chart
+    names the Deployment, its Lease, the controller's ServiceAccount and the pods' selector
+    label after the name."""
 
     key: str
     name: str  # the chart's name, or its nameOverride
+    release: str
+    namespace: str  # NVIDIA's driver namespace: the release's
     values: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -92,7 +91,7 @@ class Shape:
     def controller_sa(self) -> str:
         # `<fullname>-service-account-controller`; the fullname is the release name when that
         # already contains the name, else `<release>-<name>`.
-        fullname = RELEASE if self.name in RELEASE else f"{RELEASE}-{self.name}"
+        fullname = self.release if self.name in self.release else f"{self.release}-{self.name}"
         return f"{fullname}-service-account-controller"
 
     @property
@@ -100,17 +99,25 @@ class Shape:
         return f"{self.name}-component={c.NVIDIA_CONTROLLER_COMPONENT}"
 
 
-FRESH = Shape("fresh", c.NVIDIA_CHART_NAME)
-UPGRADED = Shape("upgraded", RELEASE, {"nameOverride": RELEASE})
+# As NVIDIA's install and upgrade guides name them.
+FRESH = Shape("fresh", c.NVIDIA_CHART_NAME, c.NVIDIA_CHART_NAME, c.NVIDIA_CHART_NAME)
+UPGRADED = Shape(
+    "upgraded",
+    c.NVIDIA_UPGRADED_NAME,
+    c.NVIDIA_UPGRADED_NAME,
+    c.NVIDIA_UPGRADED_NAME,
+    {"nameOverride": c.NVIDIA_UPGRADED_NAME},
+)
 SHAPES = {shape.key: shape for shape in (FRESH, UPGRADED)}
 
 
 def controller_deployment(replicas: int = 1) -> dict[str, Any]:
-    """A Deployment named and labelled as the v0.4.1 chart's controller (its pods run nothing):
-    for tests that need NVIDIA's controller pod to exist in a namespace of their own."""
+    """A Deployment named and labelled as the v0.4.1 chart's controller of a fresh install (its
+    pods run nothing): for tests that need NVIDIA's controller pod to exist in a namespace of
+    their own."""
     labels = {
         "app.kubernetes.io/name": c.NVIDIA_CHART_NAME,
-        "app.kubernetes.io/instance": RELEASE,
+        "app.kubernetes.io/instance": FRESH.release,
         **CONTROLLER_POD_SELECTOR,
     }
     return {
@@ -123,7 +130,7 @@ def controller_deployment(replicas: int = 1) -> dict[str, Any]:
             "template": {
                 "metadata": {"labels": labels},
                 "spec": {
-                    "serviceAccountName": NVIDIA_CONTROLLER_SA,
+                    "serviceAccountName": FRESH.controller_sa,
                     "containers": [
                         {
                             "name": "compute-domain",
@@ -162,8 +169,8 @@ async def install(
     shape: Shape = FRESH,
 ) -> None:
     """`helm install` of NVIDIA's ``chart`` (a release's copy: the build's v0.4.1, or v0.4.0)
-    into NVIDIA_NAMESPACE, then the chart's own CRD."""
-    args = ["install", RELEASE, str(chart), "-n", NVIDIA_NAMESPACE, "--create-namespace"]
+    as the ``shape`` says, then the chart's own CRD."""
+    args = ["install", shape.release, str(chart), "-n", shape.namespace, "--create-namespace"]
     # Helm never installs or upgrades a CRD that exists: the chart's goes in below, as an
     # install that predates ours would have it. Its DeviceClasses and the daemon's ClusterRole
     # may exist already (the fleet's, an earlier test's install of ours): the release takes them.
@@ -184,16 +191,19 @@ async def upgrade(
     """`helm upgrade` of NVIDIA's release with the install's values (and ``values``), as an SRE
     upgrades it with their values file: Helm's three-way merge puts back what the chart says,
     e.g. the controller's replicas that a swap scaled to 0."""
-    args = ["upgrade", RELEASE, str(chart), "-n", NVIDIA_NAMESPACE, "--skip-crds"]
+    args = ["upgrade", shape.release, str(chart), "-n", shape.namespace, "--skip-crds"]
     for key, value in {**CHART_VALUES, **shape.values, **(values or {})}.items():
         args += ["--set-json", f"{key}={json.dumps(value)}"]
     await helm(helm_path, kubeconfig, *args)
 
 
-async def uninstall(api_client: ApiClient, helm_path: Path, kubeconfig: Path) -> None:
+async def uninstall(
+    api_client: ApiClient, helm_path: Path, kubeconfig: Path, shape: Shape = FRESH
+) -> None:
     """`helm uninstall`; the fleet's DeviceClasses (the release took them) are put back."""
     try:
-        await helm(helm_path, kubeconfig, "uninstall", RELEASE, "-n", NVIDIA_NAMESPACE, "--wait")
+        args = ["uninstall", shape.release, "-n", shape.namespace, "--wait"]
+        await helm(helm_path, kubeconfig, *args)
     finally:
         await install_device_classes(api_client)
 
@@ -235,21 +245,19 @@ def controller_kubelet(
     return Kubelet(
         api_client,
         control_plane,
-        NVIDIA_NAMESPACE,
+        shape.namespace,
         shape.selector,
         workdir,
         entrypoint=controller_entrypoint(build),
     )
 
 
-async def scale_controller(
-    admin: KubeClient, replicas: int, namespace: str = NVIDIA_NAMESPACE, shape: Shape = FRESH
-) -> None:
+async def scale_controller(admin: KubeClient, replicas: int, shape: Shape = FRESH) -> None:
     """Scale NVIDIA's controller Deployment; wait until its status has caught up (the Deployment
     controller writes it in several steps) and exactly that many of its pods run, none when 0:
     while one runs, ours stands by."""
     body = {"spec": {"replicas": replicas}}
-    await admin.patch(DEPLOYMENTS, shape.deployment, body, namespace)
+    await admin.patch(DEPLOYMENTS, shape.deployment, body, shape.namespace)
 
     def settled(deployment: dict[str, Any] | None) -> bool:
         status = (deployment or {}).get("status") or {}
@@ -264,7 +272,7 @@ async def scale_controller(
         DEPLOYMENTS,
         shape.deployment,
         settled,
-        namespace=namespace,
+        namespace=shape.namespace,
         what=f"NVIDIA's controller Deployment at {replicas} replicas",
     )
 
@@ -276,7 +284,7 @@ async def scale_controller(
         admin,
         r.PODS,
         pods_settled,
-        namespace=namespace,
+        namespace=shape.namespace,
         label_selector=shape.selector,
         what=f"{replicas} pod(s) of NVIDIA's controller",
     )

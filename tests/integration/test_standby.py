@@ -76,7 +76,7 @@ async def test_ours_writes_nothing_while_nvidias_controller_runs_and_resumes_aft
         account = {
             "apiVersion": "v1",
             "kind": "ServiceAccount",
-            "metadata": {"name": nvidia.NVIDIA_CONTROLLER_SA},
+            "metadata": {"name": nvidia.FRESH.controller_sa},
         }
         await kube.create(r.SERVICE_ACCOUNTS, account, driver_namespace)
         await kube.create(nvidia.DEPLOYMENTS, nvidia.controller_deployment(), driver_namespace)

@@ -36,7 +36,7 @@ from computedomain.devcluster.crds import CRD_DIR, apply_crds
 from computedomain.devcluster.harness import Controllers, RunningController
 from computedomain.devcluster.helm import find_helm
 from computedomain.devcluster.podrunner import Kubelet
-from computedomain.devcluster.upstream import OLDER_CHART_VERSION, RELEASE, UpstreamBuild
+from computedomain.devcluster.upstream import OLDER_CHART_VERSION, UpstreamBuild
 from computedomain.devcluster.watching import Objects, watch_object, watch_objects
 from computedomain.domain.keys import CDKey
 from computedomain.runtime import resources as r
@@ -60,6 +60,8 @@ CHILD_RESOURCES = ("daemonsets", "resourceclaimtemplates")
 
 # Our controller image as the chart would pull it; the stand-in kubelet runs this checkout.
 IMAGE = "computedomain-controller:0.1.0"
+# NVIDIA's driver namespace where a test installs NVIDIA's chart in the default shape.
+NVIDIA_NS = nvidia.FRESH.namespace
 
 
 async def run_script(
@@ -68,15 +70,17 @@ async def run_script(
     kubeconfig: Path,
     wait_namespace: str,
     *,
+    nvidia_ns: str | None = NVIDIA_NS,
     env: dict[str, str] | None = None,
     check: bool = True,
 ) -> tuple[int, str]:
+    """hack/swap.sh, with NS=``nvidia_ns`` (None: the script finds NVIDIA's namespace)."""
     environ = {
-        **os.environ,
+        **{k: v for k, v in os.environ.items() if k != "NS"},
+        **({"NS": nvidia_ns} if nvidia_ns else {}),
         "KUBECONFIG": str(kubeconfig),
         "KUBECTL": str(find_assets()["kubectl"]),
         "HELM": str(find_helm()),
-        "NS": nvidia.NVIDIA_NAMESPACE,
         "WAIT_NAMESPACES": wait_namespace,
         "TIMEOUT": "120s",
         "IMAGE": IMAGE,
@@ -165,10 +169,10 @@ class NotReadyWatch:
         return self.seen
 
 
-async def snapshot(kube: KubeClient, uids: list[str]) -> dict[str, Any]:
-    """What must not change: DaemonSet generations, RCT resourceVersions, daemon pod UIDs."""
+async def snapshot(kube: KubeClient, uids: list[str], ns: str) -> dict[str, Any]:
+    """What must not change: DaemonSet generations, RCT resourceVersions, daemon pod UIDs (the
+    DaemonSets and pods in NVIDIA's driver namespace ``ns``)."""
     state: dict[str, Any] = {}
-    ns = nvidia.NVIDIA_NAMESPACE
     for uid in uids:
         ds = await kube.get(r.DAEMONSETS, c.daemon_name(uid), ns)
         state[f"ds/{uid}"] = ds["metadata"]["generation"]
@@ -182,23 +186,20 @@ async def snapshot(kube: KubeClient, uids: list[str]) -> dict[str, Any]:
     return state
 
 
-def child_writes(writes: list[AuditedWrite], namespace: str) -> list[str]:
-    """Writes to children in the CDs' ``namespace`` and NVIDIA's driver namespace: orphans an
-    earlier test left in a driver namespace of its own are ours to clean up, not this test's."""
-    return [
-        w.target
-        for w in writes
-        if w.resource in CHILD_RESOURCES and w.namespace in (namespace, nvidia.NVIDIA_NAMESPACE)
-    ]
+def child_writes(writes: list[AuditedWrite], *namespaces: str) -> list[str]:
+    """Writes to children in the CDs' namespace and NVIDIA's driver namespace (``namespaces``):
+    orphans an earlier test left in a driver namespace of its own are ours to clean up, not
+    this test's."""
+    return [w.target for w in writes if w.resource in CHILD_RESOURCES and w.namespace in namespaces]
 
 
 @pytest.fixture
 async def e2e(
-    kube: KubeClient, control_plane: ControlPlane, namespace: str
+    kube: KubeClient, control_plane: ControlPlane, namespace: str, nvidia_install: NvidiaInstall
 ) -> AsyncIterator[EndToEnd]:
-    async with end_to_end(
-        kube, control_plane.kubeconfig, namespace, nvidia.NVIDIA_NAMESPACE
-    ) as env:
+    """The fleet of NVIDIA's install: its driver namespace is the release's."""
+    driver_namespace = nvidia_install.shape.namespace
+    async with end_to_end(kube, control_plane.kubeconfig, namespace, driver_namespace) as env:
         yield env
 
 
@@ -236,7 +237,7 @@ async def nvidia_install(
     try:
         yield NvidiaInstall(upstream, chart, shape)
     finally:
-        await nvidia.uninstall(api_client, helm, control_plane.kubeconfig)
+        await nvidia.uninstall(api_client, helm, control_plane.kubeconfig, shape)
         await apply_crds(api_client, CRD_DIR)  # later tests need our CRD back, whatever happened
 
 
@@ -257,12 +258,13 @@ async def test_swap_in_and_back_out_leaves_running_imex_domains_alone(
     assert control_plane.audit_log is not None
     audit = AuditLog(control_plane.audit_log)
     ns = e2e.namespace
-    ours_ns = "computedomain-system" if method == "helm-beside" else nvidia.NVIDIA_NAMESPACE
+    shape = nvidia_install.shape
+    nvidia_ns = shape.namespace
+    ours_ns = "computedomain-system" if method == "helm-beside" else nvidia_ns
     our_user = service_account_user(ours_ns, OUR_SA)
 
     # -- before: NVIDIA's controller made the children, the daemons are Ready ---------------
     # NVIDIA's real controller, as the pod of its chart's Deployment.
-    shape = nvidia_install.shape
     nvidia_kubelet = nvidia.controller_kubelet(
         api_client, control_plane, nvidia_install.build, tmp_path / "nvidia", shape
     )
@@ -288,7 +290,7 @@ async def test_swap_in_and_back_out_leaves_running_imex_domains_alone(
             pytest.fail(f"{error}\n--- NVIDIA's controller:\n{logs}")
         await e2e.workload_pods(name, lambda pods: len(pods) == 2, "2 pods")
     uids = [cd["metadata"]["uid"] for cd in cds.values()]
-    before = await snapshot(kube, uids)
+    before = await snapshot(kube, uids, nvidia_ns)
     print(f"before the swap: {before}")
     installed = await install_state(kube, ours_ns, shape=shape)
     # NVIDIA's projection of the daemons' cliques, to compare with ours for the same daemons;
@@ -311,12 +313,13 @@ async def test_swap_in_and_back_out_leaves_running_imex_domains_alone(
     mark = audit.mark()
     started = time.monotonic()
     try:
-        await run_script("in", method, control_plane.kubeconfig, ns)
+        # No NS: the script finds NVIDIA's namespace, whichever the shape.
+        await run_script("in", method, control_plane.kubeconfig, ns, nvidia_ns=None)
         print(f"swap in: every CD Ready=True {time.monotonic() - started:.1f}s after the start")
         swap_in = audit.writes(since=mark, user=our_user)
         print(f"writes by {our_user} during swap-in: {tally(swap_in)}")
-        assert child_writes(swap_in, ns) == []
-        assert await snapshot(kube, uids) == before
+        assert child_writes(swap_in, ns, nvidia_ns) == []
+        assert await snapshot(kube, uids, nvidia_ns) == before
         # Status is ours now: conditions, and printer columns' counts.
         for name in jobs:
             cd = await kube.get(COMPUTE_DOMAINS, name, ns)
@@ -333,7 +336,7 @@ async def test_swap_in_and_back_out_leaves_running_imex_domains_alone(
         await e2e.cd_until(
             "job-c", lambda cd: condition(cd, "Ready").get("status") == "True", "Ready"
         )
-        created = child_writes(audit.writes(since=mark_new, user=our_user), ns)
+        created = child_writes(audit.writes(since=mark_new, user=our_user), ns, nvidia_ns)
         assert len([w for w in created if w.startswith("create")]) == 3, created
         await e2e.scale("job-c", 0)
         await watch_objects(
@@ -362,11 +365,11 @@ async def test_swap_in_and_back_out_leaves_running_imex_domains_alone(
         # -- roll back ----------------------------------------------------------------------
         mark_out = audit.mark()
         # No method: `out` takes the one `in` recorded.
-        await run_script("out", None, control_plane.kubeconfig, ns)
+        await run_script("out", None, control_plane.kubeconfig, ns, nvidia_ns=None)
         rollback = audit.writes(since=mark_out, user=our_user)
         print(f"writes by {our_user} during rollback: {tally(rollback)}")
-        assert child_writes(rollback, ns) == []
-        assert await snapshot(kube, uids) == before
+        assert child_writes(rollback, ns, nvidia_ns) == []
+        assert await snapshot(kube, uids, nvidia_ns) == before
         assert kubelet.running() == [], "our controller still runs after the rollback"
         for name in jobs:
             cd = await kube.get(COMPUTE_DOMAINS, name, ns)
@@ -386,8 +389,10 @@ async def test_swap_in_and_back_out_leaves_running_imex_domains_alone(
         seen = await watch.stop()
         print(
             f"daemon pods unchanged: {sum(k.startswith('pod/') for k in before)}; "
-            f"DaemonSet/RCT writes by our controller: swap-in {len(child_writes(swap_in, ns))}, "
-            f"rollback {len(child_writes(rollback, ns))}; NotReady moments (CD, writer): {seen}"
+            "DaemonSet/RCT writes by our controller: "
+            f"swap-in {len(child_writes(swap_in, ns, nvidia_ns))}, "
+            f"rollback {len(child_writes(rollback, ns, nvidia_ns))}; "
+            f"NotReady moments (CD, writer): {seen}"
         )
         # NVIDIA's own controller may flip a CD NotReady for a moment (seen: ~1 s, with no
         # nodes). Ours may write NotReady only as the projection of the cliques, i.e. with fewer
@@ -408,7 +413,9 @@ async def test_swap_in_and_back_out_leaves_running_imex_domains_alone(
         # Whatever a failed run left behind goes; then the CDs are ours to finalize (e2e
         # clean-up): NVIDIA's pods must be gone first (its kubelet releases them), or ours
         # stands by.
-        await run_script("out", None, control_plane.kubeconfig, ns, check=False)
+        await run_script(
+            "out", None, control_plane.kubeconfig, ns, nvidia_ns=nvidia_ns, check=False
+        )
         await nvidia.scale_controller(kube, 0, shape=shape)
         await nvidia_kubelet.stop()
         await e2e.start_controller()
@@ -429,8 +436,8 @@ async def nvidias_upgrade_leaves_one_writer(
     kustomize) NVIDIA's waits for it and ours keeps working; on a Lease of its own
     (helm-beside) ours stands by while NVIDIA's leads. The upgrade with the values change
     ends it."""
-    ns = nvidia.NVIDIA_NAMESPACE
     shape = install.shape
+    ns = shape.namespace
     nvidia_user = service_account_user(ns, shape.controller_sa)
     our_user = service_account_user(
         "computedomain-system" if method == "helm-beside" else ns, OUR_SA
@@ -550,7 +557,7 @@ async def test_outdated_crd_is_named_and_only_upstream_status_is_written(
     status.nodes only, and does not loop writing what the apiserver drops; after the CRD
     upgrade the conditions appear without a restart."""
     await nvidia.scale_controller(kube, 0)  # swapped: NVIDIA's controller is at 0, ours works
-    factory = controllers_for(control_plane.kubeconfig, nvidia.NVIDIA_NAMESPACE)
+    factory = controllers_for(control_plane.kubeconfig, NVIDIA_NS)
     logged = LogCapture("computedomain")
     # Events regarding a cluster-scoped object live in `default`; earlier tests may have left some.
     earlier = await kube.list(r.EVENTS, "default", field_selector="reason=CRDOutdated")
@@ -638,7 +645,7 @@ async def test_doctor_on_nvidias_install_names_what_the_swap_must_fix(
         api_client, control_plane, nvidia_install.build, tmp_path / "nvidia", shape
     )
     nvidia_kubelet.start()
-    factory = controllers_for(control_plane.kubeconfig, nvidia.NVIDIA_NAMESPACE)
+    factory = controllers_for(control_plane.kubeconfig, NVIDIA_NS)
     try:
         await nvidia.scale_controller(kube, 1, shape=shape)
         code, checks = await doctor(control_plane.kubeconfig)
@@ -659,7 +666,7 @@ async def test_doctor_on_nvidias_install_names_what_the_swap_must_fix(
         assert code == 1
         link = out.splitlines()[-3:]
         assert link[0] == "First broken link: controller"
-        assert link[1].strip().startswith("NVIDIA's controller runs (pod nvidia-dra-driver-gpu/")
+        assert link[1].strip().startswith(f"NVIDIA's controller runs (pod {shape.namespace}/")
         assert f"scale deployment {shape.deployment} --replicas=0" in link[2]
 
         await apply_crds(api_client, CRD_DIR)
@@ -671,21 +678,21 @@ async def test_doctor_on_nvidias_install_names_what_the_swap_must_fix(
             r.LEASES,
             "nvidia-compute-domain-controller",
             lease_held,
-            namespace=nvidia.NVIDIA_NAMESPACE,
+            namespace=NVIDIA_NS,
             within=30,
             what="our Lease held",
         )
         _, checks = await doctor(control_plane.kubeconfig)
         assert checks["controller"]["state"] == "ok", checks["controller"]
         print(json.dumps(checks, indent=1))
-        lease = f"{nvidia.NVIDIA_NAMESPACE}/nvidia-compute-domain-controller"
+        lease = f"{NVIDIA_NS}/nvidia-compute-domain-controller"
         assert f"leads on Lease {lease}" in checks["controller"]["detail"]
         for name in ("CRDs", "second controller", "daemon RBAC"):
             assert checks[name]["state"] == "ok", checks[name]
 
         # Ours gives new daemons v0.4.0's image (the test default), the plugin runs v0.4.1's.
         cd = await create_cd(kube, namespace, "imaged", rct_name="imaged-channel")
-        await wait_children(kube, cd, nvidia.NVIDIA_NAMESPACE, "imaged-channel", within=60)
+        await wait_children(kube, cd, NVIDIA_NS, "imaged-channel", within=60)
         _, checks = await doctor(control_plane.kubeconfig)
         image = checks["daemon image"]
         assert image["state"] == "fail", image
@@ -708,7 +715,7 @@ async def test_nvidias_release_upgraded_to_another_driver_image_is_reported(
     await nvidia.scale_controller(kube, 0)  # swapped: NVIDIA's controller is at 0, ours works
     container = await kube.get(nvidia.DEPLOYMENTS, c.NVIDIA_CONTROLLER_DEPLOYMENT, NVIDIA_NS)
     image = container["spec"]["template"]["spec"]["containers"][0]["image"]
-    factory = controllers_for(control_plane.kubeconfig, nvidia.NVIDIA_NAMESPACE)
+    factory = controllers_for(control_plane.kubeconfig, NVIDIA_NS)
     try:
         running = await factory.start(IMAGE_NAME=image)
         await running.wait_idle()
@@ -765,7 +772,6 @@ class LogCapture(logging.Handler):
 # -- what `in` changes and `out` restores; failures before and after the first change ---------
 
 NVIDIA_REPLICAS = 2
-NVIDIA_NS = nvidia.NVIDIA_NAMESPACE
 OWN_NS = "computedomain-system"
 ROLES = Resource("rbac.authorization.k8s.io", "v1", "roles", "Role", namespaced=True)
 ROLE_BINDINGS = Resource("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding", True)
@@ -792,7 +798,7 @@ async def install_state(
 ) -> dict[str, Any]:
     """The objects a swap may touch, by name (and resourceVersion with ``versions``), and NVIDIA's
     controller Deployment's replicas, labels and annotations."""
-    deployment = await kube.get(nvidia.DEPLOYMENTS, shape.deployment, NVIDIA_NS)
+    deployment = await kube.get(nvidia.DEPLOYMENTS, shape.deployment, shape.namespace)
     meta = deployment["metadata"]
     state: dict[str, Any] = {
         "nvidia": {
@@ -804,7 +810,7 @@ async def install_state(
         "namespaces": sorted(
             n["metadata"]["name"]
             for n in (await kube.list(r.NAMESPACES))["items"]
-            if n["metadata"]["name"] in (NVIDIA_NS, ours_ns)
+            if n["metadata"]["name"] in (shape.namespace, ours_ns)
         ),
     }
 
@@ -815,8 +821,8 @@ async def install_state(
         }
 
     # NVIDIA's release history is the SRE's (a helm upgrade of it adds one), not the swap's.
-    nvidia_history = f"sh.helm.release.v1.{RELEASE}."
-    for ns in sorted({NVIDIA_NS, ours_ns}):
+    nvidia_history = f"sh.helm.release.v1.{shape.release}."
+    for ns in sorted({shape.namespace, ours_ns}):
         for res in NAMESPACED:
             items = (await kube.list(res, ns))["items"]
             items = [i for i in items if not i["metadata"]["name"].startswith(nvidia_history)]
@@ -1019,7 +1025,9 @@ async def test_a_failure_at_any_step_puts_nvidia_back_as_recorded(
 
 
 @pytest.mark.usefixtures("nvidia_install")
+@pytest.mark.parametrize("idle", [True, False], ids=["idle-cd", "no-cd"])
 async def test_an_idle_compute_domain_is_a_good_swap_and_out_restores_it_exactly(
+    idle: bool,
     kube: KubeClient,
     api_client: ApiClient,
     control_plane: ControlPlane,
@@ -1027,8 +1035,10 @@ async def test_an_idle_compute_domain_is_a_good_swap_and_out_restores_it_exactly
     tmp_path: Path,
 ) -> None:
     """Step 6 waits for our Ready condition, not for Ready=True: an idle CD (no workload yet)
-    is Ready=False WaitingForWorkload, and that is a good swap."""
-    await create_cd(kube, namespace, "idle", num_nodes=2)
+    is Ready=False WaitingForWorkload, and that is a good swap; so is one with no CD where
+    it waits."""
+    if idle:
+        await create_cd(kube, namespace, "idle", num_nodes=2)
     await nvidia.scale_controller(kube, NVIDIA_REPLICAS)
     before = await install_state(kube, NVIDIA_NS)
     kubelet = Kubelet(api_client, control_plane, NVIDIA_NS, OUR_PODS, tmp_path)
@@ -1038,8 +1048,9 @@ async def test_an_idle_compute_domain_is_a_good_swap_and_out_restores_it_exactly
         _, text = await run_script(
             "in", "helm", control_plane.kubeconfig, namespace, env={"TIMEOUT": "60s"}
         )
-        ready = condition(await kube.get(COMPUTE_DOMAINS, "idle", namespace), "Ready")
-        assert (ready["status"], ready["reason"]) == ("False", "WaitingForWorkload")
+        if idle:
+            ready = condition(await kube.get(COMPUTE_DOMAINS, "idle", namespace), "Ready")
+            assert (ready["status"], ready["reason"]) == ("False", "WaitingForWorkload")
         assert "ComputeDomains reconciled: " in text
         assert text.splitlines()[-1].endswith("--set controller.replicas=0"), text
         _, text = await run_script("out", None, control_plane.kubeconfig, namespace)
