@@ -78,7 +78,7 @@ find_nvidia_deployment() { # sets nvidia (and NS)
     case "$(grep -c . <<<"$found")" in
       1) NS=${found%%/*} ;;
       0) fail "no Deployment named ${wanted// / or } in any namespace: is NVIDIA's chart installed? (set NS, or NVIDIA_DEPLOYMENT)" ;;
-      *) fail "NVIDIA's controller Deployment is in more than one place ($(tr '\n' ' ' <<<"$found")): set NS" ;;
+      *) fail "NVIDIA's controller Deployment is in more than one place (${found//$'\n'/ }): set NS" ;;
     esac
   fi
   if [ -n "${NVIDIA_DEPLOYMENT:-}" ]; then

@@ -94,14 +94,50 @@ def test_bad_arguments_are_one_line(tmp_path: Path, args: tuple[str, ...], says:
     assert calls == []
 
 
-def test_kustomize_outside_its_namespace_is_refused_before_anything(tmp_path: Path) -> None:
-    code, lines, calls = run(
-        tmp_path, "in", "kustomize", IMAGE="computedomain-controller:0.1.0", NS="elsewhere"
+@pytest.mark.parametrize(
+    ("deployments", "says"),
+    [
+        ("", "no Deployment named dra-driver-nvidia-gpu-controller or "
+         "nvidia-dra-driver-gpu-controller in any namespace: is NVIDIA's chart installed? "
+         "(set NS, or NVIDIA_DEPLOYMENT)"),
+        ("a dra-driver-nvidia-gpu-controller\\nb nvidia-dra-driver-gpu-controller",
+         "NVIDIA's controller Deployment is in more than one place "
+         "(a/dra-driver-nvidia-gpu-controller b/nvidia-dra-driver-gpu-controller): set NS"),
+    ],
+    ids=["none", "two"],
+)  # fmt: skip
+def test_without_ns_nvidias_namespace_must_be_one(
+    tmp_path: Path, deployments: str, says: str
+) -> None:
+    """Without NS the script looks for NVIDIA's controller Deployment in every namespace, and
+    refuses in one line, before any change, unless exactly one namespace has one."""
+    calls = tmp_path / "calls"
+    tool = tmp_path / "kubectl"
+    tool.write_text(
+        "#!/usr/bin/env bash\n"
+        f'echo "$*" >> {calls}\n'
+        'case "$*" in\n'
+        "  'get --raw /version') echo '{\"gitVersion\": \"v1.34.1\"}' ;;\n"
+        f"  'get deployments --all-namespaces '*) printf '{deployments}' ;;\n"
+        "  *) exit 1 ;;\n"
+        "esac\n"
     )
-    assert code != 0
-    assert len(lines) == 1, lines
-    assert "manifests/nvidia targets nvidia-dra-driver-gpu" in lines[0]
-    assert calls == []
+    tool.chmod(0o755)
+    environ = {k: v for k, v in os.environ.items() if k != "NS"}
+    environ.update(KUBECTL=str(tool), HELM=str(tool), IMAGE="computedomain-controller:0.1.0")
+    done = subprocess.run(
+        ["bash", str(SCRIPT), "in", "kustomize"],
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    lines = (done.stdout + done.stderr).splitlines()
+    assert done.returncode != 0
+    assert lines == [f"swap.sh: {says}"], lines
+    asked = calls.read_text().splitlines()
+    assert [a.split()[0] for a in asked] == ["get", "get"], asked  # reads only
 
 
 def test_help_is_the_header_and_asks_nothing(tmp_path: Path) -> None:
