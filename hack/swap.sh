@@ -76,7 +76,10 @@ find_nvidia_deployment() { # sets nvidia (and NS)
       -o jsonpath='{range .items[*]}{.metadata.namespace}{" "}{.metadata.name}{"\n"}{end}' |
       awk -v wanted=" $wanted " 'index(wanted, " " $2 " ") { print $1 "/" $2 }')
     case "$(grep -c . <<<"$found")" in
-      1) NS=${found%%/*} ;;
+      1)
+        NS=${found%%/*} nvidia=${found#*/}
+        return
+        ;;
       0) fail "no Deployment named ${wanted// / or } in any namespace: is NVIDIA's chart installed? (set NS, or NVIDIA_DEPLOYMENT)" ;;
       *) fail "NVIDIA's controller Deployment is in more than one place (${found//$'\n'/ }): set NS" ;;
     esac

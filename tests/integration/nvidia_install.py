@@ -76,8 +76,12 @@ class Shape:
     key: str
     name: str  # the chart's name, or its nameOverride
     release: str
-    namespace: str  # NVIDIA's driver namespace: the release's
     values: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def namespace(self) -> str:
+        # NVIDIA's driver namespace: its guides install each release into one of its name.
+        return self.release
 
     @property
     def deployment(self) -> str:
@@ -100,10 +104,9 @@ class Shape:
 
 
 # As NVIDIA's install and upgrade guides name them.
-FRESH = Shape("fresh", c.NVIDIA_CHART_NAME, c.NVIDIA_CHART_NAME, c.NVIDIA_CHART_NAME)
+FRESH = Shape("fresh", c.NVIDIA_CHART_NAME, c.NVIDIA_CHART_NAME)
 UPGRADED = Shape(
     "upgraded",
-    c.NVIDIA_UPGRADED_NAME,
     c.NVIDIA_UPGRADED_NAME,
     c.NVIDIA_UPGRADED_NAME,
     {"nameOverride": c.NVIDIA_UPGRADED_NAME},

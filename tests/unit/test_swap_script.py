@@ -15,13 +15,16 @@ from computedomain.devcluster.assets import REPO_ROOT
 SCRIPT = REPO_ROOT / "hack" / "swap.sh"
 
 
-def run(tmp_path: Path, *args: str, **env: str) -> tuple[int, list[str], list[str]]:
-    """Exit code, the script's output lines, and every kubectl/helm call it made."""
+def run(
+    tmp_path: Path, *args: str, answers: str = "exit 1", **env: str
+) -> tuple[int, list[str], list[str]]:
+    """Exit code, the script's output lines, and every kubectl/helm call it made (the stand-in
+    logs each, then runs the shell snippet ``answers``: by default it fails)."""
     calls = tmp_path / "calls"
     tool = tmp_path / "tool"
-    tool.write_text(f'#!/usr/bin/env bash\necho "$0 $*" >> {calls}\nexit 1\n')
+    tool.write_text(f'#!/usr/bin/env bash\necho "$0 $*" >> {calls}\n{answers}\n')
     tool.chmod(0o755)
-    environ = {k: v for k, v in os.environ.items() if k != "IMAGE"}
+    environ = {k: v for k, v in os.environ.items() if k not in ("IMAGE", "NS")}
     environ.update(KUBECTL=str(tool), HELM=str(tool), **env)
     done = subprocess.run(
         ["bash", str(SCRIPT), *args],
@@ -111,33 +114,19 @@ def test_without_ns_nvidias_namespace_must_be_one(
 ) -> None:
     """Without NS the script looks for NVIDIA's controller Deployment in every namespace, and
     refuses in one line, before any change, unless exactly one namespace has one."""
-    calls = tmp_path / "calls"
-    tool = tmp_path / "kubectl"
-    tool.write_text(
-        "#!/usr/bin/env bash\n"
-        f'echo "$*" >> {calls}\n'
+    answers = (
         'case "$*" in\n'
         "  'get --raw /version') echo '{\"gitVersion\": \"v1.34.1\"}' ;;\n"
         f"  'get deployments --all-namespaces '*) printf '{deployments}' ;;\n"
         "  *) exit 1 ;;\n"
-        "esac\n"
+        "esac"
     )
-    tool.chmod(0o755)
-    environ = {k: v for k, v in os.environ.items() if k != "NS"}
-    environ.update(KUBECTL=str(tool), HELM=str(tool), IMAGE="computedomain-controller:0.1.0")
-    done = subprocess.run(
-        ["bash", str(SCRIPT), "in", "kustomize"],
-        env=environ,
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
+    code, lines, calls = run(
+        tmp_path, "in", "kustomize", answers=answers, IMAGE="computedomain-controller:0.1.0"
     )
-    lines = (done.stdout + done.stderr).splitlines()
-    assert done.returncode != 0
+    assert code != 0
     assert lines == [f"swap.sh: {says}"], lines
-    asked = calls.read_text().splitlines()
-    assert [a.split()[0] for a in asked] == ["get", "get"], asked  # reads only
+    assert [call.split()[1] for call in calls] == ["get", "get"], calls  # reads only
 
 
 def test_help_is_the_header_and_asks_nothing(tmp_path: Path) -> None:
