@@ -937,6 +937,15 @@ def report(results: dict[str, Any]) -> str:
                 "",
             ),
         ]
+        if live := [blocks for blocks in soak.get("last_controller_live_blocks", []) if blocks]:
+            rows.append(
+                (
+                    "Soak: last controller's live allocator blocks first / max / last (thousands)",
+                    f"{live[0] / 1000:,.0f} / {max(live) / 1000:,.0f} / {live[-1] / 1000:,.0f}",
+                    "no growth",
+                    "",
+                )
+            )
     upgrade = results.get("upgrade_under_load")
     if upgrade:
         daemons = upgrade["imex_daemons"]

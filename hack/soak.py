@@ -70,6 +70,8 @@ class ControllerChild:
 
     process: asyncio.subprocess.Process
     incarnation: int
+    # One question at a time on its stdin: the RSS sampler asks beside the convergence check.
+    asking: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     @property
     def pid(self) -> int:
@@ -98,11 +100,19 @@ class ControllerChild:
 
     async def cache_differences(self) -> list[str]:
         """What its informers' caches say unlike a fresh LIST (after waiting for their sync)."""
-        assert self.process.stdin is not None
-        self.process.stdin.write(b"check\n")
-        await self.process.stdin.drain()
-        answer: list[str] = json.loads(await self._line(180))
+        answer: list[str] = json.loads(await self._ask("check", 180))
         return answer
+
+    async def live_blocks(self) -> int:
+        """How many blocks its Python allocator holds for live objects now."""
+        return int(await self._ask("live", 10))
+
+    async def _ask(self, question: str, within: float) -> str:
+        assert self.process.stdin is not None
+        async with self.asking:
+            self.process.stdin.write(question.encode() + b"\n")
+            await self.process.stdin.drain()
+            return await self._line(within)
 
     async def kill(self) -> None:
         """SIGKILL, as the OOM killer or a node loss would: no lease release, no drain."""
@@ -132,8 +142,9 @@ class Soak:
     rng: random.Random = field(init=False)
     hold: int = field(init=False)
     jobs: Jobs = field(init=False)
-    # (seconds into the run, controller incarnation, its RSS in MiB, this process's RSS)
-    rss: list[tuple[float, int, float, float]] = field(default_factory=list)
+    # (seconds into the run, controller incarnation, its RSS in MiB, this process's RSS,
+    # the controller's live allocator blocks: 0 when it could not answer, e.g. being killed)
+    rss: list[tuple[float, int, float, float, int]] = field(default_factory=list)
     controller: ControllerChild | None = None
 
     def __post_init__(self) -> None:
@@ -242,7 +253,7 @@ class Soak:
                 await self.controller.kill()
                 sim_task.cancel()
                 await asyncio.gather(sim_task, return_exceptions=True)
-        last = [(t, mb) for t, inc, mb, _ in self.rss if inc == restarts and mb > 0]
+        last = [(t, mb, live) for t, inc, mb, _, live in self.rss if inc == restarts and mb > 0]
         result = {
             "seconds": self.seconds,
             "cds_created": created,
@@ -260,21 +271,29 @@ class Soak:
             "convergence_s": converged,
             "orphans": orphans,
             "rss_sample_every_s": RSS_SAMPLE_EVERY_S,
-            # [seconds, incarnation, controller MiB, bench process MiB (simulator, proxy)]
+            # [seconds, incarnation, controller MiB, bench process MiB (simulator, proxy),
+            #  controller's live allocator blocks]
             "rss_samples": [
-                [round(t, 1), inc, round(mb, 1), round(own, 1)] for t, inc, mb, own in self.rss
+                [round(t, 1), inc, round(mb, 1), round(own, 1), live]
+                for t, inc, mb, own, live in self.rss
             ],
-            "last_controller_rss_mb": [round(mb, 1) for _, mb in last],
+            "last_controller_rss_mb": [round(mb, 1) for _, mb, _ in last],
+            "last_controller_live_blocks": [live for _, _, live in last],
             "last_controller_lived_s": round(last[-1][0] - last[0][0], 1) if last else 0.0,
         }
         first, peak, final = (
-            (last[0][1], max(mb for _, mb in last), last[-1][1]) if last else (0, 0, 0)
+            (last[0][1], max(mb for _, mb, _ in last), last[-1][1]) if last else (0, 0, 0)
+        )
+        blocks = [live for _, _, live in last if live]
+        live_text = (
+            f"live blocks {blocks[0]:,} / {max(blocks):,} / {blocks[-1]:,}" if blocks else "no live"
         )
         self.say(
             f"soak: {created} CDs over {self.seconds:.0f}s, {restarts} kills, converged "
             f"{converged if converged is not None else 'NEVER'} s after the last fault, "
             f"{len(orphans)} orphans, last controller's RSS {first:.0f} / {peak:.0f} / "
-            f"{final:.0f} MiB (first / max / last over {result['last_controller_lived_s']:.0f} s); "
+            f"{final:.0f} MiB, {live_text} (first / max / last over "
+            f"{result['last_controller_lived_s']:.0f} s); "
             f"controller log {log}"
         )
         return result
@@ -308,15 +327,13 @@ class Soak:
 
     async def _sample_rss(self, begin: float) -> None:
         while True:
-            if self.controller is not None:
-                self.rss.append(
-                    (
-                        time.monotonic() - begin,
-                        self.controller.incarnation,
-                        rss_mb(self.controller.pid),
-                        rss_mb(),
-                    )
-                )
+            if (controller := self.controller) is not None:
+                at, mb, own = time.monotonic() - begin, rss_mb(controller.pid), rss_mb()
+                try:
+                    live = await controller.live_blocks()
+                except (OSError, ValueError, TimeoutError, ConnectionError):
+                    live = 0  # killed or being replaced
+                self.rss.append((at, controller.incarnation, mb, own, live))
             await asyncio.sleep(RSS_SAMPLE_EVERY_S)
 
     async def _converge(self, controller: ControllerChild, since: float) -> float | None:
