@@ -15,7 +15,10 @@
 #
 # `in` changes nothing until its preflight passed: IMAGE given and a well-formed image reference
 # with a tag, the cluster's version within our chart's kubeVersion, `kubectl auth can-i` for every
-# kind of write the swap makes, and a server-side dry run of our install and of the CRDs. Then:
+# kind of write the swap makes, server-side dry runs of the CRDs and NVIDIA's scale, and a dry run
+# of our install (kustomize: `kubectl apply --dry-run=server`; helm: `--dry-run=server`, which
+# renders against the cluster but does not send the objects: an admission refusal of one of
+# ours shows at step 3, and the roll-back puts NVIDIA back). Then:
 #   1. record: NVIDIA's controller replicas and what `in` creates, as annotations
 #      computedomain.dev/swap-* on NVIDIA's controller Deployment;
 #   2. our CRDs (server-side apply);
@@ -24,8 +27,9 @@
 #   5. ours scaled up;
 #   6. ours holds the Lease and has reconciled every ComputeDomain (its Ready condition, True or
 #      not: an idle ComputeDomain is Ready=False WaitingForWorkload, which is the truth).
-# A failure (or Ctrl-C) after step 1 runs `out`: ours removed, NVIDIA's controller back at its
-# recorded replicas, the record removed; one line says so. `out` reads the record, so it restores
+# A failure (or Ctrl-C) after step 1 runs `out`: ours removed, its status fields removed from
+# the ComputeDomains, NVIDIA's controller back at its recorded replicas, the record removed; one
+# line says so. `out` reads the record, so it restores
 # exactly what `in` changed whatever the method, except the CRDs: they stay (NVIDIA's controller
 # ignores our optional status fields; Helm never touches CRDs).
 #
@@ -66,6 +70,8 @@ fail() {
   exit 1
 }
 k() { "$KUBECTL" "$@"; }
+# Our additive status fields (docs/contract.md), as a merge patch that removes them.
+OUR_STATUS_FIELDS_REMOVED='{"status":{"conditions":null,"observedGeneration":null,"nodeCount":null,"readyNodeCount":null,"cliqueCount":null}}'
 
 # NVIDIA's controller Deployment: named after the chart or its nameOverride, never the release
 # (docs/contract.md §19); without NS, looked for in every namespace.
@@ -173,7 +179,7 @@ check_rbac() {
     "patch deployments $NS" "patch deployments/scale $NS" "list pods $NS"
     "patch customresourcedefinitions -" "create customresourcedefinitions -"
     "create clusterroles -" "delete clusterroles -" "create clusterrolebindings -" "delete clusterrolebindings -"
-    "list computedomains -"
+    "list computedomains -" "patch computedomains/status -"
   )
   for ns in $(printf '%s\n' "$ours_ns" "$NS" | sort -u); do
     checks+=("create roles $ns" "delete roles $ns" "create rolebindings $ns" "delete rolebindings $ns")
@@ -462,12 +468,26 @@ restore() {
     kustomize) render_kustomize "" && k delete -f "$workdir/ours.yaml" --ignore-not-found --wait >/dev/null ;;
   esac
 
-  # 2. NVIDIA's controller back as it was. The finalizer, labels and children are the ones it
+  # 2. Our status fields off every ComputeDomain (ours wrote them; NVIDIA's controller drops
+  #    them only when it next writes that status), while no controller runs: left, they would
+  #    speak for ours after it is gone, and would satisfy step 6 of a later `in` before ours
+  #    has passed once. NVIDIA's two fields, status.status and status.nodes, stay.
+  local cd
+  for cd in $(k get computedomains --all-namespaces \
+    -o jsonpath='{range .items[?(@.status.conditions)]}{.metadata.namespace}{"/"}{.metadata.name}{"\n"}{end}'); do
+    k -n "${cd%%/*}" patch computedomain "${cd#*/}" --subresource=status --type=merge \
+      -p "$OUR_STATUS_FIELDS_REMOVED" >/dev/null 2>&1 ||
+      if k -n "${cd%%/*}" get computedomain "${cd#*/}" -o name >/dev/null 2>&1; then
+        fail "could not remove our status fields from computedomain $cd"
+      fi
+  done
+
+  # 3. NVIDIA's controller back as it was. The finalizer, labels and children are the ones it
   #    uses itself, so it resumes where ours left off; the CRDs stay (it ignores our status fields).
   k -n "$NS" scale deployment "$nvidia" --replicas="$nvidia_replicas" >/dev/null
   [ "$nvidia_replicas" = 0 ] || k -n "$NS" rollout status deployment/"$nvidia" --timeout="$TIMEOUT" >/dev/null
 
-  # 3. What `in` created beside our install, then the record.
+  # 4. What `in` created beside our install, then the record.
   if [ -n "$created_lease" ]; then
     k -n "${created_lease%%/*}" delete lease "${created_lease#*/}" --ignore-not-found >/dev/null
   fi

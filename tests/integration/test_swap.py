@@ -1036,7 +1036,7 @@ async def test_an_idle_compute_domain_is_a_good_swap_and_out_restores_it_exactly
 ) -> None:
     """Step 6 waits for our Ready condition, not for Ready=True: an idle CD (no workload yet)
     is Ready=False WaitingForWorkload, and that is a good swap; so is one with no CD where
-    it waits."""
+    it waits. `out` takes our conditions off again."""
     if idle:
         await create_cd(kube, namespace, "idle", num_nodes=2)
     await nvidia.scale_controller(kube, NVIDIA_REPLICAS)
@@ -1056,6 +1056,9 @@ async def test_an_idle_compute_domain_is_a_good_swap_and_out_restores_it_exactly
         _, text = await run_script("out", None, control_plane.kubeconfig, namespace)
         assert await install_state(kube, NVIDIA_NS) == before, "out did not restore what in changed"
         assert text.splitlines()[-1].endswith(f"--set controller.replicas={NVIDIA_REPLICAS}"), text
+        if idle:  # ours is gone: no field of its own speaks for it (nor fools a later `in`)
+            status = (await kube.get(COMPUTE_DOMAINS, "idle", namespace)).get("status", {})
+            assert set(status) <= {"status", "nodes"}, status
     finally:
         await kubelet.stop()
         await run_script("out", None, control_plane.kubeconfig, namespace, check=False)
