@@ -22,6 +22,9 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from computedomain.devcluster.assets import AssetsUnavailableError, find_assets
 from computedomain.devcluster.rest import request_json
+from computedomain.devcluster.watching import watch_object
+from computedomain.runtime.client import KubeClient
+from tests.integration.nvidia_install import DEPLOYMENTS
 from tests.kit.waiting import eventually
 from tests.unit.helm.support import (
     CHART,
@@ -252,7 +255,13 @@ async def test_an_nvidia_values_file_installs(
         assert container["image"] == "registry.example.com/gpu/computedomain-controller:0.1.0-rc1"
         names = [e["name"] for e in container["env"]]
         assert names.count("MAX_NODES_PER_IMEX_DOMAIN") == 1
-        assert live["status"].get("availableReplicas") == 1
+        # `helm --wait` may return before the pod is Ready: the chart's maxUnavailable is 1, so
+        # for one replica Helm's readiness rule already holds at 0 available.
+        await watch_object(
+            KubeClient.from_api_client(api_client), DEPLOYMENTS, fullname,
+            lambda d: d is not None and d.get("status", {}).get("availableReplicas") == 1,
+            namespace=namespace, within=120, what="the controller Deployment available",
+        )  # fmt: skip
     finally:
         await asyncio.to_thread(
             run_helm, helm, "uninstall", RELEASE, "--namespace", namespace,
