@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the controller image from ./Dockerfile with buildah (no Docker engine needed), tags it
 # computedomain-controller:<version from pyproject.toml> and prints its size; with --run, also
-# runs the image's entrypoint with podman: --help, --version, and the controller itself
+# runs the image's entrypoint with podman: --help, --version, the list of installed modules (the
+# controller's distribution, none of the lab's), and the controller itself
 # against a local control plane until it has reconciled manifests/samples/computedomain.yaml.
 #
 #   hack/image.sh                  build (the base image is reused when present)
@@ -210,6 +211,16 @@ smoke() {
   head -n 3 <<<"$help"
   log "entrypoint --version:"
   "${runner[@]}" "$image" --version
+  # The controller's distribution only: the lab (simulator, dev cluster) is not installed.
+  local modules
+  modules=$("${runner[@]}" --entrypoint python "$image" -c 'import computedomain, pkgutil
+print(" ".join(sorted(m.name for m in pkgutil.walk_packages(computedomain.__path__, "computedomain."))))')
+  log "installed modules: $(wc -w <<<"$modules") under computedomain"
+  case " $modules " in
+    *" computedomain.sim"* | *" computedomain.devcluster"*)
+      log "FAIL: the image holds the lab: $(tr ' ' '\n' <<<"$modules" | grep -E 'sim|devcluster' | head -n 3 | tr '\n' ' ')"
+      return 1 ;;
+  esac
 
   local bin_dir kubectl state
   bin_dir=${KUBEBUILDER_ASSETS:-}

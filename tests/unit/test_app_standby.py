@@ -9,8 +9,8 @@ from prometheus_client import CollectorRegistry
 from computedomain.app import ControllerProcess
 from computedomain.config import environ, parse_settings
 from computedomain.runtime.client import ApiClientConnection, KubeClient
-from computedomain.runtime.clock import FakeClock
 from computedomain.runtime.metrics import RuntimeMetrics
+from tests.kit.clock import FakeClock
 from tests.unit.domain.test_coexistence import pod
 
 

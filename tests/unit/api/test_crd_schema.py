@@ -9,8 +9,8 @@ import yaml
 from pydantic import BaseModel
 
 from computedomain.api import constants as c
-from computedomain.api.schema import crd_version_schema, schema_mismatches
 from computedomain.api.v1beta1 import ComputeDomain, ComputeDomainClique, ComputeDomainNode
+from tests.kit.crdschema import crd_version_schema, schema_mismatches
 
 CRDS = Path(__file__).resolve().parents[3] / "crds"
 CD_CRD = CRDS / "resource.nvidia.com_computedomains.yaml"

@@ -16,8 +16,8 @@ from computedomain.domain.keys import CDKey, QueueKey
 from computedomain.domain.watches import EventRouter, wire
 from computedomain.observability.metrics import DomainMetrics
 from computedomain.runtime import resources as r
-from computedomain.runtime.clock import settle
 from computedomain.runtime.errors import ApiError
+from tests.kit.clock import settle
 from tests.unit.domain.test_conditions import node as status_node
 
 UID = "5d1ad1b8-3c3a-4a8e-9d47-0b2cde000001"

@@ -20,8 +20,9 @@ from computedomain.domain.settings import DaemonSettings, ReconcilerSettings
 from computedomain.observability.metrics import DomainMetrics
 from computedomain.runtime import objects
 from computedomain.runtime import resources as r
-from computedomain.runtime.clock import FakeClock, format_time
+from computedomain.runtime.clock import format_time
 from computedomain.runtime.controller import Result
+from tests.kit.clock import FakeClock
 from tests.kit.fakeapi import FakeApiServer
 
 DRIVER_NS = "nvidia-dra-driver-gpu"

@@ -2,13 +2,13 @@ import asyncio
 from datetime import UTC, datetime
 
 from computedomain.runtime.clock import (
-    FakeClock,
     SystemClock,
     format_microtime,
     format_time,
     parse_time,
     wait_event,
 )
+from tests.kit.clock import FakeClock
 
 
 async def test_fake_clock_wakes_sleepers_in_deadline_order() -> None:

@@ -6,7 +6,6 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from computedomain.runtime.client import ApiError
-from computedomain.runtime.clock import FakeClock, settle
 from computedomain.runtime.controller import (
     Controller,
     Result,
@@ -15,6 +14,7 @@ from computedomain.runtime.controller import (
 )
 from computedomain.runtime.metrics import RuntimeMetrics
 from computedomain.runtime.workqueue import WorkQueue
+from tests.kit.clock import FakeClock, settle
 
 
 class Harness:

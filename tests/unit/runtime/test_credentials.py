@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 
-from computedomain.runtime.clock import FakeClock, settle
 from computedomain.runtime.credentials import (
     MIN_RESOLVE_INTERVAL,
     TOKEN_FILE_PERIOD,
@@ -19,6 +18,7 @@ from computedomain.runtime.credentials import (
     interpreter,
 )
 from computedomain.runtime.errors import StartupError
+from tests.kit.clock import FakeClock, settle
 
 WALL = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)
 

@@ -12,10 +12,10 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from computedomain.runtime.client import ApiError
-from computedomain.runtime.clock import FakeClock, settle
 from computedomain.runtime.events import EventRecorder, object_reference
 from computedomain.runtime.metrics import RuntimeMetrics
 from computedomain.runtime.resources import Resource
+from tests.kit.clock import FakeClock, settle
 
 CD = {
     "apiVersion": "resource.nvidia.com/v1beta1",

@@ -15,9 +15,9 @@ from aiohttp import web
 
 from computedomain.runtime import resources as r
 from computedomain.runtime.client import ApiError, KubeClient, connect
-from computedomain.runtime.clock import FakeClock
 from computedomain.runtime.credentials import MIN_RESOLVE_INTERVAL, ResolverRun
 from computedomain.runtime.errors import StartupError
+from tests.kit.clock import FakeClock
 
 LIFETIME = 900  # seconds, as an EKS token
 

@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 
 from computedomain.runtime.client import ApiError
-from computedomain.runtime.clock import FakeClock
 from computedomain.runtime.informer import FunctionHandler, Informer
 from computedomain.runtime.objects import labels, object_key
 from computedomain.runtime.resources import NODES
+from tests.kit.clock import FakeClock
 
 Obj = dict[str, Any]
 

@@ -15,9 +15,9 @@ import pytest
 
 from computedomain.observability.health import CheckFailedError, informers_synced
 from computedomain.runtime.client import ApiError
-from computedomain.runtime.clock import FakeClock, settle
 from computedomain.runtime.informer import Informer
 from computedomain.runtime.resources import NODES, PODS
+from tests.kit.clock import FakeClock, settle
 
 Obj = dict[str, Any]
 

@@ -4,7 +4,6 @@ from typing import Any
 
 import pytest
 
-from computedomain.runtime.clock import FakeClock
 from computedomain.runtime.informer import (
     TOMBSTONE_GRACE_SECONDS,
     Backoff,
@@ -15,6 +14,7 @@ from computedomain.runtime.informer import (
 from computedomain.runtime.objects import object_key
 from computedomain.runtime.resources import PODS
 from computedomain.runtime.store import Store
+from tests.kit.clock import FakeClock
 
 
 def pod(name: str, rv: int, ns: str = "ns", node: str = "n1", **labels: str) -> dict[str, Any]:

@@ -9,10 +9,10 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from computedomain.runtime.client import ApiError
-from computedomain.runtime.clock import FakeClock, settle
 from computedomain.runtime.leaderelection import LeaderElector, LeadershipLost
 from computedomain.runtime.metrics import RuntimeMetrics
 from computedomain.runtime.resources import LEASES, Resource
+from tests.kit.clock import FakeClock, settle
 
 
 class LeaseStore:

@@ -2,8 +2,8 @@ import asyncio
 
 import pytest
 
-from computedomain.runtime.clock import FakeClock
 from computedomain.runtime.ratelimit import TokenBucket
+from tests.kit.clock import FakeClock
 
 
 def test_burst_is_free_then_tokens_arrive_at_qps() -> None:

@@ -3,9 +3,9 @@ import asyncio
 import pytest
 from prometheus_client import CollectorRegistry
 
-from computedomain.runtime.clock import FakeClock, settle
 from computedomain.runtime.metrics import RuntimeMetrics
 from computedomain.runtime.workqueue import LOW_PRIORITY, RateLimiter, WorkQueue
+from tests.kit.clock import FakeClock, settle
 
 
 def make_queue(clock: FakeClock | None = None) -> tuple[WorkQueue, FakeClock, CollectorRegistry]:

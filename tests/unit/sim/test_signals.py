@@ -1,8 +1,8 @@
 import asyncio
 
-from computedomain.runtime.clock import FakeClock, settle
 from computedomain.sim.signals import Signals
 from computedomain.sim.simulator import changed_entries
+from tests.kit.clock import FakeClock, settle
 
 
 async def test_a_notified_key_wakes_its_waiter_and_only_it() -> None:
