@@ -13,7 +13,8 @@ from computedomain.devcluster.controlplane import ControlPlane
 from computedomain.devcluster.crds import CRD_DIR, apply_crds
 from computedomain.runtime.client import ApiError, KubeClient
 from computedomain.runtime.resources import NAMESPACES
-from computedomain.sim.fleet import FleetSpec, create_fleet, wait_nodes_ready
+from computedomain.sim.fleet import FleetSpec
+from computedomain.sim.install import create_fleet, wait_nodes_ready
 
 
 async def ensure_namespace(client: KubeClient, name: str) -> None:

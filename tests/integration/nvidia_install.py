@@ -37,7 +37,7 @@ from computedomain.devcluster.watching import Objects, watch_object, watch_objec
 from computedomain.runtime import resources as r
 from computedomain.runtime.client import ApiError, KubeClient
 from computedomain.runtime.resources import Resource
-from computedomain.sim.fleet import install_device_classes
+from computedomain.sim.install import install_device_classes
 from tests.kit.waiting import eventually
 
 DEPLOYMENTS = Resource("apps", "v1", "deployments", "Deployment", namespaced=True)

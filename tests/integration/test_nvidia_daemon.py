@@ -42,7 +42,7 @@ from computedomain.devcluster.watching import Objects, watch_objects
 from computedomain.runtime import resources as r
 from computedomain.runtime.client import KubeClient
 from computedomain.runtime.featuregates import parse_gates
-from computedomain.sim.fleet import create_fleet, wait_nodes_ready
+from computedomain.sim.install import create_fleet, wait_nodes_ready
 from computedomain.sim.simulator import Simulator
 from tests.integration.cluster import TEST_FLEET
 from tests.integration.e2e_harness import (

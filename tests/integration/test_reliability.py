@@ -13,7 +13,7 @@ from computedomain.api.resources import COMPUTE_DOMAINS
 from computedomain.runtime import resources as r
 from computedomain.runtime.objects import condition
 from computedomain.sim.context import NODE_NOT_READY_LABEL
-from computedomain.sim.fleet import create_fleet, wait_nodes_ready
+from computedomain.sim.install import create_fleet, wait_nodes_ready
 from tests.integration.cluster import TEST_FLEET
 from tests.integration.e2e_harness import EndToEnd, cd_ready, status_nodes, workload
 

@@ -15,8 +15,8 @@ from computedomain.sim.fleet import (
     build_device_classes,
     build_nodes,
     build_resource_slice,
-    is_node_ready,
 )
+from computedomain.sim.install import is_node_ready
 
 
 def labels(node: dict) -> dict[str, str]:
