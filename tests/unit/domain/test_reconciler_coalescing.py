@@ -14,7 +14,7 @@ from computedomain.api.resources import CLIQUES
 from computedomain.domain.keys import CDKey
 from computedomain.runtime import resources as r
 from computedomain.runtime.clock import format_time
-from tests.unit.domain.test_reconciler import (
+from tests.kit.world import (
     DAEMON,
     DRIVER_NS,
     NS,
@@ -25,9 +25,7 @@ from tests.unit.domain.test_reconciler import (
     service_account,
     with_children,
 )
-from tests.unit.domain.test_reconciler import (
-    make_world as reconciler_world,
-)
+from tests.kit.world import make_world as reconciler_world
 
 KEY = CDKey(NS, "cd")
 CLIQUE_ID = "rack0.0"

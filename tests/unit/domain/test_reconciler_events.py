@@ -16,7 +16,7 @@ from computedomain.domain.keys import CDKey
 from computedomain.runtime import objects
 from computedomain.runtime import resources as r
 from computedomain.runtime.clock import format_time
-from tests.unit.domain.test_reconciler import (
+from tests.kit.world import (
     DAEMON,
     DRIVER_NS,
     NS,

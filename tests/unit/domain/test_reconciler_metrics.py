@@ -12,7 +12,7 @@ from computedomain.api.resources import COMPUTE_DOMAINS
 from computedomain.domain.keys import CDKey
 from computedomain.runtime import resources as r
 from computedomain.runtime.clock import format_time, parse_time
-from tests.unit.domain.test_reconciler import (
+from tests.kit.world import (
     DAEMON,
     DRIVER_NS,
     NS,

@@ -15,11 +15,10 @@ from computedomain.domain.keys import CDKey, OrphanKey
 from computedomain.runtime import resources as r
 from computedomain.runtime.clock import format_time
 from computedomain.runtime.controller import Result
-from tests.unit.domain.test_reconciler import (
+from tests.kit.world import (
     DAEMON,
     DRIVER_NS,
     GHOST,
-    NEW_CD_CALLS,
     NS,
     UID,
     World,
@@ -31,6 +30,7 @@ from tests.unit.domain.test_reconciler import (
     service_account,
     with_children,
 )
+from tests.unit.domain.test_reconciler import NEW_CD_CALLS
 
 WHY = "NVIDIA's ComputeDomain controller runs beside this one (pod x/y), so this one stands by"
 
