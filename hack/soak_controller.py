@@ -13,15 +13,19 @@ EOF.
 To find what grows: ``SOAK_TRACEMALLOC=SECONDS`` traces allocations (slow), takes a baseline
 that many seconds after the start and then logs, every as many seconds, the 15 places in the
 controller's code whose live memory grew most since then (to stderr, the soak's log).
+``SOAK_TYPES=SECONDS`` (no tracing) counts the objects the garbage collector tracks, by type,
+at the same moments, and logs the 15 types whose count grew most since the baseline.
 """
 
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import os
 import sys
 import tracemalloc
+from collections import Counter
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -38,6 +42,8 @@ async def serve_controller(
     running = await start_controller(proxied, driver_namespace, env, wait_synced=None)
     if every := float(os.environ.get("SOAK_TRACEMALLOC", "0")):
         growth = asyncio.create_task(log_growth(every))
+    elif every := float(os.environ.get("SOAK_TYPES", "0")):
+        growth = asyncio.create_task(log_type_growth(every))
     # Built as the controller builds its own: no second Kubernetes client library in memory.
     kube = await load_client(str(direct), 50.0, 100, field_manager="soak-audit")
     loop = asyncio.get_running_loop()
@@ -82,6 +88,30 @@ async def log_growth(every: float) -> None:
         print(
             "tracemalloc growth since baseline: "
             + "; ".join(f"{where} {size / 1024:+.0f} KiB" for where, size in top),
+            file=sys.stderr,
+            flush=True,
+        )
+
+
+def tracked_types() -> Counter[str]:
+    return Counter(f"{type(obj).__module__}.{type(obj).__qualname__}" for obj in gc.get_objects())
+
+
+async def log_type_growth(every: float) -> None:
+    """Every ``every`` seconds, the tracked object types whose count grew most since a baseline
+    taken ``every`` seconds in (after a full collection each time, so garbage does not count)."""
+    await asyncio.sleep(every)  # a sampling period: time passing by design
+    gc.collect()
+    baseline = tracked_types()
+    while True:
+        await asyncio.sleep(every)
+        gc.collect()
+        now = tracked_types()
+        now.subtract(baseline)
+        top = [(kind, count) for kind, count in now.most_common(15) if count > 0]
+        print(
+            f"gc types grown since baseline (total {sum(now.values()):+}): "
+            + "; ".join(f"{kind} {count:+}" for kind, count in top),
             file=sys.stderr,
             flush=True,
         )
