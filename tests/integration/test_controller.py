@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import pytest
+
 from computedomain.api import constants as c
 from computedomain.api.resources import CLIQUES, COMPUTE_DOMAINS
 from computedomain.devcluster.harness import Controllers
@@ -357,44 +359,63 @@ async def _label_node(kube: KubeClient, node: str, uid: str) -> None:
     await kube.patch(r.NODES, node, {"metadata": {"labels": {c.CD_LABEL: uid}}})
 
 
-async def test_deletion_removes_children_labels_and_finalizers_even_without_daemonset(
+async def _gone(
+    kube: KubeClient, res: r.Resource, name: str, namespace: str | None, within: float = 30.0
+) -> None:
+    await watch_object(
+        kube, res, name, lambda o: o is None, namespace=namespace, within=within,
+        what=f"{res.kind} {name} gone",
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("removed_by_hand", ["daemonset", "compute-domain"])
+async def test_what_was_removed_while_no_controller_ran_is_cleaned_up_on_start(
+    removed_by_hand: str,
     kube: KubeClient,
     controllers: Controllers,
     namespace: str,
     driver_namespace: str,
     fleet_nodes: list[str],
 ) -> None:
+    """While no controller runs (or it would put things back at once), by hand:
+    - ``daemonset``: the DaemonSet removed, finalizer and all, then the CD deleted: the awkward
+      case upstream hangs on; the CD waits on our finalizer;
+    - ``compute-domain``: the CD's finalizer stripped and the CD deleted, as an impatient admin
+      would: its children and node label are orphans.
+    The controller that starts next removes everything else: CD, children, node label."""
+    name = f"down-{removed_by_hand}"
     first = await controllers.start()
-    cd = await create_cd(kube, namespace, "doomed")
+    cd = await create_cd(kube, namespace, name)
     uid = cd["metadata"]["uid"]
     await wait_children(kube, cd, driver_namespace)
-    node = fleet_nodes[4]
+    node = fleet_nodes[4 if removed_by_hand == "daemonset" else 6]
     await _label_node(kube, node, uid)
-
-    # The awkward case upstream hangs on: the DaemonSet removed by hand (finalizer and all).
-    # No controller runs meanwhile, or it would re-create the DaemonSet before the CD goes.
     await first.shutdown()
     controllers.running.clear()
-    ds_name = c.daemon_name(uid)
-    await kube.patch(r.DAEMONSETS, ds_name, {"metadata": {"finalizers": None}}, driver_namespace)
-    await kube.delete(r.DAEMONSETS, ds_name, driver_namespace)
-    await watch_object(
-        kube, r.DAEMONSETS, ds_name, lambda o: o is None, namespace=driver_namespace, within=30.0
-    )
-    await kube.delete(COMPUTE_DOMAINS, "doomed", namespace)
+
+    ds_name, no_finalizers = c.daemon_name(uid), {"metadata": {"finalizers": None}}
+    if removed_by_hand == "daemonset":
+        await kube.patch(r.DAEMONSETS, ds_name, no_finalizers, driver_namespace)
+        await kube.delete(r.DAEMONSETS, ds_name, driver_namespace)
+        await _gone(kube, r.DAEMONSETS, ds_name, driver_namespace)
+        await kube.delete(COMPUTE_DOMAINS, name, namespace)
+    else:
+        await kube.patch(COMPUTE_DOMAINS, name, no_finalizers, namespace)
+        await kube.delete(COMPUTE_DOMAINS, name, namespace)
+        await _gone(kube, COMPUTE_DOMAINS, name, namespace)
 
     await controllers.start()
-    await watch_object(
-        kube, COMPUTE_DOMAINS, "doomed", lambda o: o is None, namespace=namespace, within=60
-    )
-    for res, ns, name in (
+    await _gone(kube, COMPUTE_DOMAINS, name, namespace, within=60.0)
+    for res, ns, child in (
+        (r.DAEMONSETS, driver_namespace, ds_name),
         (r.RESOURCE_CLAIM_TEMPLATES, driver_namespace, ds_name),
         (r.RESOURCE_CLAIM_TEMPLATES, namespace, "imex-channel-0"),
     ):
-        await watch_object(
-            kube, res, name, lambda o: o is None, namespace=ns, within=30.0, what=f"{name} gone"
-        )
-    assert c.CD_LABEL not in labels(await kube.get(r.NODES, node))
+        await _gone(kube, res, child, ns)
+    await watch_object(
+        kube, r.NODES, node, lambda o: c.CD_LABEL not in labels(o), within=30.0,
+        what="label removed",
+    )  # fmt: skip
 
 
 async def test_node_label_of_another_domain_is_not_removed(
@@ -410,66 +431,9 @@ async def test_node_label_of_another_domain_is_not_removed(
     node = fleet_nodes[5]
     await _label_node(kube, node, "someone-else-uid")
     await kube.delete(COMPUTE_DOMAINS, "short-lived", namespace)
-    await watch_object(
-        kube, COMPUTE_DOMAINS, "short-lived", lambda o: o is None, namespace=namespace, within=30.0
-    )
+    await _gone(kube, COMPUTE_DOMAINS, "short-lived", namespace)
     assert labels(await kube.get(r.NODES, node)).get(c.CD_LABEL) == "someone-else-uid"
     await kube.patch(r.NODES, node, {"metadata": {"labels": {c.CD_LABEL: None}}})
-
-
-async def test_domain_deleted_while_controller_down_is_cleaned_up_on_start(
-    kube: KubeClient,
-    controllers: Controllers,
-    namespace: str,
-    driver_namespace: str,
-    fleet_nodes: list[str],
-) -> None:
-    first = await controllers.start()
-    cd = await create_cd(kube, namespace, "while-down")
-    uid = cd["metadata"]["uid"]
-    await wait_children(kube, cd, driver_namespace)
-    node = fleet_nodes[6]
-    await _label_node(kube, node, uid)
-    await first.shutdown()
-    controllers.running.clear()
-
-    # Gone while no controller ran: strip the CD's finalizer by hand, as an impatient admin would.
-    await kube.patch(COMPUTE_DOMAINS, "while-down", {"metadata": {"finalizers": None}}, namespace)
-    await kube.delete(COMPUTE_DOMAINS, "while-down", namespace)
-    await watch_object(
-        kube, COMPUTE_DOMAINS, "while-down", lambda o: o is None, namespace=namespace, within=30.0
-    )
-
-    await controllers.start()
-    ds_name = c.daemon_name(uid)
-    await watch_object(
-        kube, r.DAEMONSETS, ds_name, lambda o: o is None, namespace=driver_namespace, within=30.0
-    )
-    await watch_object(
-        kube,
-        r.RESOURCE_CLAIM_TEMPLATES,
-        ds_name,
-        lambda o: o is None,
-        namespace=driver_namespace,
-        within=30.0,
-    )
-    await watch_object(
-        kube,
-        r.RESOURCE_CLAIM_TEMPLATES,
-        "imex-channel-0",
-        lambda o: o is None,
-        namespace=namespace,
-        within=30.0,
-    )
-    await watch_object(
-        kube,
-        r.NODES,
-        node,
-        lambda o: c.CD_LABEL not in labels(o),
-        namespace=None,
-        within=30.0,
-        what="label removed",
-    )
 
 
 async def test_missing_daemon_service_account_is_reported_and_recovers(
@@ -496,14 +460,7 @@ async def test_missing_daemon_service_account_is_reported_and_recovers(
     )
     await kube.delete(r.SERVICE_ACCOUNTS, sa, driver_namespace)
     try:
-        await watch_object(
-            kube,
-            r.SERVICE_ACCOUNTS,
-            sa,
-            lambda o: o is None,
-            namespace=driver_namespace,
-            within=30.0,
-        )
+        await _gone(kube, r.SERVICE_ACCOUNTS, sa, driver_namespace)
         await create_cd(kube, namespace, "no-sa", rct_name="no-sa-channel")
         for name in ("no-sa", "before"):
             cd = await watch_object(
@@ -572,9 +529,7 @@ async def test_domain_deleted_before_its_first_reconcile_is_no_error(
     # What the cache held before the controller's first write: the CD as created, now gone.
     await kube.patch(COMPUTE_DOMAINS, "fleeting", {"metadata": {"finalizers": None}}, namespace)
     await kube.delete(COMPUTE_DOMAINS, "fleeting", namespace)
-    await watch_object(
-        kube, COMPUTE_DOMAINS, "fleeting", lambda o: o is None, namespace=namespace, within=30.0
-    )
+    await _gone(kube, COMPUTE_DOMAINS, "fleeting", namespace)
     stale = {**cd, "metadata": {**cd["metadata"], "resourceVersion": "999999999"}}
     cache = running.process.caches.cds
     assert cache.observe_write(stale), "the stale copy must be what the reconciler reads"
