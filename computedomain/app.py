@@ -238,7 +238,7 @@ class ControllerProcess:
             if store.generation != seen:
                 seen = store.generation
                 inventory = CliqueInventory.from_nodes(store.list())
-                self.domain_metrics.set_clique_inventory(*inventory.usage())
+                self.domain_metrics.set_clique_inventory(inventory.usage())
             await self.clock.sleep(INVENTORY_INTERVAL)
 
 

@@ -588,10 +588,12 @@ SETTINGS: Sequence[Setting] = (
             "orphan_sweep_interval", check=seconds_at_least(10)),
     Setting("--node-inventory-resync-interval", "NODE_INVENTORY_RESYNC_INTERVAL", "5m",
             parse_duration,
-            "period of the paged metadata LIST of every Node that feeds the clique inventory "
-            "(nodes and free nodes per clique); Nodes carrying the ComputeDomain label are "
-            "watched and never wait for it, so only Nodes without it (new ones, their clique "
-            "label set once at boot) reach the gauges up to one period late",
+            "period of the paged LIST of every Node (as a Table: metadata and the printed "
+            "Ready/SchedulingDisabled status, not the whole Node) that feeds the clique "
+            "inventory (computedomain_clique_nodes: total, ready, held, free per clique); Nodes "
+            "carrying the ComputeDomain label are watched and never wait for it, so only Nodes "
+            "without it (new ones, a readiness or cordon change of a free one) reach the gauges "
+            "up to one period late",
             "node_inventory_resync_interval", check=seconds_at_least(5, 3600)),
     Setting("--orphan-grace-period", "ORPHAN_GRACE_PERIOD", "5s", parse_duration,
             "how long an unknown ComputeDomain UID must stay unknown before its objects are "

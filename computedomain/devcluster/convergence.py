@@ -26,6 +26,7 @@ async def cache_differences(informer: Informer, kube: KubeClient) -> list[str]:
         label_selector=informer.label_selector,
         field_selector=informer.field_selector,
         metadata_only=informer.metadata_only,
+        table=informer.table,
     )
     truth: dict[str, dict[str, Any]] = {}
     for item in listed["items"]:

@@ -6,8 +6,9 @@ cannot link them: every child, daemon pod, clique and Node is indexed by the CD 
 Heartbeats (a status update of every Node every few seconds) would cost a watch event each,
 so only Nodes carrying the CD label are watched, whole, as NVIDIA's controller does: readiness,
 labels and cliques of the Nodes ComputeDomains use, event-driven; heartbeats are dropped in the
-informer (``unchanged``). Every Node's metadata (the clique inventory) is polled instead, by a
-paged LIST every ``NODE_INVENTORY_RESYNC_INTERVAL``, and what the labelled watch learns is
+informer (``unchanged``). Every Node (the clique inventory: labels, Ready, cordoned) is polled
+instead, by a paged LIST of the Node Table every ``NODE_INVENTORY_RESYNC_INTERVAL`` (metadata
+plus the printed status column, not the whole Node), and what the labelled watch learns is
 carried into it at once (``LabelledNodeFeed``), so the Nodes of CDs are never a period late.
 """
 
@@ -70,44 +71,49 @@ def node_ready(node: Mapping[str, Any]) -> bool:
 
 
 _NODE_META_KEPT = ("name", "uid", "resourceVersion", "labels", "deletionTimestamp")
-
-
-def trim_node_metadata(node: dict[str, Any]) -> dict[str, Any]:
-    """Keep a Node's identity and labels (managed fields are over half of its metadata)."""
-    meta = objects.meta(node)
-    return {
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {key: meta[key] for key in _NODE_META_KEPT if key in meta},
-    }
+# The status column of a Node's Table row: "Ready", "NotReady" or "Unknown", then
+# ",SchedulingDisabled" when it is cordoned (what `kubectl get nodes` prints).
+_PRINTED_READY = {"Ready": "True", "NotReady": "False", "Unknown": "Unknown"}
 
 
 def trim_node(node: dict[str, Any]) -> dict[str, Any]:
-    """Keep what we read of a Node: identity, labels, and the Ready condition.
+    """Keep what we read of a Node: identity, labels, the Ready condition's status and whether
+    it is cordoned. From a whole Node (the labelled watch, our writes' answers, a GET) or from
+    a Table row (the inventory's poll, ``columns``), alike.
 
     With thousands of Nodes, their images, addresses and heartbeats would dominate memory.
     """
-    conditions = (node.get("status") or {}).get("conditions") or []
-    ready = [
-        {"type": "Ready", "status": cond.get("status")}
-        for cond in conditions
-        if cond.get("type") == "Ready"
-    ]
-    return {**trim_node_metadata(node), "status": {"conditions": ready}}
-
-
-def same_node_metadata(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
-    """Nothing we keep of the Node's metadata changed: a heartbeat."""
-
-    def kept(node: Mapping[str, Any]) -> tuple[Any, ...]:
-        return objects.labels(node), objects.meta(node).get("deletionTimestamp")
-
-    return kept(old) == kept(new)
+    meta = objects.meta(node)
+    if (columns := node.get("columns")) is not None:
+        printed = str(columns.get("Status") or "").split(",")
+        ready = _PRINTED_READY.get(printed[0])
+        cordoned = "SchedulingDisabled" in printed[1:]
+    else:
+        ready = objects.condition(node, "Ready").get("status")
+        cordoned = bool((node.get("spec") or {}).get("unschedulable"))
+    trimmed: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {key: meta[key] for key in _NODE_META_KEPT if key in meta},
+        "status": {"conditions": [{"type": "Ready", "status": ready}] if ready else []},
+    }
+    if cordoned:
+        trimmed["spec"] = {"unschedulable": True}
+    return trimmed
 
 
 def same_node(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
-    """Nothing we keep of the Node changed (labels, readiness): a heartbeat."""
-    return same_node_metadata(old, new) and node_ready(old) == node_ready(new)
+    """Nothing we keep of the Node changed (labels, readiness, cordon): a heartbeat."""
+
+    def kept(node: Mapping[str, Any]) -> tuple[Any, ...]:
+        return (
+            objects.labels(node),
+            objects.meta(node).get("deletionTimestamp"),
+            objects.condition(node, "Ready").get("status"),
+            bool((node.get("spec") or {}).get("unschedulable")),
+        )
+
+    return kept(old) == kept(new)
 
 
 def trim_pod(pod: dict[str, Any]) -> dict[str, Any]:
@@ -185,8 +191,8 @@ class Caches:
     claim_templates: Informer
     daemon_pods: list[Informer]
     cliques: list[Informer]
-    # Every Node, metadata only, polled (a LIST per period), plus whatever the labelled watch
-    # learns at once: clique inventory, CD labels, existence.
+    # Every Node, trimmed to labels, Ready and cordon, polled (a Table LIST per period), plus
+    # whatever the labelled watch learns at once: clique inventory, CD labels, existence.
     nodes: Informer
     # Nodes carrying the CD label, trimmed to identity, labels and Ready: readiness.
     labelled_nodes: Informer
@@ -322,7 +328,7 @@ class Caches:
         elif res is r.NODES:
             # Only the metadata cache: the labelled one learns from its watch whether the
             # Node still matches (our only Node write removes the label).
-            self.nodes.store.observe_write(trim_node_metadata(obj))
+            self.nodes.store.observe_write(trim_node(obj))
         elif res in (r.DAEMONSETS, CLIQUES):
             per_namespace = self.daemonsets if res is r.DAEMONSETS else self.cliques
             for informer in per_namespace:
@@ -407,9 +413,9 @@ def build_caches(
         nodes=Informer(
             client,
             r.NODES,
-            metadata_only=True,
-            transform=trim_node_metadata,
-            unchanged=same_node_metadata,
+            table=True,
+            transform=trim_node,
+            unchanged=same_node,
             indexers={BY_CD: uids_of_labelled, BY_GPU_CLIQUE: _by_gpu_clique},
             name="nodes",
             poll_interval=node_inventory_interval,

@@ -13,7 +13,7 @@ from typing import Any
 
 from computedomain.api import constants as c
 from computedomain.domain.labels import cd_uid_of
-from computedomain.runtime.objects import label, name
+from computedomain.runtime.objects import condition_true, label, name
 
 NodeLookup = Mapping[str, Mapping[str, Any]] | Callable[[str], Mapping[str, Any] | None]
 
@@ -23,17 +23,26 @@ def clique_of(node: Mapping[str, Any] | None) -> str | None:
     return label(node, c.GPU_CLIQUE_NODE_LABEL)
 
 
+def ready_and_schedulable(node: Mapping[str, Any]) -> bool:
+    """Ready and not cordoned: a workload pod can land there."""
+    unschedulable = bool((node.get("spec") or {}).get("unschedulable"))
+    return condition_true(node, "Ready") and not unschedulable
+
+
 @dataclass(frozen=True)
 class CliqueInventory:
-    """Nodes per clique, and which CD (by UID) each labelled node currently serves."""
+    """Nodes per clique, which CD (by UID) each labelled node currently serves, and which nodes
+    are Ready and schedulable."""
 
     nodes_by_clique: Mapping[str, frozenset[str]]
     cd_by_node: Mapping[str, str]
+    ready: frozenset[str] = frozenset()
 
     @classmethod
     def from_nodes(cls, nodes: Iterable[Mapping[str, Any]]) -> CliqueInventory:
         by_clique: dict[str, set[str]] = {}
         cd_by_node: dict[str, str] = {}
+        ready: set[str] = set()
         for node in nodes:
             node_name = name(node)
             if not node_name:
@@ -44,7 +53,9 @@ class CliqueInventory:
             uid = cd_uid_of(node)
             if uid:
                 cd_by_node[node_name] = uid
-        return cls({k: frozenset(v) for k, v in by_clique.items()}, cd_by_node)
+            if ready_and_schedulable(node):
+                ready.add(node_name)
+        return cls({k: frozenset(v) for k, v in by_clique.items()}, cd_by_node, frozenset(ready))
 
     def domains_in(self, clique: str) -> set[str]:
         """UIDs of the CDs using nodes of ``clique``."""
@@ -60,11 +71,20 @@ class CliqueInventory:
             n for n in self.nodes_by_clique.get(clique, frozenset()) if n not in self.cd_by_node
         )
 
-    def usage(self) -> tuple[dict[str, int], dict[str, int]]:
-        """(nodes per clique, nodes serving a CD per clique; cliques without any left out)."""
-        sizes = {clique: len(nodes) for clique, nodes in self.nodes_by_clique.items()}
-        in_use = {clique: sizes[clique] - len(self.free_nodes(clique)) for clique in sizes}
-        return sizes, {clique: count for clique, count in in_use.items() if count}
+    def usage(self) -> dict[str, dict[str, int]]:
+        """Per clique, its nodes by state (``CLIQUE_NODE_STATES``): in total, Ready and
+        schedulable, held by a CD, and free (Ready, schedulable, held by none): the numbers
+        ``kubectl cdom cliques`` prints."""
+        counts: dict[str, dict[str, int]] = {}
+        for clique, nodes in self.nodes_by_clique.items():
+            held = {n for n in nodes if n in self.cd_by_node}
+            counts[clique] = {
+                "total": len(nodes),
+                "ready": len(nodes & self.ready),
+                "held": len(held),
+                "free": len((nodes & self.ready) - held),
+            }
+        return counts
 
     def domain_cliques(self) -> dict[str, set[str]]:
         """CD UID → cliques its labelled nodes lie in."""

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from computedomain.api import constants as c
-from computedomain.runtime.objects import condition_true
+from computedomain.domain.topology import ready_and_schedulable
 
 # How nodes without the clique label (no NVLink fabric, or fabric not ready) are shown.
 NO_CLIQUE = "<none>"
@@ -41,11 +41,6 @@ class CliqueCapacity:
         }
 
 
-def _node_ready(node: Mapping[str, Any]) -> bool:
-    unschedulable = bool((node.get("spec") or {}).get("unschedulable"))
-    return condition_true(node, "Ready") and not unschedulable
-
-
 def clique_capacity(
     nodes: Iterable[Mapping[str, Any]], domains: Iterable[Mapping[str, Any]]
 ) -> list[CliqueCapacity]:
@@ -63,7 +58,7 @@ def clique_capacity(
         clique = labels.get(c.GPU_CLIQUE_NODE_LABEL) or NO_CLIQUE
         row = rows.setdefault(clique, CliqueCapacity(clique))
         row.nodes += 1
-        ready = _node_ready(node)
+        ready = ready_and_schedulable(node)
         row.ready += ready
         holder = labels.get(c.CD_LABEL)
         if holder:

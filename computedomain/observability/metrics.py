@@ -85,8 +85,8 @@ class _DomainStateCollector:
     def __init__(self) -> None:
         self._lock = Lock()
         self.domains: dict[tuple[str, str], _DomainState] = {}
-        self.clique_nodes: dict[str, int] = {}
-        self.clique_nodes_in_use: dict[str, int] = {}
+        # clique -> state ("total", "ready", "held", "free") -> nodes
+        self.clique_nodes: dict[str, dict[str, int]] = {}
         # (namespace, name) -> deletionTimestamp (Unix seconds) of a domain being finalized.
         self.deleting: dict[tuple[str, str], float] = {}
 
@@ -99,9 +99,7 @@ class _DomainStateCollector:
     def collect(self) -> Iterable[Metric]:
         with self._lock:
             families = self._families()
-            condition, reason, nodes, cliques, clique_nodes, clique_in_use, info, deleting = (
-                families
-            )
+            condition, reason, nodes, cliques, clique_nodes, info, deleting = families
             global_counts: TallyCounter[str] = TallyCounter({s: 0 for s in GLOBAL_STATUSES})
             for (namespace, name), state in sorted(self.domains.items()):
                 for ctype, cstatus in sorted(state.conditions.items()):
@@ -117,10 +115,9 @@ class _DomainStateCollector:
                 cliques.add_metric([namespace, name], float(state.cliques))
                 if state.global_status:
                     global_counts[state.global_status] += 1
-            for clique, count in sorted(self.clique_nodes.items()):
-                clique_nodes.add_metric([clique], float(count))
-            for clique, count in sorted(self.clique_nodes_in_use.items()):
-                clique_in_use.add_metric([clique], float(count))
+            for clique, by_state in sorted(self.clique_nodes.items()):
+                for node_state, count in by_state.items():
+                    clique_nodes.add_metric([clique, node_state], float(count))
             for status, count in sorted(global_counts.items()):
                 info.add_metric([status], float(count))
             for (namespace, name), started in sorted(self.deleting.items()):
@@ -153,13 +150,10 @@ class _DomainStateCollector:
             ),
             GaugeMetricFamily(
                 PREFIX + "clique_nodes",
-                "Nodes carrying an nvidia.com/gpu.clique label, per clique.",
-                labels=["clique"],
-            ),
-            GaugeMetricFamily(
-                PREFIX + "clique_nodes_in_use",
-                "Nodes of a clique that currently belong to a ComputeDomain.",
-                labels=["clique"],
+                "Nodes carrying an nvidia.com/gpu.clique label, per clique and state: total, "
+                "ready (Ready and schedulable), held (by a ComputeDomain), free (ready, held by "
+                "none).",
+                labels=["clique", "state"],
             ),
             GaugeMetricFamily(
                 "nvidia_dra_compute_domain_info",
@@ -290,15 +284,12 @@ class DomainMetrics:
     def observe_daemon_ready_latency(self, seconds: float) -> None:
         self._daemon_ready_latency.observe(max(seconds, 0.0))
 
-    def set_clique_inventory(
-        self, nodes_per_clique: Mapping[str, int], in_use: Mapping[str, int]
-    ) -> None:
-        """Replace the clique inventory; cliques missing from both mappings lose their series."""
+    def set_clique_inventory(self, nodes_by_state: Mapping[str, Mapping[str, int]]) -> None:
+        """Replace the clique inventory; cliques not in it lose their series."""
         with self._state.lock():
-            self._state.clique_nodes = dict(nodes_per_clique)
-            self._state.clique_nodes_in_use = {
-                clique: in_use.get(clique, 0) for clique in nodes_per_clique
-            } | dict(in_use)
+            self._state.clique_nodes = {
+                clique: dict(states) for clique, states in nodes_by_state.items()
+            }
 
     def inc_orphan_cleanup(self, kind: str) -> None:
         self._orphan_cleanups.labels(kind=kind).inc()

@@ -61,11 +61,26 @@ _WATCH_CHUNK_LIMIT = 64 * 1024 * 1024
 # each object's metadata and nothing else; a server that cannot falls back to whole objects.
 METADATA_LIST_ACCEPT = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
 METADATA_WATCH_ACCEPT = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
+# A Table (what kubectl get prints), each row with its object's metadata: the server's own
+# summary of what the metadata leaves out (a Node's "Ready,SchedulingDisabled"), in few bytes.
+TABLE_LIST_ACCEPT = "application/json;as=Table;g=meta.k8s.io;v=v1"
 _JSON = "application/json"
 
 
 def _accept(metadata_only: bool, media: str) -> str:
     return f"{media},{_JSON}" if metadata_only else _JSON
+
+
+def table_items(table: dict[str, Any]) -> list[dict[str, Any]]:
+    """A Table's rows as objects: each row's object (metadata) with its cells by column name."""
+    names = [column.get("name", "") for column in table.get("columnDefinitions") or []]
+    return [
+        {
+            **(row.get("object") or {}),
+            "columns": dict(zip(names, row.get("cells") or [], strict=False)),
+        }
+        for row in table.pop("rows", None) or []
+    ]
 
 
 def parse_retry_after(value: str | None) -> float | None:
@@ -421,10 +436,13 @@ class KubeClient:
         limit: int | None = None,
         continue_token: str | None = None,
         metadata_only: bool = False,
+        table: bool = False,
     ) -> dict[str, Any]:
         """One LIST (one page when ``limit`` is given: ``metadata.continue`` names the next).
-        ``metadata_only``: items are PartialObjectMetadata (kind, apiVersion, metadata)."""
-        query: list[tuple[str, str]] = []
+        ``metadata_only``: items are PartialObjectMetadata (kind, apiVersion, metadata).
+        ``table``: items are PartialObjectMetadata too, each with ``columns``, its row of the
+        server's Table (column name -> printed cell), as ``kubectl get`` shows it."""
+        query: list[tuple[str, str]] = [("includeObject", "Metadata")] if table else []
         if label_selector:
             query.append(("labelSelector", label_selector))
         if field_selector:
@@ -435,12 +453,13 @@ class KubeClient:
             query.append(("limit", str(limit)))
         if continue_token:
             query.append(("continue", continue_token))
-        result = await self._request_object(
-            "GET",
-            res.path(namespace),
-            query=query,
-            accept=_accept(metadata_only, METADATA_LIST_ACCEPT),
-        )
+        if table:
+            accept = f"{TABLE_LIST_ACCEPT},{_JSON}"
+        else:
+            accept = _accept(metadata_only, METADATA_LIST_ACCEPT)
+        result = await self._request_object("GET", res.path(namespace), query=query, accept=accept)
+        if table and result.get("kind") == "Table":
+            result["items"] = table_items(result)
         if result.get("items") is None:
             result["items"] = []
         return result

@@ -18,6 +18,10 @@ Handler exceptions are logged and never stop the informer.
 handlers when nothing the caller keeps changed (a Node heartbeat); the store then holds the last
 version that mattered, and the watch still resumes from the newest RV.
 
+``table`` (polling only) lists the server's Table with each row's metadata: an object is its
+PartialObjectMetadata plus ``columns``, the cells ``kubectl get`` prints (a Node's status
+column says Ready or NotReady, and SchedulingDisabled), for a few bytes more than metadata.
+
 ``poll_interval`` makes a polling informer: no watch, the same paged LIST every that many
 seconds, replacing the store and delivering only real differences (an RV that did not move or
 an ``unchanged`` update delivers nothing). It suits a large, busy collection whose changes
@@ -150,7 +154,10 @@ class Informer:
         unchanged: Unchanged | None = None,
         page_size: int | None = DEFAULT_PAGE_SIZE,
         poll_interval: float | None = None,
+        table: bool = False,
     ) -> None:
+        if table and poll_interval is None:
+            raise ValueError("a Table informer polls: give poll_interval")
         self.client = client
         self.resource = resource
         self.namespace = namespace
@@ -162,6 +169,7 @@ class Informer:
         self.watch_timeout = watch_timeout
         self.inactivity_timeout = inactivity_timeout
         self.metadata_only = metadata_only
+        self.table = table
         self.unchanged = unchanged
         self.page_size = page_size
         self.poll_interval = poll_interval
@@ -264,7 +272,7 @@ class Informer:
         )
 
     def _prepare(self, obj: Obj) -> Obj:
-        if self.metadata_only:
+        if self.metadata_only or self.table:
             # A PartialObjectMetadata stands for the resource's object: keep its kind.
             obj["apiVersion"], obj["kind"] = self.resource.api_version, self.resource.kind
         else:
@@ -299,6 +307,7 @@ class Informer:
                     limit=limit,
                     continue_token=token,
                     metadata_only=self.metadata_only,
+                    table=self.table,
                 )
             except ApiError as error:
                 if not (error.is_gone and token):

@@ -4,6 +4,7 @@ script a user runs (a separate process, the test's kubeconfig)."""
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ from computedomain.runtime.objects import condition
 from computedomain.sim.faults import FaultSettings
 from tests.integration.e2e_harness import FAST_DAEMONS, STATEFULSETS, EndToEnd, cd_ready, workload
 from tests.kit.kubectl_plugin import cdom, doctor, lease_held
+from tests.kit.waiting import eventually
 
 pytestmark = pytest.mark.integration
 
@@ -37,7 +39,7 @@ async def test_cliques_fits_is_right_before_and_after_a_domain_takes_nodes(
     assert before["fits"]["fits"], before["fits"]
     assert all(row["free"] == 18 for row in before["cliques"] if row["clique"] != "<none>")
 
-    await e2e.start_controller()
+    controller = await e2e.start_controller()
     await e2e.start_simulator()
     cd = await e2e.create_cd("wide", num_nodes=12)
     uid = cd["metadata"]["uid"]
@@ -53,6 +55,32 @@ async def test_cliques_fits_is_right_before_and_after_a_domain_takes_nodes(
     assert [row["domains"] for row in rows] == [{f"{e2e.namespace}/wide": 3}] * 4
     assert not held & {node for row in rows for node in row["freeNodes"]}
     assert (await fits(kubeconfig_path, 15))["fits"]["fits"]
+
+    # The controller's gauge counts as the plugin does (its inventory: a Table LIST of every
+    # Node for Ready and cordon, the labelled watch for the held ones at once).
+    def gauge(states: Mapping[str, Any]) -> dict[str, dict[str, int]]:
+        return {
+            row["clique"]: {state: row[state] for state in ("held", "free")}
+            | {"total": row["nodes"], "ready": row["ready"]}
+            for row in states["cliques"]
+            if row["clique"] != "<none>"
+        }
+
+    async def exported_as_listed() -> bool:
+        counts: dict[str, dict[str, int]] = {}
+        for metric in controller.registry.collect():
+            for sample in metric.samples:
+                if sample.name == "computedomain_clique_nodes":
+                    clique, state = sample.labels["clique"], sample.labels["state"]
+                    counts.setdefault(clique, {})[state] = int(sample.value)
+        return counts == gauge(after)
+
+    # The gauges are recomputed on a period (no event to await).
+    await eventually(
+        exported_as_listed,
+        within=30,
+        what=f"computedomain_clique_nodes equal to kubectl cdom cliques: {gauge(after)}",
+    )
 
     code, out, _ = await cdom(kubeconfig_path, "cliques", "--fits", "16")
     print(out)

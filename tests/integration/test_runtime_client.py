@@ -11,7 +11,7 @@ from prometheus_client import CollectorRegistry
 from computedomain.devcluster.controlplane import ControlPlane
 from computedomain.runtime.client import ApiError, KubeClient
 from computedomain.runtime.metrics import RuntimeMetrics
-from computedomain.runtime.resources import CONFIG_MAPS, EVENTS
+from computedomain.runtime.resources import CONFIG_MAPS, EVENTS, NODES
 from tests.kit.etcd import compact_etcd
 
 pytestmark = pytest.mark.integration
@@ -146,3 +146,36 @@ async def test_watch_streams_events_and_maps_expired_rv_to_410(
             pass
     assert expired.value.status == 410
     assert expired.value.is_gone
+
+
+async def test_a_table_list_gives_each_rows_metadata_and_printed_cells_page_by_page(
+    kube: KubeClient, fleet_nodes: list[str]
+) -> None:
+    """The Node inventory's LIST: the server's Table with each row's metadata, paged; the
+    status column says Ready, and SchedulingDisabled once the Node is cordoned."""
+    node = fleet_nodes[0]
+    seen: dict[str, dict[str, object]] = {}
+    token: str | None = None
+    pages = 0
+    while True:
+        page = await kube.list(NODES, limit=5, continue_token=token, table=True)
+        pages += 1
+        for item in page["items"]:
+            assert "labels" in item["metadata"], item
+            assert "spec" not in item
+            assert "status" not in item
+            seen[item["metadata"]["name"]] = item["columns"]
+        token = page["metadata"].get("continue")
+        if not token:
+            break
+    assert pages > 1
+    assert set(fleet_nodes) <= set(seen)
+    assert seen[node]["Status"] == "Ready"
+    await kube.patch(NODES, node, {"spec": {"unschedulable": True}})
+    try:
+        (row,) = (await kube.list(NODES, field_selector=f"metadata.name={node}", table=True))[
+            "items"
+        ]
+        assert row["columns"]["Status"] == "Ready,SchedulingDisabled"
+    finally:
+        await kube.patch(NODES, node, {"spec": {"unschedulable": None}})

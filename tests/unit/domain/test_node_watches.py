@@ -10,13 +10,14 @@ from prometheus_client import CollectorRegistry
 
 from computedomain.api import constants as c
 from computedomain.domain import projection
-from computedomain.domain.caches import BY_CD, Caches, build_caches
+from computedomain.domain.caches import BY_CD, Caches, build_caches, same_node, trim_node
 from computedomain.domain.coexistence import CoexistenceMonitor
 from computedomain.domain.keys import CDKey, QueueKey
 from computedomain.domain.watches import EventRouter, wire
 from computedomain.observability.metrics import DomainMetrics
 from computedomain.runtime import resources as r
 from computedomain.runtime.errors import ApiError
+from computedomain.runtime.objects import condition_true
 from tests.kit.clock import settle
 from tests.unit.domain.test_conditions import node as status_node
 
@@ -38,19 +39,30 @@ def k8s_node(name: str, rv: int, *, ready: bool = True, beat: str = "t0", **labe
     }
 
 
-def metadata(node: Obj) -> Obj:
+def table_row(node: Obj, *, cordoned: bool = False) -> Obj:
+    """A Node as the inventory's Table LIST gives it (``KubeClient.list(table=True)``): its
+    metadata and the cells ``kubectl get nodes`` prints."""
+    ready = condition_true(node, "Ready")
     return {
         "kind": "PartialObjectMetadata",
         "apiVersion": "meta.k8s.io/v1",
         "metadata": node["metadata"],
+        "columns": {
+            "Name": node["metadata"]["name"],
+            "Status": ("Ready" if ready else "NotReady")
+            + (",SchedulingDisabled" if cordoned else ""),
+            "Roles": "<none>",
+            "Age": "5m",
+            "Version": "v1.34.1",
+        },
     }
 
 
 def fill(caches: Caches, *nodes: Obj) -> None:
-    """What the two Node LISTs return: metadata of every Node, whole labelled Nodes."""
+    """What the two Node LISTs return: the Table of every Node, whole labelled Nodes."""
     for informer in caches.all:
         informer.feed_list([])
-    caches.nodes.feed_list([metadata(n) for n in nodes])
+    caches.nodes.feed_list([table_row(n) for n in nodes])
     caches.labelled_nodes.feed_list([n for n in nodes if c.CD_LABEL in n["metadata"]["labels"]])
 
 
@@ -92,6 +104,9 @@ def test_readiness_comes_from_labelled_nodes_and_existence_from_all() -> None:
     }
 
 
+READY = {"conditions": [{"type": "Ready", "status": "True"}]}
+
+
 def test_the_node_caches_keep_no_spec_and_no_images() -> None:
     caches = make_caches()
     fill(caches, k8s_node("n", 1, **{c.CD_LABEL: UID}))
@@ -99,18 +114,53 @@ def test_the_node_caches_keep_no_spec_and_no_images() -> None:
         "apiVersion": "v1",
         "kind": "Node",
         "metadata": {"name": "n", "resourceVersion": "1", "labels": {c.CD_LABEL: UID}},
+        "status": READY,
     }
     labelled = caches.labelled_nodes.store.get("n")
     assert labelled is not None
-    assert labelled["status"] == {"conditions": [{"type": "Ready", "status": "True"}]}
+    assert labelled["status"] == READY
     assert "spec" not in labelled
-    # Our own write (the label removed at deletion) lands trimmed in the metadata cache.
+    # Our own write (the label removed at deletion) lands trimmed in the inventory.
     caches.observe_write(r.NODES, k8s_node("n", 2))
     assert caches.nodes.store.get("n") == {
         "apiVersion": "v1",
         "kind": "Node",
         "metadata": {"name": "n", "resourceVersion": "2", "labels": {}},
+        "status": READY,
     }
+
+
+def test_the_inventory_reads_ready_and_cordon_from_the_table_row_as_from_a_whole_node() -> None:
+    """The printed status column ("NotReady", "Ready,SchedulingDisabled") says what the whole
+    Node's Ready condition and spec.unschedulable say; a server that answers without a Table
+    sends whole Nodes, read the same."""
+    caches = make_caches()
+    cordoned_node = {**k8s_node("cordoned", 1), "spec": {"unschedulable": True}}
+    for informer in caches.all:
+        informer.feed_list([])
+    caches.nodes.feed_list(
+        [
+            table_row(k8s_node("down", 1, ready=False)),
+            table_row(cordoned_node, cordoned=True),
+            cordoned_node | {"metadata": {"name": "whole", "resourceVersion": "1"}},
+        ]
+    )
+    down, cordoned, whole = (caches.nodes.store.get(n) for n in ("down", "cordoned", "whole"))
+    assert down is not None
+    assert down["status"] == {"conditions": [{"type": "Ready", "status": "False"}]}
+    assert cordoned is not None
+    assert whole is not None
+    assert cordoned["spec"] == whole["spec"] == {"unschedulable": True}
+    assert cordoned["status"] == whole["status"] == READY
+    # A later poll where only the age column moved is a heartbeat: nothing is delivered.
+    older = table_row(k8s_node("down", 1, ready=False))
+    later = table_row(k8s_node("down", 2, ready=False))
+    later["columns"]["Age"] = "10m"
+    assert same_node(trim_node(older), trim_node(later))
+    assert not same_node(
+        trim_node(table_row(k8s_node("down", 1, ready=False))),
+        trim_node(table_row(k8s_node("down", 2))),
+    )
 
 
 class Queue:
@@ -153,8 +203,8 @@ def test_heartbeats_wake_nothing() -> None:
     caches, queue = wired()
     a = k8s_node("a", 2, beat="t1", **{c.CD_LABEL: UID, c.GPU_CLIQUE_NODE_LABEL: "cl.1"})
     b = k8s_node("b", 2, beat="t1", **{c.GPU_CLIQUE_NODE_LABEL: "cl.1"})
-    caches.nodes.feed("MODIFIED", metadata(a))
-    caches.nodes.feed("MODIFIED", metadata(b))
+    caches.nodes.feed("MODIFIED", table_row(a))
+    caches.nodes.feed("MODIFIED", table_row(b))
     caches.labelled_nodes.feed("MODIFIED", a)
     assert queue.keys == []
     assert caches.labelled_nodes.resource_version == "2"
@@ -187,7 +237,7 @@ async def test_a_labelled_node_that_leaves_the_watch_is_looked_up() -> None:
     assert caches.nodes.store.get("a") is None
     assert CDKey("ns", "cd") in queue.keys
     # A list of the inventory taken before the deletion does not bring it back.
-    caches.nodes.feed_list([metadata(gone)], "3")
+    caches.nodes.feed_list([table_row(gone)], "3")
     assert caches.node_ready("a") is None
 
 

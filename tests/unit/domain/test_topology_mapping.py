@@ -18,17 +18,30 @@ from computedomain.domain.topology import (
     shared_cliques,
 )
 from computedomain.domain.watches import uids_of_change, uids_of_labelled
+from computedomain.kubectl.cliques import clique_capacity
 
 UID = "0b7c3f4e-2a1d-4c5b-9e8f-6a7b8c9d0e1f"
 
 
-def k8s_node(name: str, clique: str | None = None, cd: str | None = None) -> dict[str, Any]:
+def k8s_node(
+    name: str,
+    clique: str | None = None,
+    cd: str | None = None,
+    *,
+    ready: bool = True,
+    cordoned: bool = False,
+) -> dict[str, Any]:
     labels: dict[str, str] = {}
     if clique is not None:
         labels[c.GPU_CLIQUE_NODE_LABEL] = clique
     if cd is not None:
         labels[c.CD_LABEL] = cd
-    return {"kind": "Node", "metadata": {"name": name, "labels": labels}}
+    return {
+        "kind": "Node",
+        "metadata": {"name": name, "labels": labels},
+        "spec": {"unschedulable": cordoned},
+        "status": {"conditions": [{"type": "Ready", "status": "True" if ready else "False"}]},
+    }
 
 
 @pytest.mark.parametrize(("labels_clique", "expected"), [("u.1", "u.1"), ("", None), (None, None)])
@@ -42,19 +55,45 @@ def test_inventory() -> None:
             k8s_node("a1", "rack.a", cd="cd1"),
             k8s_node("a2", "rack.a", cd="cd2"),
             k8s_node("a3", "rack.a"),
+            k8s_node("a4", "rack.a", ready=False),
+            k8s_node("a5", "rack.a", cordoned=True),
             k8s_node("b1", "rack.b", cd="cd1"),
             k8s_node("x", None, cd="cd3"),
         ]
     )
     assert inventory.nodes_by_clique == {
-        "rack.a": frozenset({"a1", "a2", "a3"}),
+        "rack.a": frozenset({"a1", "a2", "a3", "a4", "a5"}),
         "rack.b": frozenset({"b1"}),
     }
     assert inventory.domains_in("rack.a") == {"cd1", "cd2"}
-    assert inventory.free_nodes("rack.a") == frozenset({"a3"})
+    assert inventory.free_nodes("rack.a") == frozenset({"a3", "a4", "a5"})  # serving no CD
     assert inventory.domain_cliques() == {"cd1": {"rack.a", "rack.b"}, "cd2": {"rack.a"}}
     assert shared_cliques(inventory.domain_cliques()) == {"rack.a": {"cd1", "cd2"}}
-    assert inventory.usage() == ({"rack.a": 3, "rack.b": 1}, {"rack.a": 2, "rack.b": 1})
+    # What the metric says: free is Ready, schedulable and held by none (a4 NotReady, a5
+    # cordoned), as kubectl cdom cliques counts it.
+    assert inventory.usage() == {
+        "rack.a": {"total": 5, "ready": 3, "held": 2, "free": 1},
+        "rack.b": {"total": 1, "ready": 1, "held": 1, "free": 0},
+    }
+
+
+def test_the_metric_and_kubectl_cdom_cliques_count_alike() -> None:
+    nodes = [
+        k8s_node("a1", "rack.a", cd="uid-1"),
+        k8s_node("a2", "rack.a", ready=False, cd="uid-1"),
+        k8s_node("a3", "rack.a", cordoned=True),
+        k8s_node("a4", "rack.a"),
+        k8s_node("b1", "rack.b", ready=False),
+    ]
+    rows = {row.clique: row for row in clique_capacity(nodes, [])}
+    for clique, counts in CliqueInventory.from_nodes(nodes).usage().items():
+        row = rows[clique]
+        assert counts == {
+            "total": row.nodes,
+            "ready": row.ready,
+            "held": row.held,
+            "free": row.free,
+        }, clique
 
 
 def test_cliques_spanned_accepts_mapping_or_lookup() -> None:

@@ -156,16 +156,17 @@ def test_histograms_use_base_units_and_fixed_buckets(
 def test_clique_inventory_is_replaced_whole(
     registry: CollectorRegistry, metrics: DomainMetrics
 ) -> None:
-    metrics.set_clique_inventory({"uuid.1": 18, "uuid.2": 18}, {"uuid.1": 4})
+    rack = {"total": 18, "ready": 17, "held": 4, "free": 13}
+    metrics.set_clique_inventory({"uuid.1": rack, "uuid.2": rack | {"held": 0, "free": 17}})
     s = scrape(registry)
-    assert series(s, "computedomain_clique_nodes", clique="uuid.1") == 18
-    assert series(s, "computedomain_clique_nodes_in_use", clique="uuid.1") == 4
-    assert series(s, "computedomain_clique_nodes_in_use", clique="uuid.2") == 0
-    metrics.set_clique_inventory({"uuid.2": 17}, {})
+    for state, count in rack.items():
+        assert series(s, "computedomain_clique_nodes", clique="uuid.1", state=state) == count
+    assert series(s, "computedomain_clique_nodes", clique="uuid.2", state="held") == 0
+    assert series(s, "computedomain_clique_nodes", clique="uuid.2", state="free") == 17
+    metrics.set_clique_inventory({"uuid.2": {"total": 17, "ready": 17, "held": 0, "free": 17}})
     s = scrape(registry)
-    assert series(s, "computedomain_clique_nodes", clique="uuid.1") is None
-    assert series(s, "computedomain_clique_nodes_in_use", clique="uuid.1") is None
-    assert series(s, "computedomain_clique_nodes", clique="uuid.2") == 17
+    assert series(s, "computedomain_clique_nodes", clique="uuid.1", state="total") is None
+    assert series(s, "computedomain_clique_nodes", clique="uuid.2", state="total") == 17
 
 
 def test_counters_have_total_suffix_and_no_created_series(
@@ -187,7 +188,7 @@ def test_every_domain_metric_has_the_prefix_or_is_nvidias(
     registry: CollectorRegistry, metrics: DomainMetrics
 ) -> None:
     observe_ready_domain(metrics)
-    metrics.set_clique_inventory({"u.1": 1}, {})
+    metrics.set_clique_inventory({"u.1": {"total": 1, "ready": 1, "held": 0, "free": 1}})
     for name in names(scrape(registry)):
         if name.startswith("process_") or name == "python_info":
             continue  # the process-level collectors, checked below
