@@ -28,6 +28,7 @@ import tracemalloc
 from collections import Counter
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from computedomain.devcluster.convergence import caches_differences
 from computedomain.devcluster.harness import start_controller
@@ -97,12 +98,24 @@ def tracked_types() -> Counter[str]:
     return Counter(f"{type(obj).__module__}.{type(obj).__qualname__}" for obj in gc.get_objects())
 
 
+def container_sizes() -> dict[int, int]:
+    return {id(obj): len(obj) for obj in gc.get_objects() if isinstance(obj, (dict, set, list))}
+
+
+def describe(container: dict[Any, Any] | set[Any] | list[Any]) -> str:
+    """A container by its type and a few of its items, for a log line."""
+    sample = list(container)[:3]  # a dict: its first keys
+    return f"{type(container).__name__}[{len(container)}] e.g. {repr(sample)[:160]}"
+
+
 async def log_type_growth(every: float) -> None:
     """Every ``every`` seconds, the tracked object types whose count grew most since a baseline
-    taken ``every`` seconds in (after a full collection each time, so garbage does not count)."""
+    taken ``every`` seconds in (after a full collection each time, so garbage does not count),
+    and the containers (dict, set, list) whose length grew most: a growing container of
+    strings shows there, not among the types (strings are not tracked)."""
     await asyncio.sleep(every)  # a sampling period: time passing by design
     gc.collect()
-    baseline = tracked_types()
+    baseline, sizes = tracked_types(), container_sizes()
     while True:
         await asyncio.sleep(every)
         gc.collect()
@@ -112,6 +125,20 @@ async def log_type_growth(every: float) -> None:
         print(
             f"gc types grown since baseline (total {sum(now.values()):+}): "
             + "; ".join(f"{kind} {count:+}" for kind, count in top),
+            file=sys.stderr,
+            flush=True,
+        )
+        grown = sorted(
+            (
+                (len(obj) - sizes.get(id(obj), 0), obj)
+                for obj in gc.get_objects()
+                if isinstance(obj, (dict, set, list)) and len(obj) > 200
+            ),
+            key=lambda pair: -pair[0],
+        )[:6]
+        print(
+            "containers grown since baseline: "
+            + " | ".join(f"{delta:+} {describe(obj)}" for delta, obj in grown),
             file=sys.stderr,
             flush=True,
         )
