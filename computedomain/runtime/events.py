@@ -1,7 +1,9 @@
 """An ``events.k8s.io/v1`` recorder with series aggregation (client-go ``tools/events``).
 
-``record`` never blocks: it applies a per-key spam bound (burst 25, then one per 5 min) and
-puts the event on a bounded queue (1000), dropping and counting on overflow. ``run`` writes:
+``record`` never blocks: it applies a per-key spam bound (burst 25, then one per 5 min; the
+buckets of at most 4096 keys are kept, the least recently used forgotten first, as client-go
+bounds its spam filter) and puts the event on a bounded queue (1000), dropping and counting on
+overflow. ``run`` writes:
 the first occurrence of an isomorphic event creates it, the second PATCHes ``series`` with
 count 2, later counts are flushed periodically, and a series ends after 6 minutes of quiet.
 The note is not part of the isomorphism key.
@@ -122,6 +124,7 @@ class EventRecorder:
         queue_size: int = 1000,
         spam_burst: int = 25,
         spam_interval: float = 300.0,
+        spam_keys: int = 4096,
         series_refresh: float = 1800.0,
         series_quiet: float = 360.0,
         housekeeping_interval: float = 30.0,
@@ -134,6 +137,7 @@ class EventRecorder:
         self.metrics = metrics or RuntimeMetrics(CollectorRegistry())
         self.spam_burst = spam_burst
         self.spam_interval = spam_interval
+        self.spam_keys = spam_keys
         self.series_refresh = series_refresh
         self.series_quiet = series_quiet
         self.housekeeping_interval = housekeeping_interval
@@ -169,10 +173,15 @@ class EventRecorder:
             _ref_key(regarding_ref),
             _ref_key(related_ref),
         )
-        bucket = self._spam.get(key)
+        # Least recently used first: the key used now moves to the end.
+        bucket = self._spam.pop(key, None)
         if bucket is None:
             bucket = TokenBucket(1.0 / self.spam_interval, self.spam_burst, self.clock)
-            self._spam[key] = bucket
+        self._spam[key] = bucket
+        if len(self._spam) > self.spam_keys:
+            # A bucket refills only one token per interval, so under churn (every new object's
+            # events are new keys) time alone would keep thousands for many minutes.
+            del self._spam[next(iter(self._spam))]
         if not bucket.allow():
             self._drop("spam", key)
             return False

@@ -170,6 +170,21 @@ async def test_spam_bound_allows_a_burst_then_one_per_interval() -> None:
     assert setup.recorder.record(NODE, "Normal", "R", "A", "x"), "other keys are unaffected"
 
 
+def test_spam_buckets_are_kept_for_the_most_recently_used_keys_only() -> None:
+    """Under churn every new object's events are new keys: the buckets kept are bounded by
+    count (least recently used forgotten first), not only by the time a bucket takes to fill."""
+    setup = Setup(spam_burst=1, spam_keys=2)
+    record = setup.recorder.record
+    assert record(CD, "Normal", "A", "x", "x")
+    assert not record(CD, "Normal", "A", "x", "x"), "its one token is spent"
+    assert record(CD, "Normal", "B", "x", "x")
+    assert not record(CD, "Normal", "A", "x", "x"), "A is still among the two recent keys"
+    assert record(CD, "Normal", "C", "x", "x")  # B is the least recently used: forgotten
+    assert record(CD, "Normal", "D", "x", "x")  # then A
+    assert len(setup.recorder._spam) == 2
+    assert record(CD, "Normal", "A", "x", "x"), "a forgotten key starts a full bucket again"
+
+
 def test_full_queue_drops_and_counts() -> None:
     setup = Setup(queue_size=3, spam_burst=100)
     accepted = [setup.recorder.record(CD, "Normal", f"R{i}", "A", "x") for i in range(5)]
