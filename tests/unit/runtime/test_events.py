@@ -1,6 +1,6 @@
-"""Recorder decisions (spam bound, overflow, naming, series) on a FakeClock.
-
-The writer here only records calls; the apiserver's side is covered by the integration test.
+"""Recorder decisions (spam bound, overflow, naming, series) on a FakeClock, against the test
+kit's fake apiserver (which records each call and its body); the real apiserver's side is covered
+by the integration test.
 """
 
 import asyncio
@@ -16,6 +16,7 @@ from computedomain.runtime.events import EventRecorder, object_reference
 from computedomain.runtime.metrics import RuntimeMetrics
 from computedomain.runtime.resources import Resource
 from tests.kit.clock import FakeClock, settle
+from tests.kit.fakeapi import FakeApiServer
 
 CD = {
     "apiVersion": "resource.nvidia.com/v1beta1",
@@ -25,41 +26,30 @@ CD = {
 NODE = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-1", "uid": "u-n"}}
 
 
-class Writer:
-    def __init__(self) -> None:
-        self.calls: list[tuple[str, str, str, Any]] = []
-
-    async def create(
-        self, res: Resource, body: dict[str, Any], namespace: str | None = None
-    ) -> dict[str, Any]:
-        self.calls.append(("create", namespace or "", body["metadata"]["name"], body))
-        return body
-
-    async def patch(
-        self,
-        res: Resource,
-        name: str,
-        patch: Any,
-        namespace: str | None = None,
-        patch_type: str = "merge",
-    ) -> dict[str, Any]:
-        self.calls.append(("patch", namespace or "", name, patch))
-        return {}
+def calls(api: FakeApiServer) -> list[tuple[str, str, str, Any]]:
+    """The Event writes the fake apiserver saw: (verb, namespace, name, body)."""
+    return [
+        (verb, path.partition("/")[0] if "/" in path else "", path.rpartition("/")[2], body)
+        for (verb, _, path), body in zip(api.calls, api.bodies, strict=True)
+    ]
 
 
 class Setup:
     def __init__(self, **options: Any) -> None:
         self.clock = FakeClock()
         self.registry = CollectorRegistry()
-        self.writer = Writer()
+        self.api = FakeApiServer()
         self.recorder = EventRecorder(
-            self.writer,  # type: ignore[arg-type]
+            self.api,  # type: ignore[arg-type]
             "example.com/controller",
             "controller-pod-1",
             clock=self.clock,
             metrics=RuntimeMetrics(self.registry),
             **options,
         )
+
+    def calls(self) -> list[tuple[str, str, str, Any]]:
+        return calls(self.api)
 
     def dropped(self, reason: str) -> float | None:
         return self.registry.get_sample_value(
@@ -94,7 +84,7 @@ async def test_first_event_is_created_with_the_conventional_shape() -> None:
     async with running(setup):
         setup.recorder.record(CD, "Normal", "Created", "Reconciling", "n" * 2000, related=NODE)
         await setup.recorder.wait_idle()
-    ((kind, namespace, name, body),) = setup.writer.calls
+    ((kind, namespace, name, body),) = setup.calls()
     assert kind == "create"
     assert namespace == "team"
     prefix, _, nanos = name.partition(".")
@@ -113,7 +103,7 @@ async def test_cluster_scoped_regarding_goes_to_default() -> None:
     async with running(setup):
         setup.recorder.record(NODE, "Warning", "Unhealthy", "Checking", "x")
         await setup.recorder.wait_idle()
-    assert setup.writer.calls[0][1] == "default"
+    assert setup.calls()[0][1] == "default"
 
 
 async def test_second_occurrence_patches_the_series_later_ones_are_flushed() -> None:
@@ -123,17 +113,17 @@ async def test_second_occurrence_patches_the_series_later_ones_are_flushed() -> 
             setup.recorder.record(CD, "Normal", "Waiting", "Reconciling", note)
             await setup.recorder.wait_idle()
             await setup.clock.advance(1)
-        kinds = [call[0] for call in setup.writer.calls]
+        kinds = [call[0] for call in setup.calls()]
         assert kinds == ["create", "patch"]
-        name = setup.writer.calls[0][2]
-        assert setup.writer.calls[1][2] == name
-        assert setup.writer.calls[1][3]["series"]["count"] == 2
+        name = setup.calls()[0][2]
+        assert setup.calls()[1][2] == name
+        assert setup.calls()[1][3]["series"]["count"] == 2
         await setup.clock.advance(50)
-        assert len(setup.writer.calls) == 2, "later counts wait for the refresh"
+        assert len(setup.calls()) == 2, "later counts wait for the refresh"
         await setup.clock.advance(50)
         await settle()
-        assert setup.writer.calls[-1][0] == "patch"
-        assert setup.writer.calls[-1][3]["series"]["count"] == 4
+        assert setup.calls()[-1][0] == "patch"
+        assert setup.calls()[-1][3]["series"]["count"] == 4
 
 
 async def test_a_different_reason_or_object_is_not_isomorphic() -> None:
@@ -143,7 +133,7 @@ async def test_a_different_reason_or_object_is_not_isomorphic() -> None:
         setup.recorder.record(CD, "Normal", "B", "Reconciling", "x")
         setup.recorder.record(NODE, "Normal", "A", "Reconciling", "x")
         await setup.recorder.wait_idle()
-    assert [call[0] for call in setup.writer.calls] == ["create"] * 3
+    assert [call[0] for call in setup.calls()] == ["create"] * 3
 
 
 async def test_series_ends_after_six_quiet_minutes() -> None:
@@ -154,8 +144,8 @@ async def test_series_ends_after_six_quiet_minutes() -> None:
         await setup.clock.advance(361)
         setup.recorder.record(CD, "Normal", "Waiting", "Reconciling", "x")
         await setup.recorder.wait_idle()
-    assert [call[0] for call in setup.writer.calls] == ["create", "create"]
-    assert setup.writer.calls[0][2] != setup.writer.calls[1][2]
+    assert [call[0] for call in setup.calls()] == ["create", "create"]
+    assert setup.calls()[0][2] != setup.calls()[1][2]
 
 
 async def test_spam_bound_allows_a_burst_then_one_per_interval() -> None:
@@ -199,54 +189,54 @@ async def test_names_are_unique_even_on_a_frozen_clock(count: int) -> None:
         setup.recorder.record(CD, "Normal", "A", "X", "x")
         setup.recorder.record(CD, "Normal", "B", "X", "x")
         await setup.recorder.wait_idle()
-    names = {call[2] for call in setup.writer.calls}
+    names = {call[2] for call in setup.calls()}
     assert len(names) == count
 
 
-class LostAnswerWriter(Writer):
+class LostAnswerApi(FakeApiServer):
     """The first create is written by the apiserver but its answer is lost (a 500 after the
-    fact); the retry then meets AlreadyExists."""
+    fact); the retry then meets AlreadyExists, as it would."""
 
     async def create(
         self, res: Resource, body: dict[str, Any], namespace: str | None = None
     ) -> dict[str, Any]:
-        self.calls.append(("create", namespace or "", body["metadata"]["name"], body))
+        created = await super().create(res, body, namespace)
         if len(self.calls) == 1:
             raise ApiError(500, "InternalError", "the answer was lost")
-        raise ApiError(409, "AlreadyExists", "events already exists")
+        return created
 
 
 async def test_an_event_whose_first_answer_was_lost_is_written_not_dropped() -> None:
     setup = Setup()
-    setup.recorder.client = LostAnswerWriter()
+    setup.recorder.client = api = LostAnswerApi()  # type: ignore[assignment]
     async with running(setup):
         setup.recorder.record(CD, "Warning", "Reason", "Action", "note")
         await settle()
         await setup.clock.advance(1)
         await setup.recorder.wait_idle()
-    assert len(setup.recorder.client.calls) == 2  # type: ignore[attr-defined]
+    assert [call[0] for call in calls(api)] == ["create", "create"]
     assert not setup.dropped("write_failed")
     # Written: a second occurrence patches the series instead of creating another Event.
     setup.recorder.record(CD, "Warning", "Reason", "Action", "note")
     async with running(setup):
         await settle()
         await setup.recorder.wait_idle()
-    assert setup.recorder.client.calls[-1][0] == "patch"  # type: ignore[attr-defined]
+    assert calls(api)[-1][0] == "patch"
 
 
 async def test_an_event_write_throttled_waits_at_least_retry_after() -> None:
-    class Throttled(Writer):
+    class Throttled(FakeApiServer):
         async def create(
             self, res: Resource, body: dict[str, Any], namespace: str | None = None
         ) -> dict[str, Any]:
-            self.calls.append(("create", namespace or "", body["metadata"]["name"], body))
-            if len(self.calls) == 1:
+            if not self.calls:
+                self._record("create", res, namespace, body["metadata"]["name"], body=body)
                 raise ApiError(429, "TooManyRequests", "slow", retry_after=5.0)
-            return body
+            return await super().create(res, body, namespace)
 
     setup = Setup()
     writer = Throttled()
-    setup.recorder.client = writer
+    setup.recorder.client = writer  # type: ignore[assignment]
     async with running(setup):
         setup.recorder.record(CD, "Warning", "Reason", "Action", "note")
         await settle()
