@@ -326,8 +326,8 @@ class Caches:
         elif res is r.RESOURCE_CLAIM_TEMPLATES:
             self.claim_templates.store.observe_write(obj)
         elif res is r.NODES:
-            # Only the metadata cache: the labelled one learns from its watch whether the
-            # Node still matches (our only Node write removes the label).
+            # Only the inventory: the labelled cache learns from its watch whether the Node
+            # still matches (our only Node write removes the label).
             self.nodes.store.observe_write(trim_node(obj))
         elif res in (r.DAEMONSETS, CLIQUES):
             per_namespace = self.daemonsets if res is r.DAEMONSETS else self.cliques

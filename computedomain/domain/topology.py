@@ -72,9 +72,9 @@ class CliqueInventory:
         )
 
     def usage(self) -> dict[str, dict[str, int]]:
-        """Per clique, its nodes by state (``CLIQUE_NODE_STATES``): in total, Ready and
-        schedulable, held by a CD, and free (Ready, schedulable, held by none): the numbers
-        ``kubectl cdom cliques`` prints."""
+        """Per clique, its nodes by state (the metric's ``state`` label): ``total``, ``ready``
+        (Ready and schedulable), ``held`` (by a CD) and ``free`` (ready, held by none): the
+        numbers ``kubectl cdom cliques`` prints."""
         counts: dict[str, dict[str, int]] = {}
         for clique, nodes in self.nodes_by_clique.items():
             held = {n for n in nodes if n in self.cd_by_node}
