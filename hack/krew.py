@@ -3,7 +3,7 @@ plugin and the pure-Python form of every library it imports (aiohttp, yarl, mult
 rest fall back to their pure-Python code where their compiled parts are left out), so it runs
 on any platform with Python 3.11 or newer and needs no ``pip install``. Then the archive krew
 installs from (the zipapp plus the licenses), and the repository's manifest
-``plugins/cdom.yaml`` filled in for it: the version, the archive's URL and SHA-256.
+``manifests/krew/cdom.yaml`` filled in for it: the version, the archive's URL and SHA-256.
 
     uv run python hack/krew.py --uri https://<where the archive is published> \
         --homepage https://<the project's page> [--out DIR]
@@ -33,7 +33,7 @@ from typing import Any
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
-MANIFEST = ROOT / "plugins" / "cdom.yaml"
+MANIFEST = ROOT / "manifests" / "krew" / "cdom.yaml"
 # Every compiled speed-up of these libraries has a pure-Python twin they pick when told so.
 PURE_PYTHON = {
     "AIOHTTP_NO_EXTENSIONS": "1",
@@ -164,7 +164,7 @@ def build_archive(out: Path) -> Path:
 
 
 def manifest(version: str, homepage: str, uri: str, sha256: str) -> dict[str, Any]:
-    """The repository's manifest (plugins/cdom.yaml) with this release's version, homepage,
+    """The repository's manifest (manifests/krew/cdom.yaml) with this release's version, homepage,
     the archive's URL and its SHA-256 on every platform."""
     document: dict[str, Any] = yaml.safe_load(MANIFEST.read_text())
     document["spec"]["version"] = f"v{version}"

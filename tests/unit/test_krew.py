@@ -1,5 +1,5 @@
 """The krew package of `kubectl cdom` (hack/krew.py): the archive holds one zipapp and the
-licenses of what it carries, the manifest is the repository's plugins/cdom.yaml filled in for
+licenses of what it carries, the manifest is the repository's manifests/krew/cdom.yaml filled in for
 that archive, and the zipapp runs on a bare interpreter (no site-packages, no checkout), its
 credential resolver child included."""
 
@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
-TEMPLATE = ROOT / "plugins" / "cdom.yaml"
+TEMPLATE = ROOT / "manifests" / "krew" / "cdom.yaml"
 URI = "https://example.org/releases/v0.1.0/kubectl-cdom.tar.gz"
 HOMEPAGE = "https://example.org/computedomain"
 
