@@ -54,6 +54,13 @@ DELETING = "Deleting"
 MULTIPLE_CLIQUES = "MultipleCliques"
 CLIQUE_SHARED = "CliqueShared"
 HOST_MANAGED = "HostManagedIMEX"
+# The reasons of a True verdict: each its own word, never a condition type's (kubectl shows
+# type and reason side by side, and an Event carries the reason alone).
+ALL_NODES_JOINED = "AllNodesJoined"
+CHILDREN_EXIST = "ChildrenExist"
+DAEMONS_JOINED = "DaemonsJoined"
+ONE_CLIQUE = "OneClique"
+CLIQUE_NOT_SHARED = "CliqueNotShared"
 # hostManaged, yet a DaemonSet or daemon RCT made in driverManaged mode still exists.
 DRIVER_MANAGED_LEFTOVERS = "DriverManagedLeftovers"
 # The condition types hostManaged sets; our other types are removed in that mode.
@@ -206,7 +213,7 @@ def _children_verdict(view: DomainView) -> _Verdict:
     ]
     if pending:
         return _Verdict(FALSE, "ChildrenNotReady", "; ".join(pending))
-    return _Verdict(TRUE, "ChildrenReady", "Daemon DaemonSet and both ResourceClaimTemplates exist")
+    return _Verdict(TRUE, CHILDREN_EXIST, "Daemon DaemonSet and both ResourceClaimTemplates exist")
 
 
 @dataclass(frozen=True)
@@ -319,7 +326,7 @@ def _daemons_verdict(
             "No IMEX daemon yet: daemons start on nodes where a workload pod using the "
             "channel ResourceClaimTemplate is scheduled",
         )
-    return _Verdict(TRUE, "DaemonsReady", f"{plural(joined, 'daemon')} joined and ready")
+    return _Verdict(TRUE, DAEMONS_JOINED, f"{plural(joined, 'daemon')} joined and ready")
 
 
 def _daemon_count(view: DomainView) -> int:
@@ -357,7 +364,7 @@ def _ready_verdict(view: DomainView, children: _Verdict, daemons: _Verdict) -> _
         )
     daemons_text = plural(len(view.nodes), "daemon")
     cliques_text = plural(len(_all_cliques(view)), "clique")
-    return _Verdict(TRUE, "Ready", f"{daemons_text} ready in {cliques_text}")
+    return _Verdict(TRUE, ALL_NODES_JOINED, f"{daemons_text} ready in {cliques_text}")
 
 
 def _all_cliques(view: DomainView) -> set[str]:
@@ -378,7 +385,7 @@ def _single_clique_verdict(view: DomainView) -> _Verdict:
             return _Verdict(UNKNOWN, "NoCliqueLabels", "The domain's nodes carry no NVLink clique")
         return _Verdict(UNKNOWN, "NoNodes", "No nodes yet")
     if len(cliques) == 1:
-        return _Verdict(TRUE, "SingleClique", f"All nodes are in clique {cliques[0]}")
+        return _Verdict(TRUE, ONE_CLIQUE, f"All nodes are in clique {cliques[0]}")
     room, seen = view.clique_size, _nodes_seen(view)
     size = max(view.num_nodes, seen)
     spans = f"Nodes span {len(cliques)} NVLink cliques ({listing(cliques)})"
@@ -426,7 +433,7 @@ def _exclusive_clique_verdict(view: DomainView) -> _Verdict:
         )
     if not _all_cliques(view):
         return _Verdict(UNKNOWN, "NoNodes", "No clique in use yet")
-    return _Verdict(TRUE, "ExclusiveClique", "No other ComputeDomain uses these cliques")
+    return _Verdict(TRUE, CLIQUE_NOT_SHARED, "No other ComputeDomain uses these cliques")
 
 
 _HOST_READY_MESSAGE = (
@@ -452,7 +459,7 @@ def _host_children_verdict(view: DomainView) -> _Verdict:
     if children.status == TRUE:
         return _Verdict(
             TRUE,
-            "ChildrenReady",
+            CHILDREN_EXIST,
             "Workload ResourceClaimTemplate exists (host-managed IMEX: no DaemonSet or daemon "
             "ResourceClaimTemplate)",
         )

@@ -9,7 +9,8 @@ problem, and its note (the condition's message) says what to do.
   batches into the first Event's series: a bring-up of any size costs two Event writes (create,
   then count 2; later counts are flushed when the series goes quiet). ``status.nodes`` names
   every node;
-- a condition whose status or reason changed: an event for ``Ready`` always, and for a warning
+- a condition whose status or reason changed: an event for ``Ready`` always (with its reason:
+  ``AllNodesJoined`` when it turns True), and for a warning
   condition (``conditions.WARNING_CONDITIONS``) when it turns False. True, or a reason that is
   progress (``conditions.PROGRESS_REASONS``: waiting for the workload, daemons starting within
   their grace period, nodes still joining, deleting), is Normal, and a warning condition's
@@ -103,7 +104,7 @@ def condition_events(
             continue
         event = EventSpec(
             NORMAL if healthy else WARNING,
-            new.reason if new.status != "True" else "Ready",
+            new.reason,  # the condition's own word: AllNodesJoined, HostManagedIMEX, a problem
             "Reconcile",
             new.message or new.reason,
         )

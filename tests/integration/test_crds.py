@@ -245,7 +245,7 @@ async def test_printer_columns_short_name_and_category(
         {
             "status": "Ready",
             "nodes": [node("n1", 0), node("n2", 1)],
-            "conditions": [ready_condition("True", "Ready")],
+            "conditions": [ready_condition("True", "AllNodesJoined")],
             "nodeCount": 2,
             "readyNodeCount": 2,
             "cliqueCount": 1,

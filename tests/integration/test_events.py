@@ -78,15 +78,15 @@ async def test_a_normal_start_records_no_warning(e2e: EndToEnd) -> None:
     )
     await e2e.events_for(
         "calm",
-        lambda es: any(e.get("reason") == "Ready" for e in ours(es)),
-        "the Normal Ready event",
+        lambda es: any(e.get("reason") == "AllNodesJoined" for e in ours(es)),
+        "the Normal AllNodesJoined event",
     )
 
     events = await settled_events(e2e, "calm")
     print("Events:", [(e["type"], e["reason"]) for e in ours(events)])
     assert [(e["reason"], e["note"]) for e in warnings(events)] == []
     reasons = {e["reason"] for e in ours(events)}
-    assert {"Created", "NodeJoined", "Ready"} <= reasons
+    assert {"Created", "NodeJoined", "AllNodesJoined"} <= reasons
 
 
 async def test_a_daemon_never_ready_is_one_warning_after_the_grace_period(

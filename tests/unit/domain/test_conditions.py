@@ -87,6 +87,37 @@ def test_set_condition_moves_transition_time_on_flip() -> None:
 
 # --- Ready and its reasons ------------------------------------------------------------------
 
+# One verdict per reason the condition rules can give, driver- and host-managed.
+EVERY_VERDICT = [
+    view(),
+    view(nodes=(node("n1"),), pods=(pod("n1"),)),
+    view(nodes=(node("n1"),), pods=(pod("n1"),), num_nodes=2),
+    view(nodes=(node("n1"),), pods=(pod("n1", ready=False),)),
+    view(nodes=(node("n1", clique=""),), pods=(pod("n1"),)),
+    view(nodes=(node("n1"), node("n2", clique="c.2")), pods=(pod("n1"), pod("n2"))),
+    view(nodes=(node("n1"),), pods=(pod("n1"),), shared_cliques={CLIQUE: ("team/other",)}),
+    view(children={**OK_CHILDREN, ChildKind.DAEMON_SET: ChildState(ChildStatus.FOREIGN, "x")}),
+    view(children={**OK_CHILDREN, ChildKind.DAEMON_SET: ChildState(ChildStatus.CREATED)}),
+    view(missing_service_account="nvidia/sa"),
+    view(children={ChildKind.SPEC: ChildState(ChildStatus.INVALID, "no spec")}),
+    view(children={}),
+    view(deleting=True),
+    DomainView(
+        children={ChildKind.WORKLOAD_CLAIM_TEMPLATE: ChildState(ChildStatus.OK)}, host_managed=True
+    ),
+]
+
+
+def test_no_reason_is_a_condition_type_or_a_status_word() -> None:
+    """One vocabulary (issue 20): a reason never reuses a condition type's word, nor upstream's
+    status.status values, so "Ready" in kubectl, an Event or an alert means one thing."""
+    reasons = {
+        (x.type, x.status, x.reason) for v in EVERY_VERDICT for x in conditions_for(v, 2, T0)
+    }
+    assert {status for _, status, _ in reasons} == {"True", "False", "Unknown"}
+    reused = {r for r in reasons if r[2] in {*c.CONDITION_TYPES, "Ready", "NotReady"}}
+    assert not reused
+
 
 @pytest.mark.parametrize(
     ("domain", "status", "reason", "in_message"),
@@ -95,7 +126,7 @@ def test_set_condition_moves_transition_time_on_flip() -> None:
         (
             view(nodes=(node("n1"),), pods=(pod("n1"),)),
             "True",
-            "Ready",
+            "AllNodesJoined",
             "1 daemon ready in 1 clique",
         ),
         (
@@ -260,7 +291,7 @@ def test_missing_daemon_service_account_ranks_after_foreign_and_deletion() -> No
     [
         ((), frozenset(), "Unknown", "NoNodes"),
         ((node("n1", clique=""),), frozenset(), "Unknown", "NoCliqueLabels"),
-        ((node("n1"), node("n2")), frozenset({CLIQUE}), "True", "SingleClique"),
+        ((node("n1"), node("n2")), frozenset({CLIQUE}), "True", "OneClique"),
         ((node("n1"), node("n2", clique="cluster.2")), frozenset(), "False", "MultipleCliques"),
         # Labelled nodes without a joined daemon yet still count (GFD labels).
         ((node("n1"),), frozenset({CLIQUE, "cluster.9"}), "False", "MultipleCliques"),
@@ -430,7 +461,7 @@ def test_host_managed_ready_says_what_it_means_and_nothing_about_daemons() -> No
     assert "host's IMEX socket" in ready.message
     assert "does not see its health" in ready.message
     children = by_type(conds)["ChildrenReady"]
-    assert (children.status, children.reason) == ("True", "ChildrenReady")
+    assert (children.status, children.reason) == ("True", "ChildrenExist")
     assert daemons_due(host_view(pods=(pod("n1", ready=False),)), T0, 0.0) is None
 
 

@@ -163,7 +163,7 @@ async def test_changes_within_the_window_are_one_write_with_the_latest_state() -
     assert world.client.calls == [STATUS_PATCH]
     status = world.client.objects[("computedomains", NS, "cd")]["status"]
     assert status["status"] == c.STATUS_READY
-    assert ("Normal", "Ready") in world.recorder.events
+    assert ("Normal", "AllNodesJoined") in world.recorder.events
 
 
 async def test_an_isolated_change_is_written_at_once() -> None:

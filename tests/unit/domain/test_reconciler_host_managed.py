@@ -70,7 +70,7 @@ async def test_new_cd_gets_finalizer_workload_template_and_status_only(world: Wo
     assert status["status"] == c.STATUS_READY
     assert {x["type"]: (x["status"], x["reason"]) for x in status["conditions"]} == {
         "Ready": ("True", "HostManagedIMEX"),
-        "ChildrenReady": ("True", "ChildrenReady"),
+        "ChildrenReady": ("True", "ChildrenExist"),
     }
     # No daemon ever joins: the printer columns' counts are absent, not a misleading 0.
     assert not {"nodes", "nodeCount", "readyNodeCount", "cliqueCount"} & status.keys()

@@ -24,7 +24,8 @@ def node(name: str, clique: str = "c.1") -> ComputeDomainNode:
     )
 
 
-READY = cond("Ready", "True", "Ready", "all daemons ready")
+READY = cond("Ready", "True", "AllNodesJoined", "all daemons ready")
+HOST_READY = cond("Ready", "True", "HostManagedIMEX", "admitted")
 WAITING = cond("Ready", "False", "WaitingForWorkload", "no workload pod yet")
 NOT_READY = cond("Ready", "False", "DaemonsNotReady", "n1: starting")
 DAEMONS_NOT_READY = cond("DaemonsReady", "False", "DaemonsNotReady", "n1: starting")
@@ -58,8 +59,10 @@ CHILDREN_FOREIGN = cond(
         pytest.param([WAITING], [WAITING], [], id="unchanged: nothing"),
         pytest.param([WAITING], [cond("Ready", "False", "WaitingForWorkload", "other words")], [],
                      id="only the message changed: nothing"),
-        pytest.param([WAITING], [READY], [EventSpec("Normal", "Ready", "Reconcile",
-                     "all daemons ready")], id="Ready turns True: Normal Ready"),
+        pytest.param([WAITING], [READY], [EventSpec("Normal", "AllNodesJoined", "Reconcile",
+                     "all daemons ready")], id="Ready turns True: Normal, the condition's reason"),
+        pytest.param([FOREIGN], [HOST_READY], [EventSpec("Normal", "HostManagedIMEX",
+                     "Reconcile", "admitted")], id="host-managed Ready turns True: its reason"),
         pytest.param([READY], [NOT_READY], [EventSpec("Warning", "DaemonsNotReady", "Reconcile",
                      "n1: starting")], id="Ready turns False: Warning"),
         pytest.param([READY], [NOT_READY, DAEMONS_NOT_READY], [EventSpec("Warning",
