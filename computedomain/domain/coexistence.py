@@ -14,9 +14,11 @@
   one runs (phase Running, not terminating; its leader election is off by default), ours
   **stands by**: ``standing_by`` gives the reason, the reconciler then writes nothing to any
   ComputeDomain or what belongs to it, and the leader's API client refuses such writes still in
-  flight. We say so loudly: a log line per transition, the gauges, a Warning Event on each such
-  pod (and one per CD, from the reconciler). When the last one is gone every CD is reconciled
-  again (level-triggered).
+  flight. We say so loudly: a log line per transition, the gauges, and a Warning Event per such
+  pod, recorded once on the ComputeDomain CRD (a cluster's problem, not each CD's: told where
+  ``CRDOutdated`` is, and shown by ``kubectl cdom doctor``), then a Normal ``Resumed`` there
+  when the stand-by ends. When the last one is gone every CD is reconciled again
+  (level-triggered).
   No condition on the CDs says it: NVIDIA's controller replaces the whole status with its own
   two fields on each of its writes (docs/operations.md, Stand-by).
 """
@@ -48,6 +50,10 @@ OUR_STATUS_FIELDS: tuple[str, ...] = (
     "cliqueCount",
 )
 CRD_UPGRADE_COMMAND = "kubectl apply --server-side --force-conflicts -f crds/"
+RESUMED_NOTE = (
+    "No pod of NVIDIA's ComputeDomain controller runs any more: this controller manages every "
+    "ComputeDomain again"
+)
 
 
 def missing_status_fields(crd: Mapping[str, Any] | None) -> tuple[str, ...]:
@@ -320,7 +326,9 @@ class CoexistenceMonitor:
         self._reported_crd: tuple[str, tuple[str, ...]] | None = None
         self.missing_crds: list[str] = []
         self._running: dict[str, Mapping[str, Any]] = {}
+        # Pods reported by an Event on the CRD, and whether a stand-by was (a Resumed ends it).
         self._reported_pods: set[str] = set()
+        self._reported_standby = False
         self._standing_by = ""
         metrics.set_crd_missing_status_fields(0)
         metrics.set_concurrent_controllers(0)
@@ -337,6 +345,7 @@ class CoexistenceMonitor:
         missing = missing_status_fields(crd)
         self._crd = crd
         if missing == self.missing:
+            self._report()  # what waited for the CRD to be known, e.g. a concurrent controller
             return
         self.missing = missing
         self._metrics.set_crd_missing_status_fields(len(missing))
@@ -439,13 +448,20 @@ class CoexistenceMonitor:
                 self._reported_crd = reported
                 message = crd_outdated_message(self.missing)
                 self._recorder.record(self._crd, "Warning", "CRDOutdated", "Detect", message)
-        for uid, pod in self._running.items():
-            if uid in self._reported_pods:
-                continue
-            self._reported_pods.add(uid)
-            self._recorder.record(
-                pod, "Warning", "ConcurrentController", "Detect", self._message(pod)
-            )
+        if self._crd is not None:
+            # Cluster-wide problems go on the CRD, once each: one per NVIDIA pod, not one per CD.
+            for uid, pod in self._running.items():
+                if uid in self._reported_pods:
+                    continue
+                self._reported_pods.add(uid)
+                self._recorder.record(
+                    self._crd, "Warning", "ConcurrentController", "Detect", self._message(pod)
+                )
+            if self._standing_by:
+                self._reported_standby = True
+            elif self._reported_standby:
+                self._reported_standby = False
+                self._recorder.record(self._crd, "Normal", "Resumed", "Detect", RESUMED_NOTE)
         for uid, (ds, image) in self._drift.items():
             if (uid, image) in self._reported_drift:
                 continue

@@ -40,8 +40,6 @@ class DomainMemory:
     # while longer), and whether a live LIST found no Node labelled for the CD any more.
     children_gone: set[str] = field(default_factory=set)
     node_labels_cleared: bool = False
-    # A StandingBy Warning was recorded for the stand-by going on (a Resumed event ends it).
-    stood_by: bool = False
 
 
 @dataclass

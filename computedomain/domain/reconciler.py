@@ -13,8 +13,8 @@ The work is split where its seams are:
 
 While NVIDIA's controller runs (``standing_by`` gives a reason, see ``coexistence``) a
 reconcile writes nothing, not even on deletion: NVIDIA's controller, which uses the same
-finalizer, cleans up then. It records one Warning ``StandingBy`` per CD, and a Normal
-``Resumed`` when it gets back to work.
+finalizer, cleans up then. The stand-by is a cluster's state, reported once on the CRD
+(``coexistence``), not on each CD.
 """
 
 from __future__ import annotations
@@ -44,10 +44,6 @@ from computedomain.runtime.events import EventRecorder
 
 # A requeue goes behind the keys already waiting (a delay of 0 would mean "no requeue").
 CHILDREN_FIRST_REQUEUE = 0.001
-RESUMED_NOTE = (
-    "NVIDIA's ComputeDomain controller no longer runs: this controller manages the "
-    "ComputeDomain again"
-)
 
 
 class ComputeDomainReconciler:
@@ -87,16 +83,9 @@ class ComputeDomainReconciler:
             # Gone, also without our finalizer (removed by hand): its series go with it.
             self._ctx.metrics.forget_domain(key.namespace, key.name)
             return Result()
-        cd = ComputeDomain.model_validate(obj)
-        memory = self._ctx.memory_of(cd.metadata.uid)
         if standing_by:
-            if not memory.stood_by:
-                memory.stood_by = True
-                self._ctx.recorder.record(obj, "Warning", "StandingBy", "Reconcile", standing_by)
             return Result()
-        if memory.stood_by:
-            memory.stood_by = False
-            self._ctx.recorder.record(obj, "Normal", "Resumed", "Reconcile", RESUMED_NOTE)
+        cd = ComputeDomain.model_validate(obj)
         if cd.metadata.deletion_timestamp:
             return await self._finalizer.finalize(cd, obj)
         return await self._reconcile_live(cd, obj)

@@ -2,8 +2,9 @@
 after the swap). From the moment its Deployment is created until its last pod is gone, the
 apiserver's audit log must show no write by our controller's identity except Events: nothing to
 a ComputeDomain (finalizer, status), its DaemonSet or ResourceClaimTemplates, cliques or Nodes,
-although a CD is created, one is deleted and one loses its finalizer meanwhile. Each CD gets a
-StandingBy Warning. Once NVIDIA's pod is gone, ours does all of that work by itself.
+although a CD is created, one is deleted and one loses its finalizer meanwhile. The stand-by is
+said once, on the ComputeDomain CRD (a Warning ConcurrentController, then a Normal Resumed), not
+on each CD. Once NVIDIA's pod is gone, ours does all of that work by itself.
 
 NVIDIA's controller is the stand-in Deployment of nvidia_install (kwok shows its pod Running;
 no NVIDIA process writes here, so every write in the window would be ours alone).
@@ -18,15 +19,19 @@ import pytest
 
 from computedomain.api import constants as c
 from computedomain.api.resources import COMPUTE_DOMAINS
+from computedomain.app import REPORTING_CONTROLLER
 from computedomain.devcluster.audit import AuditedWrite, AuditLog, tally
 from computedomain.devcluster.controlplane import ControlPlane
 from computedomain.devcluster.watching import Objects, watch_object, watch_objects
+from computedomain.domain.coexistence import CD_CRD_NAME
+from computedomain.domain.keys import CDKey
 from computedomain.runtime import resources as r
 from computedomain.runtime.client import ApiError, KubeClient
 from tests.integration import nvidia_install as nvidia
 from tests.integration.conftest import IdentityFactory
 from tests.integration.e2e_harness import pod_running
 from tests.kit.controllers import controllers_for, create_cd, stop_after_cleanup, wait_children
+from tests.kit.waiting import eventually
 
 pytestmark = pytest.mark.integration
 
@@ -37,18 +42,32 @@ def not_events(writes: list[AuditedWrite]) -> list[str]:
     return [w.target for w in writes if w.resource != "events"]
 
 
-async def events_for(kube: KubeClient, namespace: str, reason: str, names: set[str]) -> None:
-    """Until every CD in ``names`` has an Event with ``reason``."""
+async def events_on_the_crd(kube: KubeClient, reason: str) -> list[dict[str, Any]]:
+    """Until the ComputeDomain CRD has an Event with ``reason`` (Events about a cluster-scoped
+    object live in ``default``); every such Event."""
 
-    def seen(events: Objects) -> bool:
-        regarding = {
-            (e.get("regarding") or {}).get("name")
+    def about(events: Objects) -> list[dict[str, Any]]:
+        return [
+            e
             for e in events.values()
-            if e.get("reason") == reason
-        }
-        return names <= regarding
+            if e.get("reason") == reason and (e.get("regarding") or {}).get("name") == CD_CRD_NAME
+        ]
 
-    await watch_objects(kube, r.EVENTS, seen, namespace=namespace, what=f"{reason} on {names}")
+    found: list[dict[str, Any]] = await watch_objects(
+        kube, r.EVENTS, about, namespace="default", what=f"{reason} on the CRD"
+    )
+    return found
+
+
+async def ours_about_cds(kube: KubeClient, namespace: str) -> list[str]:
+    """The Events of ours about a ComputeDomain in ``namespace``."""
+    events = (await kube.list(r.EVENTS, namespace))["items"]
+    return [
+        f"{e.get('reason')} {(e.get('regarding') or {}).get('name')}"
+        for e in events
+        if (e.get("regarding") or {}).get("kind") == "ComputeDomain"
+        and e.get("reportingController") == REPORTING_CONTROLLER
+    ]
 
 
 async def test_ours_writes_nothing_while_nvidias_controller_runs_and_resumes_after(
@@ -88,8 +107,10 @@ async def test_ours_writes_nothing_while_nvidias_controller_runs_and_resumes_aft
             label_selector=SELECTOR,
             what="NVIDIA's controller pod Running",
         )
-        await events_for(kube, namespace, "StandingBy", {"kept", "doomed"})
+        (warned,) = await events_on_the_crd(kube, "ConcurrentController")
+        assert "so this one stands by" in warned["note"], warned["note"]
         assert running.registry.get_sample_value("computedomain_controller_standing_by") == 1.0
+        about_cds = await ours_about_cds(kube, namespace)
 
         # Work that would make ours write at once: a new CD, a deletion, a finalizer gone.
         fresh = await create_cd(kube, namespace, "fresh", rct_name="fresh-channel")
@@ -101,8 +122,21 @@ async def test_ours_writes_nothing_while_nvidias_controller_runs_and_resumes_aft
             namespace,
             patch_type="json",
         )
-        await events_for(kube, namespace, "StandingBy", {"fresh"})
+        caches = running.process.caches
+
+        async def seen_by_ours() -> bool:
+            doomed, kept = (caches.compute_domain(CDKey(namespace, n)) for n in ("doomed", "kept"))
+            return (
+                caches.compute_domain(CDKey(namespace, "fresh")) is not None
+                and (doomed is None or bool(doomed["metadata"].get("deletionTimestamp")))
+                and kept is not None
+                and not kept["metadata"].get("finalizers")
+            )
+
+        await eventually(seen_by_ours, within=30, what="ours' cache shows the three changes")
         await running.wait_idle()
+        # Nothing said on each CD: the stand-by is the cluster's, said once on the CRD.
+        assert await ours_about_cds(kube, namespace) == about_cds
         so_far = audit.writes(since=mark, user=our_user)
         assert not_events(so_far) == [], f"ours wrote while standing by: {tally(so_far)}"
         stood = await kube.get(COMPUTE_DOMAINS, "fresh", namespace)
@@ -149,7 +183,8 @@ async def test_ours_writes_nothing_while_nvidias_controller_runs_and_resumes_aft
             within=60,
             what="kept's finalizer back",
         )
-        await events_for(kube, namespace, "Resumed", {"kept", "fresh"})
+        (resumed_event,) = await events_on_the_crd(kube, "Resumed")
+        assert resumed_event["type"] == "Normal"
         assert running.registry.get_sample_value("computedomain_controller_standing_by") == 0.0
         resumed = audit.writes(since=end, user=our_user)
         print(f"writes by ours after NVIDIA's controller went: {tally(resumed)}")

@@ -38,6 +38,7 @@ from computedomain.devcluster.helm import find_helm
 from computedomain.devcluster.podrunner import Kubelet
 from computedomain.devcluster.upstream import OLDER_CHART_VERSION, UpstreamBuild
 from computedomain.devcluster.watching import Objects, watch_object, watch_objects
+from computedomain.domain.coexistence import CD_CRD_NAME
 from computedomain.domain.keys import CDKey
 from computedomain.runtime import resources as r
 from computedomain.runtime.client import KubeClient
@@ -459,19 +460,25 @@ async def nvidias_upgrade_leaves_one_writer(
     names = {pod["metadata"]["name"] for pod in running}
 
     def warned(events: Objects) -> list[dict[str, Any]] | None:
+        # Said once for the cluster, on the CRD (Events of cluster-scoped objects: default).
         found = [
             e
             for e in events.values()
             if e.get("reason") == "ConcurrentController"
-            and (e.get("regarding") or {}).get("name") in names
+            and (e.get("regarding") or {}).get("name") == CD_CRD_NAME
+            and any(f"(pod {ns}/{name})" in e.get("note", "") for name in names)
         ]
         return found or None
 
-    events = await watch_objects(kube, r.EVENTS, warned, namespace=ns, what="ConcurrentController")
+    events = await watch_objects(
+        kube, r.EVENTS, warned, namespace="default", what="ConcurrentController on the CRD"
+    )
     print(f"after helm upgrade of NVIDIA's release, Warning event: {events[0]['note']}")
     assert events[0]["type"] == "Warning"
     assert f"scale deployment {shape.deployment} --replicas=0" in events[0]["note"]
     assert ("same Lease" in events[0]["note"]) is shared_lease
+    # Recorded as the stand-by begins: from here ours writes nothing (unless on one Lease).
+    assert ("so this one stands by" in events[0]["note"]) is not shared_lease
     # Counted only when it can write beside ours (the alert's input).
     assert await concurrent_gauge(kubelet) == (0.0 if shared_lease else 1.0)
 
@@ -482,13 +489,6 @@ async def nvidias_upgrade_leaves_one_writer(
         return any(wanted in pod.log_text() for pod in nvidia_kubelet.running())
 
     await eventually(nvidia_says, within=60, what=f"NVIDIA's controller log: {wanted}")
-    if not shared_lease:
-        await watch_objects(
-            kube,
-            r.EVENTS,
-            lambda events: any(e.get("reason") == "StandingBy" for e in events.values()),
-            what="StandingBy",
-        )
     # A new CD meanwhile is made and then finalized by one controller: the one that writes.
     cd = await create_cd(kube, namespace, "job-d", rct_name="job-d-channel")
     await wait_children(kube, cd, ns, "job-d-channel", within=60)

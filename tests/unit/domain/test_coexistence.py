@@ -12,6 +12,7 @@ import yaml
 from computedomain.api import constants as c
 from computedomain.domain.caches import build_caches
 from computedomain.domain.coexistence import (
+    CD_CRD_NAME,
     CoexistenceMonitor,
     concurrent_controller_message,
     crd_outdated_message,
@@ -171,9 +172,11 @@ def test_selectors_can_be_overridden() -> None:
 class Recorder:
     def __init__(self) -> None:
         self.events: list[tuple[str, str, str]] = []
+        self.notes: list[str] = []
 
     def record(self, regarding: Any, type: str, reason: str, action: str, note: str) -> bool:
         self.events.append((regarding["metadata"]["name"], type, reason))
+        self.notes.append(note)
         return True
 
 
@@ -208,23 +211,30 @@ def monitor_parts() -> tuple[CoexistenceMonitor, Recorder, Metrics, list[int]]:
     return monitor, recorder, metrics, requeues
 
 
-def test_monitor_events_only_while_leading_once_per_pod(
+def test_monitor_reports_on_the_crd_only_while_leading_once_per_pod(
     monitor_parts: tuple[CoexistenceMonitor, Recorder, Metrics, list[int]],
 ) -> None:
+    """A second controller is the cluster's problem: one Event per pod of it, on the CRD where
+    CRDOutdated is (not one per ComputeDomain), and one Resumed there when the stand-by ends."""
     monitor, recorder, metrics, _ = monitor_parts
     assert (metrics.missing, metrics.concurrent) == (0, 0)
     monitor.controller_pods_changed([pod("a")])
     assert metrics.concurrent == 1
     assert recorder.events == []  # a standby writes nothing
     monitor.set_leading(True)
+    assert recorder.events == []  # nowhere to say it yet: said once the CRD is known
+    monitor.crd_changed(OUR_CRD)
     monitor.controller_pods_changed([pod("a")])
     monitor.controller_pods_changed([pod("a"), pod("b")])
-    assert recorder.events == [
-        ("a", "Warning", "ConcurrentController"),
-        ("b", "Warning", "ConcurrentController"),
-    ]
+    assert recorder.events == [(CD_CRD_NAME, "Warning", "ConcurrentController")] * 2
+    assert "(pod nvidia-dra-driver-gpu/a)" in recorder.notes[0]
+    assert "(pod nvidia-dra-driver-gpu/b)" in recorder.notes[1]
     monitor.controller_pods_changed([])
     assert metrics.concurrent == 0
+    assert recorder.events[2:] == [(CD_CRD_NAME, "Normal", "Resumed")]
+    monitor.controller_pods_changed([])
+    monitor.crd_changed(OUR_CRD)
+    assert len(recorder.events) == 3  # each said once
 
 
 def test_monitor_stands_by_while_a_pod_of_nvidias_controller_runs(
@@ -379,11 +389,12 @@ def test_a_pod_of_nvidias_controller_on_our_own_lease_is_reported_but_no_stand_b
         own_lease=SHARED,
     )
     monitor.set_leading(True)
+    monitor.crd_changed(OUR_CRD)
     waiting = with_leader_election(pod("waiting"), LE_ON)
     monitor.controller_pods_changed([waiting])
     assert (monitor.standing_by, metrics.standing_by, requeues) == ("", False, [])
     assert metrics.concurrent == 0  # it cannot write beside ours: nothing for an alert
-    assert recorder.events == [("waiting", "Warning", "ConcurrentController")]
+    assert recorder.events == [(CD_CRD_NAME, "Warning", "ConcurrentController")]
     message = concurrent_controller_message(waiting, SHARED)
     assert "same Lease nvidia-dra-driver-gpu/dra-driver-nvidia-gpu-controller" in message
 
