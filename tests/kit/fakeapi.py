@@ -8,12 +8,20 @@ an object being deleted: that deletes it and answers with the resourceVersion it
 assert on ``calls`` (``(verb, resource[/subresource], namespace/name)``, as
 kubernetes/sample-controller's tests compare actions) and on ``bodies`` (what each call
 sent), and may ``bump`` an object to play a writer that came in between.
+
+It also lists and watches as an informer needs: LIST pages (``limit``, a ``continue`` token that
+``expire_continue`` makes answer 410 once), PartialObjectMetadata for ``metadata_only``, and a
+WATCH from a resourceVersion that streams every later write (410 Expired from before
+``compact``'s mark), until ``end_watches`` ends each stream cleanly. ``refuse`` answers any call
+with an error (an outage, a 429 with Retry-After), after recording it.
 """
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import itertools
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,6 +31,7 @@ from computedomain.runtime.resources import Resource
 
 Obj = dict[str, Any]
 Call = tuple[str, str, str]
+Key = tuple[str, str, str]
 
 
 @dataclass
@@ -31,9 +40,23 @@ class FakeApiServer:
     calls: list[Call] = field(default_factory=list)
     # What each call sent (None for reads and deletes), in the order of ``calls``.
     bodies: list[Any] = field(default_factory=list)
+    # The query of each call (a LIST's page, a WATCH's resourceVersion; {} for the others).
+    params: list[dict[str, Any]] = field(default_factory=list)
     _rv: Any = field(default_factory=lambda: itertools.count(100))
     # Status fields a status write drops, as an apiserver still serving an older CRD schema.
     pruned_status_fields: tuple[str, ...] = ()
+    # (verb, resource) -> the error that call is answered with, or None to serve it.
+    refuse: Callable[[str, Resource], ApiError | None] | None = None
+    # Every stored version of each object, oldest first (``history``).
+    versions: dict[Key, list[Obj]] = field(default_factory=dict)
+    # Continue tokens answered 410 Expired, once each.
+    expire_continue: list[str] = field(default_factory=list)
+    # Each write as a watch event: (resourceVersion, type, plural, object).
+    _changes: list[tuple[int, str, str, Obj]] = field(default_factory=list)
+    # Set (and replaced) on every write and ``end_watches``: what a waiting watch awaits.
+    _tick: asyncio.Event = field(default_factory=asyncio.Event)
+    _compacted: int = 0
+    _watch_generation: int = 0
 
     def add(self, res: Resource, obj: Obj) -> Obj:
         stored = copy.deepcopy(obj)
@@ -41,27 +64,82 @@ class FakeApiServer:
         stored.setdefault("kind", res.kind)
         meta = stored["metadata"]
         meta.setdefault("uid", f"uid-{meta['name']}")
-        meta["resourceVersion"] = str(next(self._rv))
-        self.objects[(res.plural, meta.get("namespace", ""), meta["name"])] = stored
+        key = (res.plural, meta.get("namespace") or "", meta["name"])
+        self._stored_as(key, "MODIFIED" if key in self.objects else "ADDED", stored)
         return copy.deepcopy(stored)
+
+    def _stored_as(self, key: Key, event: str, stored: Obj) -> None:
+        """A write: a new resourceVersion, the version kept, the watch told."""
+        rv = next(self._rv)
+        stored["metadata"]["resourceVersion"] = str(rv)
+        if event == "DELETED":
+            self.objects.pop(key, None)
+        else:
+            self.objects[key] = stored
+        self.versions.setdefault(key, []).append(copy.deepcopy(stored))
+        self._changes.append((rv, event, key[0], copy.deepcopy(stored)))
+        self._notify()
+
+    def _notify(self) -> None:
+        self._tick.set()
+        self._tick = asyncio.Event()
+
+    def history(self, res: Resource, name: str, namespace: str | None = None) -> list[Obj]:
+        """Every version the object was stored with, oldest first."""
+        return copy.deepcopy(self.versions.get((res.plural, namespace or "", name), []))
+
+    def compact(self) -> None:
+        """As an etcd compaction: a watch from any resourceVersion before now answers 410."""
+        self._compacted = int(self._latest())
+
+    def end_watches(self) -> None:
+        """Every open watch ends cleanly, as the apiserver's timeout ends one."""
+        self._watch_generation += 1
+        self._notify()
+
+    def remove(self, res: Resource, name: str, namespace: str | None = None) -> None:
+        """The object is gone (deleted by someone, no finalizer held it): watches see it."""
+        key = (res.plural, namespace or "", name)
+        self._stored_as(key, "DELETED", self._stored(res, name, namespace))
+
+    @property
+    def latest(self) -> str:
+        """The resourceVersion of the newest write: what a LIST now would answer."""
+        return self._latest()
+
+    def _latest(self) -> str:
+        return str(self._changes[-1][0]) if self._changes else "99"
 
     def forget_calls(self) -> None:
         """Start a new record of calls and bodies."""
         self.calls.clear()
         self.bodies.clear()
+        self.params.clear()
 
     def bump(self, res: Resource, name: str, namespace: str | None = None) -> Obj:
-        """Another writer changed the object: its resourceVersion moves on."""
+        """Another writer changed the object (edit ``objects`` first to say how): its
+        resourceVersion moves on, and watches see it."""
         stored = self._stored(res, name, namespace)
-        stored["metadata"]["resourceVersion"] = str(next(self._rv))
+        self._stored_as((res.plural, namespace or "", name), "MODIFIED", stored)
         return copy.deepcopy(stored)
 
     def _record(
-        self, verb: str, res: Resource, ns: str | None, name: str, sub: str = "", body: Any = None
+        self,
+        verb: str,
+        res: Resource,
+        ns: str | None,
+        name: str,
+        sub: str = "",
+        body: Any = None,
+        params: dict[str, Any] | None = None,
     ) -> None:
         plural = f"{res.plural}/{sub}" if sub else res.plural
         self.calls.append((verb, plural, f"{ns}/{name}" if ns else name))
         self.bodies.append(copy.deepcopy(body))
+        self.params.append(params or {})
+        refused = self.refuse(verb, res) if self.refuse is not None else None
+        if refused is not None:
+            raise refused
 
     def _stored(self, res: Resource, name: str, ns: str | None) -> Obj:
         try:
@@ -97,17 +175,60 @@ class FakeApiServer:
         namespace: str | None = None,
         label_selector: str | None = None,
         metadata_only: bool = False,
+        limit: int | None = None,
+        continue_token: str | None = None,
+        **more: Any,
     ) -> Obj:
-        self._record("list", res, namespace, label_selector or "")
-        key, _, value = (label_selector or "").partition("=")
+        """One LIST, or one page of ``limit`` items (the continue token is the next offset)."""
+        await asyncio.sleep(0)  # a round trip, as the watch's
+        query = {"limit": limit, "continue_token": continue_token, "metadata_only": metadata_only}
+        query["resource_version"] = more.get("resource_version")
+        self._record("list", res, namespace, label_selector or "", params=query)
+        if continue_token in self.expire_continue:
+            self.expire_continue.remove(continue_token)
+            raise ApiError(410, "Expired", "The provided continue parameter is too old")
         items = [
-            copy.deepcopy(obj)
-            for (plural, ns, _), obj in self.objects.items()
-            if plural == res.plural
-            and (namespace is None or ns == namespace)
-            and (not key or objects.labels(obj).get(key) == value)
+            _partial(obj) if metadata_only else copy.deepcopy(obj)
+            for (plural, ns, _), obj in sorted(self.objects.items())
+            if plural == res.plural and _selected(obj, ns, namespace, label_selector)
         ]
-        return {"items": items, "metadata": {"resourceVersion": str(next(self._rv))}}
+        start = int(continue_token or 0)
+        end = len(items) if limit is None else start + limit
+        token = str(end) if end < len(items) else ""
+        return {
+            "items": items[start:end],
+            "metadata": {"resourceVersion": self._latest(), "continue": token},
+        }
+
+    async def watch(
+        self,
+        res: Resource,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        resource_version: str | None = None,
+        metadata_only: bool = False,
+        **_: Any,
+    ) -> AsyncIterator[tuple[str, Obj]]:
+        """Every write after ``resource_version``, then each later one as it comes, until
+        ``end_watches``; 410 Expired from before the last ``compact``."""
+        await asyncio.sleep(0)  # a round trip: a client retrying at once still lets others run
+        query = {"resource_version": resource_version, "metadata_only": metadata_only}
+        self._record("watch", res, namespace, resource_version or "", params=query)
+        since = int(resource_version or self._latest())
+        if since < self._compacted:
+            raise ApiError(410, "Expired", f"too old resource version: {since}")
+        generation = self._watch_generation
+        while generation == self._watch_generation:
+            tick = self._tick
+            for rv, event, plural, obj in [c for c in self._changes if c[0] > since]:
+                since = rv
+                meta = obj["metadata"]
+                if plural == res.plural and _selected(
+                    obj, meta.get("namespace") or "", namespace, label_selector
+                ):
+                    yield event, _partial(obj) if metadata_only else copy.deepcopy(obj)
+            if generation == self._watch_generation and self._latest() == str(since):
+                await tick.wait()
 
     async def delete(self, res: Resource, name: str, namespace: str | None = None) -> None:
         self._record("delete", res, namespace, name)
@@ -138,16 +259,35 @@ class FakeApiServer:
             # As the apiserver: the write that empties the finalizers of an object being
             # deleted deletes it instead, and answers with the object as it was before the
             # write (its resourceVersion unchanged) with the finalizers removed.
-            del self.objects[(res.plural, namespace or "", name)]
-            return copy.deepcopy(stored)
-        stored["metadata"]["resourceVersion"] = str(next(self._rv))
+            answer = copy.deepcopy(stored)
+            self._stored_as((res.plural, namespace or "", name), "DELETED", stored)
+            return answer
+        self._stored_as((res.plural, namespace or "", name), "MODIFIED", stored)
         return copy.deepcopy(stored)
 
-    async def replace(self, res: Resource, body: Obj, namespace: str | None = None) -> Obj:
+    async def replace(
+        self, res: Resource, body: Obj, namespace: str | None = None, subresource: str | None = None
+    ) -> Obj:
         name = body["metadata"]["name"]
-        self._record("replace", res, namespace, name, body=body)
+        self._record("replace", res, namespace, name, subresource or "", body=body)
         self._precondition(res, self._stored(res, name, namespace), body)
-        return self.add(res, body)
+        return self.add(res, {**body, "metadata": {**body["metadata"], "namespace": namespace}})
+
+
+def _selected(obj: Obj, ns: str, namespace: str | None, label_selector: str | None) -> bool:
+    key, _, value = (label_selector or "").partition("=")
+    return (namespace is None or ns == namespace) and (
+        not key or objects.labels(obj).get(key) == value
+    )
+
+
+def _partial(obj: Obj) -> Obj:
+    """What a metadata-only request answers: PartialObjectMetadata."""
+    return {
+        "apiVersion": "meta.k8s.io/v1",
+        "kind": "PartialObjectMetadata",
+        "metadata": copy.deepcopy(obj["metadata"]),
+    }
 
 
 def _merge(target: Obj, patch: Obj) -> None:

@@ -1,12 +1,12 @@
-"""The informer against a fake list/watch client: paged LISTs (limit/continue, an expired
-continue token), metadata-only requests, and updates dropped by ``unchanged``."""
+"""The informer against the kit's fake apiserver: paged LISTs (limit/continue, an expired
+continue token), metadata-only requests, a watch from the list's resourceVersion, and updates
+dropped by ``unchanged``."""
 
 from __future__ import annotations
 
 import asyncio
-import copy
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
@@ -15,134 +15,119 @@ from computedomain.runtime.client import ApiError
 from computedomain.runtime.informer import FunctionHandler, Informer
 from computedomain.runtime.objects import labels, object_key
 from computedomain.runtime.resources import NODES
-from tests.kit.clock import FakeClock
+from tests.kit.clock import FakeClock, settle
+from tests.kit.fakeapi import FakeApiServer
 
 Obj = dict[str, Any]
 
 
-def node(name: str, rv: int, **node_labels: str) -> Obj:
-    return {"metadata": {"name": name, "resourceVersion": str(rv), "labels": node_labels}}
+def node(name: str, **node_labels: str) -> Obj:
+    return {"metadata": {"name": name, "labels": node_labels}}
 
 
-@dataclass
-class ListWatchClient:
-    """Serves ``objects`` in pages of the requested limit (the continue token is the next
-    offset), raises 410 Expired for the continue tokens in ``expire`` (once each), then
-    streams ``events`` and blocks like a quiet watch."""
-
-    objects: list[Obj]
-    list_rv: str = "50"
-    expire: list[str] = field(default_factory=list)
-    events: list[tuple[str, Obj]] = field(default_factory=list)
-    lists: list[dict[str, Any]] = field(default_factory=list)
-    watches: list[dict[str, Any]] = field(default_factory=list)
-    # Set once the watch delivered its events (and the informer handled them).
-    streamed: asyncio.Event = field(default_factory=asyncio.Event)
-
-    async def list(self, res: Any, **kwargs: Any) -> Obj:
-        self.lists.append(kwargs)
-        token = kwargs.get("continue_token")
-        if token in self.expire:
-            self.expire.remove(token)
-            raise ApiError(410, "Expired", "The provided continue parameter is too old")
-        start, limit = int(token or 0), kwargs.get("limit")
-        end = len(self.objects) if limit is None else start + limit
-        more = end < len(self.objects)
-        return {
-            "metadata": {"resourceVersion": self.list_rv, "continue": str(end) if more else ""},
-            "items": copy.deepcopy(self.objects[start:end]),
-        }
-
-    async def watch(self, res: Any, **kwargs: Any) -> AsyncIterator[tuple[str, Obj]]:
-        self.watches.append(kwargs)
-        for event_type, obj in self.events:
-            yield event_type, copy.deepcopy(obj)
-        self.streamed.set()
-        await asyncio.Event().wait()
+def fleet(count: int) -> FakeApiServer:
+    api = FakeApiServer()
+    for i in range(count):
+        api.add(NODES, node(f"n{i}"))
+    return api
 
 
-async def run_until_synced(informer: Informer, client: ListWatchClient) -> None:
-    """Run the informer through its list and the watch's events, then stop it."""
+def requests(api: FakeApiServer, verb: str) -> list[dict[str, Any]]:
+    return [query for (v, _, _), query in zip(api.calls, api.params, strict=True) if v == verb]
+
+
+def pages(api: FakeApiServer) -> list[tuple[int | None, str | None]]:
+    return [(q["limit"], q["continue_token"]) for q in requests(api, "list")]
+
+
+@asynccontextmanager
+async def running(informer: Informer, api: FakeApiServer) -> AsyncIterator[None]:
+    """The informer runs (listed, watching) until the block ends."""
     task = asyncio.create_task(informer.run())
     try:
-        await asyncio.wait_for(client.streamed.wait(), timeout=5)
-        assert informer.has_synced
+        await asyncio.wait_for(informer.wait_synced(), timeout=5)
+        await current(informer, api)
+        yield
     finally:
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
 
 
-def informer_for(client: ListWatchClient, **kwargs: Any) -> Informer:
-    return Informer(client, NODES, clock=FakeClock(), **kwargs)  # type: ignore[arg-type]
+async def current(informer: Informer, api: FakeApiServer) -> None:
+    """Until the informer has handled every write the fake stored so far."""
+    async with asyncio.timeout(5):
+        while informer.resource_version != api.latest:
+            await asyncio.sleep(0)  # the informer's task handles the watch's events
+
+
+def informer_for(api: FakeApiServer, **kwargs: Any) -> Informer:
+    return Informer(api, NODES, clock=FakeClock(), **kwargs)  # type: ignore[arg-type]
 
 
 async def test_list_is_paged_until_no_continue_token() -> None:
-    client = ListWatchClient([node(f"n{i}", i + 1) for i in range(5)])
-    informer = informer_for(client, page_size=2)
-    await run_until_synced(informer, client)
-    assert [(c["limit"], c["continue_token"]) for c in client.lists] == [
-        (2, None),
-        (2, "2"),
-        (2, "4"),
-    ]
-    # A consistent list: no resourceVersion (rv=0 would make the watch cache ignore limit).
-    assert all(c.get("resource_version") is None for c in client.lists)
-    assert sorted(informer.store.keys()) == ["n0", "n1", "n2", "n3", "n4"]
-    assert client.watches[0]["resource_version"] == "50"
+    api = fleet(5)
+    informer = informer_for(api, page_size=2)
+    async with running(informer, api):
+        assert pages(api) == [(2, None), (2, "2"), (2, "4")]
+        # A consistent list: no resourceVersion (rv=0 would make the watch cache ignore limit).
+        assert all(q["resource_version"] is None for q in requests(api, "list"))
+        assert sorted(informer.store.keys()) == ["n0", "n1", "n2", "n3", "n4"]
+        # The watch starts where the list ended.
+        assert requests(api, "watch")[0]["resource_version"] == api.latest
 
 
 async def test_an_expired_continue_token_starts_the_list_over() -> None:
-    client = ListWatchClient([node(f"n{i}", i + 1) for i in range(5)], expire=["4"])
-    informer = informer_for(client, page_size=2)
+    api = fleet(5)
+    api.expire_continue = ["4"]
+    informer = informer_for(api, page_size=2)
     deleted: list[str] = []
     informer.add_handler(FunctionHandler(delete=lambda o: deleted.append(object_key(o))))
-    await run_until_synced(informer, client)
-    assert [(c["limit"], c["continue_token"]) for c in client.lists] == [
-        (2, None),
-        (2, "2"),
-        (2, "4"),  # 410 Expired
-        (2, None),
-        (2, "2"),
-        (2, "4"),
-    ]
-    assert sorted(informer.store.keys()) == ["n0", "n1", "n2", "n3", "n4"]
-    assert deleted == []  # the partial list never reached the store
+    async with running(informer, api):
+        assert pages(api) == [
+            (2, None),
+            (2, "2"),
+            (2, "4"),  # 410 Expired
+            (2, None),
+            (2, "2"),
+            (2, "4"),
+        ]
+        assert sorted(informer.store.keys()) == ["n0", "n1", "n2", "n3", "n4"]
+        assert deleted == []  # the partial list never reached the store
 
 
 async def test_a_second_expiry_falls_back_to_one_unpaged_list() -> None:
-    client = ListWatchClient([node(f"n{i}", i + 1) for i in range(5)], expire=["2", "2"])
-    informer = informer_for(client, page_size=2)
-    await run_until_synced(informer, client)
-    assert [(c["limit"], c["continue_token"]) for c in client.lists] == [
-        (2, None),
-        (2, "2"),  # expired
-        (2, None),
-        (2, "2"),  # expired again
-        (None, None),
-    ]
-    assert len(informer.store) == 5
-    assert informer.list_requests == 5
+    api = fleet(5)
+    api.expire_continue = ["2", "2"]
+    informer = informer_for(api, page_size=2)
+    async with running(informer, api):
+        assert pages(api) == [
+            (2, None),
+            (2, "2"),  # expired
+            (2, None),
+            (2, "2"),  # expired again
+            (None, None),
+        ]
+        assert len(informer.store) == 5
+        assert informer.list_requests == 5
 
 
 async def test_metadata_only_asks_for_metadata_and_stores_the_resource_kind() -> None:
-    item = node("n0", 1, a="1")
-    item.update(kind="PartialObjectMetadata", apiVersion="meta.k8s.io/v1")
-    client = ListWatchClient([item])
-    informer = informer_for(client, metadata_only=True)
-    await run_until_synced(informer, client)
-    assert client.lists[0]["metadata_only"] is True
-    assert client.watches[0]["metadata_only"] is True
-    stored = informer.store.get("n0")
-    assert stored is not None
-    assert (stored["kind"], stored["apiVersion"]) == ("Node", "v1")
+    api = fleet(1)
+    informer = informer_for(api, metadata_only=True)
+    async with running(informer, api):
+        assert requests(api, "list")[0]["metadata_only"] is True
+        assert requests(api, "watch")[0]["metadata_only"] is True
+        stored = informer.store.get("n0")
+        assert stored is not None
+        assert (stored["kind"], stored["apiVersion"]) == ("Node", "v1")  # not PartialObject...
 
 
 async def test_whole_objects_by_default() -> None:
-    client = ListWatchClient([node("n0", 1)])
-    await run_until_synced(informer_for(client), client)
-    assert client.lists[0]["metadata_only"] is False
-    assert client.watches[0]["metadata_only"] is False
+    api = fleet(1)
+    async with running(informer_for(api), api):
+        assert requests(api, "list")[0]["metadata_only"] is False
+        assert requests(api, "watch")[0]["metadata_only"] is False
 
 
 def same_labels(old: Obj, new: Obj) -> bool:
@@ -150,25 +135,54 @@ def same_labels(old: Obj, new: Obj) -> bool:
 
 
 async def test_unchanged_updates_never_reach_store_or_handlers() -> None:
-    client = ListWatchClient(
-        [node("n0", 1, a="1")],
-        events=[
-            ("MODIFIED", node("n0", 60, a="1")),  # a heartbeat
-            ("MODIFIED", node("n0", 61, a="2")),  # a label change
-            ("MODIFIED", node("n0", 62, a="2")),  # a heartbeat
-        ],
-    )
-    informer = informer_for(client, unchanged=same_labels)
+    api = FakeApiServer()
+    api.add(NODES, node("n0", a="1"))
+    informer = informer_for(api, unchanged=same_labels)
     updates: list[str] = []
     informer.add_handler(
         FunctionHandler(update=lambda _, new: updates.append(new["metadata"]["resourceVersion"]))
     )
-    await run_until_synced(informer, client)
-    assert updates == ["61"]
-    stored = informer.store.get("n0")
-    assert stored is not None
-    assert stored["metadata"]["resourceVersion"] == "61"  # the last version that mattered
-    assert informer.resource_version == "62"  # the watch resumes from the newest
+    async with running(informer, api):
+        api.bump(NODES, "n0")  # a heartbeat
+        api.objects[("nodes", "", "n0")]["metadata"]["labels"]["a"] = "2"
+        relabelled = api.bump(NODES, "n0")  # a label change
+        api.bump(NODES, "n0")  # a heartbeat
+        await current(informer, api)
+        assert updates == [relabelled["metadata"]["resourceVersion"]]
+        stored = informer.store.get("n0")
+        assert stored is not None
+        # The last version that mattered is stored; the watch resumes from the newest.
+        assert stored["metadata"]["resourceVersion"] == relabelled["metadata"]["resourceVersion"]
+        assert informer.resource_version == api.latest
+
+
+async def test_a_watch_cut_resumes_from_the_last_event_and_a_compaction_relists() -> None:
+    api, clock = fleet(2), FakeClock()
+    informer = Informer(api, NODES, clock=clock)  # type: ignore[arg-type]
+    async with running(informer, api):
+        api.add(NODES, node("n2"))
+        await current(informer, api)
+        seen = informer.resource_version
+        api.end_watches()  # a clean end: the next watch resumes where this one was, at once
+        api.add(NODES, node("n3"))
+        await current(informer, api)
+        assert requests(api, "watch")[-1]["resource_version"] == seen
+        assert len(requests(api, "list")) == 1
+
+        # The watch is cut and refused while a Node goes and etcd is compacted past the
+        # informer's resourceVersion: the next watch is answered 410, and a new LIST heals.
+        api.refuse = lambda verb, _: (
+            ApiError(503, "Unavailable", "cut") if verb == "watch" else None
+        )
+        api.end_watches()
+        await settle()
+        api.remove(NODES, "n0")
+        api.compact()
+        api.refuse = None
+        await clock.advance(60)  # past its backoff
+        await current(informer, api)
+        assert len(requests(api, "list")) == 2
+        assert sorted(informer.store.keys()) == ["n1", "n2", "n3"]
 
 
 class Events:
@@ -186,10 +200,12 @@ class Events:
 
 
 async def test_a_polling_informer_relists_every_period_and_delivers_only_differences() -> None:
-    client = ListWatchClient([node("a", 1, clique="x"), node("b", 2), node("c", 3)])
+    api = FakeApiServer()
+    for name, node_labels in (("a", {"clique": "x"}), ("b", {}), ("c", {})):
+        api.add(NODES, node(name, **node_labels))
     clock = FakeClock()
     informer = Informer(
-        client,  # type: ignore[arg-type]
+        api,  # type: ignore[arg-type]
         NODES,
         clock=clock,
         page_size=2,
@@ -204,20 +220,24 @@ async def test_a_polling_informer_relists_every_period_and_delivers_only_differe
         await clock.advance(0)
         assert informer.has_synced
         assert events.calls == [("add", "a"), ("add", "b"), ("add", "c")]
-        assert [c["continue_token"] for c in client.lists] == [None, "2"]  # paged
-        assert all(c["metadata_only"] for c in client.lists)
+        assert pages(api) == [(2, None), (2, "2")]  # paged
+        assert all(q["metadata_only"] for q in requests(api, "list"))
         events.calls.clear()
         # A heartbeat (RV moved, labels did not), a relabel, a deletion and a new Node.
-        client.objects = [node("a", 11, clique="x"), node("b", 12, clique="y"), node("d", 13)]
+        api.bump(NODES, "a")
+        api.objects[("nodes", "", "b")]["metadata"]["labels"] = {"clique": "y"}
+        api.bump(NODES, "b")
+        api.remove(NODES, "c")
+        api.add(NODES, node("d"))
         await clock.advance(59)
         assert events.calls == []  # not before the period
         await clock.advance(1)
         assert events.calls == [("update", "b"), ("add", "d"), ("delete", "c")]
-        assert client.watches == []  # never a watch
+        assert requests(api, "watch") == []  # never a watch
         events.calls.clear()
         await clock.advance(60)  # nothing changed: nothing delivered
         assert events.calls == []
-        assert len(client.lists) == 6
+        assert len(requests(api, "list")) == 6
     finally:
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
@@ -225,19 +245,24 @@ async def test_a_polling_informer_relists_every_period_and_delivers_only_differe
 
 
 def test_a_polled_list_keeps_what_was_fed_after_it_and_does_not_undo_a_fed_deletion() -> None:
-    client = ListWatchClient([])
-    informer = Informer(client, NODES, clock=FakeClock(), poll_interval=60)  # type: ignore[arg-type]
+    informer = informer_for(FakeApiServer(), poll_interval=60)
     events = Events()
     informer.add_handler(events.handler())
-    informer.feed_list([node("gone", 5), node("kept", 5)], "10")
+    informer.feed_list([rv(node("gone"), 5), rv(node("kept"), 5)], "10")
     # Between two lists: a Node gained at RV 20, and "gone" deleted at RV 21.
-    informer.feed("ADDED", node("new", 20))
-    informer.feed("DELETED", node("gone", 21))
+    informer.feed("ADDED", rv(node("new"), 20))
+    informer.feed("DELETED", rv(node("gone"), 21))
     events.calls.clear()
     # A list taken before both (RV 15) still holds "gone" and lacks "new".
-    informer.feed_list([node("gone", 5), node("kept", 5)], "15")
+    informer.feed_list([rv(node("gone"), 5), rv(node("kept"), 5)], "15")
     assert sorted(informer.store.keys()) == ["kept", "new"]
     assert events.calls == []
     # A later list is the truth again.
-    informer.feed_list([node("kept", 5)], "30")
+    informer.feed_list([rv(node("kept"), 5)], "30")
     assert events.calls == [("delete", "new")]
+
+
+def rv(obj: Obj, version: int) -> Obj:
+    """``obj`` as stored at resourceVersion ``version`` (for what is fed by hand)."""
+    obj["metadata"]["resourceVersion"] = str(version)
+    return obj
