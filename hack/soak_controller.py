@@ -157,7 +157,7 @@ SHARED = frozenset({"client", "_handlers", "clock", "resource", "transform", "_r
 def owners(process: Any) -> dict[str, Any]:
     """The controller's long-lived parts by name: each informer's own data (not the client,
     clock or handlers it shares), the client, every other attribute of the process, then the
-    event loop's tasks (their frames' locals)."""
+    event loop (its scheduled callbacks) and its tasks (their frames' locals)."""
     parts: dict[str, Any] = {}
     for number, informer in enumerate(process.caches.all):
         own = [value for name, value in vars(informer).items() if name not in SHARED]
@@ -165,42 +165,65 @@ def owners(process: Any) -> dict[str, Any]:
     parts["client"] = process.client
     for name, value in vars(process).items():
         parts.setdefault(name, value)
+    loop = asyncio.get_running_loop()
+    parts["loop"] = [list(loop._ready), list(loop._scheduled)]  # type: ignore[attr-defined]
     parts["tasks"] = list(asyncio.all_tasks())
     return parts
 
 
 PROGRAM = (type, types.ModuleType, types.FunctionType, types.BuiltinFunctionType, types.MethodType)
+# Work in flight (a coroutine and its frame, a task, a future): the tasks' part, not the part
+# whose request it happens to be waiting on.
+IN_FLIGHT = (types.CoroutineType, types.FrameType, asyncio.Future)
 
 
-def reach(root: Any, seen: set[int], stop: tuple[type, ...] = PROGRAM) -> tuple[int, int]:
-    """Objects and bytes reachable from ``root`` not yet in ``seen`` (which it extends);
-    stops at modules, classes, functions and bound methods, which belong to the program or to
-    another part."""
+def reach(
+    root: Any, seen: set[int], kinds: Counter[str], stop: tuple[type, ...] = PROGRAM
+) -> tuple[int, int]:
+    """Objects and bytes reachable from ``root`` not yet in ``seen`` (which it extends), each
+    counted by type in ``kinds``; stops at modules, classes, functions and bound methods, which
+    belong to the program or to another part, and at the event loop (a part of its own)."""
+    loop = asyncio.get_running_loop()
     count = size = 0
     todo = [root]
     while todo:
         obj = todo.pop()
-        if id(obj) in seen or isinstance(obj, stop):
+        if id(obj) in seen or isinstance(obj, stop) or (stop and obj is loop):
             continue
         seen.add(id(obj))
         count += 1
         size += sys.getsizeof(obj)
+        kinds[type(obj).__qualname__] += 1
         todo.extend(gc.get_referents(obj))
     return count, size
 
 
+def census(process: Any) -> tuple[int, dict[str, tuple[int, int]], dict[str, Counter[str]]]:
+    """Live blocks, then each part's objects and bytes and its objects by type (a part claims
+    what no part before it reached), the program's modules last."""
+    gc.collect()
+    blocks = sys.getallocatedblocks()  # before the walk's own bookkeeping
+    seen: set[int] = {id(process), id(process.caches), *map(id, process.caches.all)}
+    counts: dict[str, tuple[int, int]] = {}
+    kinds: dict[str, Counter[str]] = {}
+    for name, part in owners(process).items():
+        kinds[name] = Counter()
+        stop = PROGRAM if name == "tasks" else PROGRAM + IN_FLIGHT
+        counts[name] = reach(part, seen, kinds[name], stop)
+    # Last, the program itself, classes and functions included: growth here is a cache of
+    # a module (an lru_cache, a class attribute), not of a part of the controller.
+    kinds["modules"] = Counter()
+    counts["modules"] = reach(list(sys.modules.values()), seen, kinds["modules"], stop=())
+    return blocks, counts, kinds
+
+
 async def log_owners(process: Any, every: float) -> None:
-    """Every ``every`` seconds, after a full collection: each part's reachable objects and KiB
-    (a part claims what no part before it reached), and the live blocks no part reaches."""
+    """Every ``every`` seconds: each part's reachable objects and KiB, the live blocks no part
+    reaches, and per part the types whose count grew most since the previous sample."""
+    before: dict[str, Counter[str]] = {}
     while True:
         await asyncio.sleep(every)  # a sampling period: time passing by design
-        gc.collect()
-        blocks = sys.getallocatedblocks()  # before the walk's own bookkeeping
-        seen: set[int] = {id(process), id(process.caches), *map(id, process.caches.all)}
-        counts = {name: reach(part, seen) for name, part in owners(process).items()}
-        # Last, the program itself, classes and functions included: growth here is a cache of
-        # a module (an lru_cache, a class attribute), not of a part of the controller.
-        counts["modules"] = reach(list(sys.modules.values()), seen, stop=())
+        blocks, counts, kinds = census(process)
         reached = sum(count for count, _ in counts.values())
         print(
             f"owners: live blocks {blocks}, reached {reached}, not reached {blocks - reached}; "
@@ -212,6 +235,20 @@ async def log_owners(process: Any, every: float) -> None:
             file=sys.stderr,
             flush=True,
         )
+        if before:
+            for name, now in kinds.items():
+                grown = now.copy()
+                grown.subtract(before.get(name, Counter()))
+                top = [(kind, n) for kind, n in grown.most_common(6) if n > 100]
+                if top:
+                    print(
+                        f"owners grown in {name} ({sum(grown.values()):+}): "
+                        + ", ".join(f"{kind} {n:+}" for kind, n in top),
+                        file=sys.stderr,
+                        flush=True,
+                    )
+        before = kinds
+        del blocks, counts, kinds  # the walk's bookkeeping is not the controller's
 
 
 if __name__ == "__main__":
