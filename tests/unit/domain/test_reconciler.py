@@ -28,6 +28,11 @@ from tests.kit.world import (
     with_children,
 )
 
+# The body of every finalizer removal: only ours, only if it is still where it was read.
+FINALIZER_REMOVED = [
+    {"op": "test", "path": "/metadata/finalizers/0", "value": c.FINALIZER},
+    {"op": "remove", "path": "/metadata/finalizers/0"},
+]
 NEW_CD_CALLS = [
     ("patch", "computedomains", f"{NS}/cd"),  # the finalizer, before any child
     ("create", "resourceclaimtemplates", f"{DRIVER_NS}/{DAEMON}"),
@@ -119,6 +124,14 @@ async def test_a_foreign_daemonset_is_refused_not_touched(world: World) -> None:
         ("create", "resourceclaimtemplates", f"{NS}/channel"),
         ("patch", "computedomains/status", f"{NS}/cd"),
     ]
+    assert world.client.bodies[0] == [  # the finalizer, on the version the cache saw
+        {
+            "op": "test",
+            "path": "/metadata/resourceVersion",
+            "value": cd["metadata"]["resourceVersion"],
+        },
+        {"op": "add", "path": "/metadata/finalizers", "value": [c.FINALIZER]},
+    ]
     assert ("Warning", "ForeignObject") in world.recorder.events
     assert result.requeue_after == 60.0
     foreign = world.client.objects[("daemonsets", DRIVER_NS, DAEMON)]
@@ -166,6 +179,21 @@ async def test_deletion_with_daemon_pods_removes_children_and_labels_then_waits(
         ("patch", "nodes", "n1"),  # test-and-remove of the CD label
         ("patch", "computedomains/status", f"{NS}/cd"),  # Ready=False while pods stop
     ]
+    # Each removal is conditional on what it removes (a test op first), never a blind write.
+    label = "/metadata/labels/" + c.CD_LABEL.replace("/", "~1")
+    assert world.client.bodies[:8] == [
+        None,
+        FINALIZER_REMOVED,
+        None,
+        FINALIZER_REMOVED,
+        None,
+        FINALIZER_REMOVED,
+        None,
+        [{"op": "test", "path": label, "value": UID}, {"op": "remove", "path": label}],
+    ]
+    status = world.client.bodies[8]
+    assert status["metadata"] == {"resourceVersion": cd["metadata"]["resourceVersion"]}
+    assert [x["reason"] for x in status["status"]["conditions"]][:2] == ["Deleting", "Deleting"]
     assert result == Result(requeue_after=2.0)  # the CD keeps its finalizer for now
     assert world.client.objects[("computedomains", NS, "cd")]["metadata"]["finalizers"]
     assert c.CD_LABEL not in world.client.objects[("nodes", "", "n1")]["metadata"]["labels"]
@@ -244,6 +272,7 @@ async def test_an_orphan_is_removed_after_the_grace_period_and_a_live_check(
         ("patch", "daemonsets", f"{DRIVER_NS}/{c.daemon_name(GHOST)}"),
         ("list", "nodes", f"{c.CD_LABEL}={GHOST}"),
     ]
+    assert world.client.bodies == [None, None, FINALIZER_REMOVED, None]
     assert result == Result(requeue_after=2.0)  # until the DaemonSet leaves the cache
     assert world.recorder.events == []  # an orphan has no CD to report on
 
