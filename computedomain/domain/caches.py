@@ -226,6 +226,13 @@ class Caches:
         ]
 
     @property
+    def children(self) -> list[Informer]:
+        """The informers of a CD's children (labelled with its UID, our finalizer on them):
+        they wake the CD, name UIDs the sweeper checks, and take our writes' responses. A new
+        child kind's informer goes here and nowhere else in this layer."""
+        return [*self.daemonsets, self.claim_templates]
+
+    @property
     def synced(self) -> bool:
         return all(informer.has_synced for informer in self.all)
 
@@ -304,11 +311,7 @@ class Caches:
 
     def labelled_uids(self) -> set[str]:
         """Every CD UID some child, pod, clique or Node still names."""
-        stores = [
-            *(inf.store for inf in self.daemonsets),
-            self.claim_templates.store,
-            self.nodes.store,
-        ]
+        stores = [*(inf.store for inf in self.children), self.nodes.store]
         uids = {uid for store in stores for obj in store.list() for uid in uids_of_labelled(obj)}
         uids.update(
             uid
@@ -323,16 +326,13 @@ class Caches:
         namespace = objects.namespace(obj)
         if res is COMPUTE_DOMAINS:
             self.cds.observe_write(obj)
-        elif res is r.RESOURCE_CLAIM_TEMPLATES:
-            self.claim_templates.store.observe_write(obj)
         elif res is r.NODES:
             # Only the inventory: the labelled cache learns from its watch whether the Node
             # still matches (our only Node write removes the label).
             self.nodes.store.observe_write(trim_node(obj))
-        elif res in (r.DAEMONSETS, CLIQUES):
-            per_namespace = self.daemonsets if res is r.DAEMONSETS else self.cliques
-            for informer in per_namespace:
-                if informer.namespace == namespace:
+        else:
+            for informer in (*self.children, *self.cliques):
+                if informer.resource is res and informer.namespace in (None, namespace):
                     informer.store.observe_write(obj)
 
 

@@ -111,7 +111,7 @@ def wire(router: EventRouter, coexistence: CoexistenceMonitor) -> None:
         )
     )
     labelled = router.on_owned(uids_of_labelled)
-    for informer in (*caches.daemonsets, caches.claim_templates, *caches.daemon_pods):
+    for informer in (*caches.children, *caches.daemon_pods):
         informer.add_handler(labelled)
     cliques = router.on_owned(cd_uids_of_clique)
     for informer in caches.cliques:
