@@ -100,6 +100,9 @@ class DaemonRuntime:
     restart_backoff: float = KUBELET_BACKOFF
     # Seconds the stand-in IMEX takes to report READY after its start.
     imex_ready_after: float = 0.0
+    # Nodes whose daemon container gets none of the kubelet plugin's CDI edits (a runtime
+    # with CDI disabled, #965): NVIDIA's daemon refuses to start there.
+    without_cdi: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -227,7 +230,9 @@ class NvidiaImexDaemon(DaemonContainer):
                 backoff = self.runtime.restart_backoff  # ran long enough: forgiven
             self.restart_count += 1
             self.ready = False
-            self._exit_message = f"exit code {code}"
+            # As the kubelet reports it: NVIDIA's DaemonSet sets no terminationMessagePolicy
+            # and the daemon writes no termination log, so no message; its words are its log.
+            self._exit_code, self._exit_message = code, ""
             log.warning(
                 "NVIDIA's daemon exited; restarting after back-off",
                 extra={"pod": self.key, "code": code, "backoff": backoff},
@@ -435,7 +440,14 @@ class NvidiaImexDaemon(DaemonContainer):
             "IMEX_STANDIN_STATE": str(self.imex.state_dir),
             "IMEX_STANDIN_READY_AFTER": str(self.runtime.imex_ready_after),
             **resolve_env(with_ip, container),
-            # The kubelet plugin's CDI edits for a daemon claim.
+            **self._cdi_edits(cd),
+        }
+
+    def _cdi_edits(self, cd: Mapping[str, Any]) -> dict[str, str]:
+        """The kubelet plugin's CDI edits for a daemon claim, unless the runtime drops them."""
+        if self.node_name in self.runtime.without_cdi:
+            return {}
+        return {
             "CLIQUE_ID": node_clique_id(self.ctx.node(self.node_name)),
             "COMPUTE_DOMAIN_UUID": self.domain_id,
             "COMPUTE_DOMAIN_NAME": cd["metadata"]["name"],

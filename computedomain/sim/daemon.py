@@ -75,8 +75,9 @@ class DaemonContainer(abc.ABC):
         # a write-back of the pod's readiness never overtakes a newer decision.
         self._phase: ContainerPhase | None = None
         self._phase_message = ""
-        # The termination message of the container's last exit (a fail-start fault).
+        # The termination message and exit code of the container's last exit.
         self._exit_message = ""
+        self._exit_code = 1
         self._status_lock = asyncio.Lock()
 
     @property
@@ -143,6 +144,7 @@ class DaemonContainer(abc.ABC):
             restart_count=self.restart_count,
             waiting_message=message,
             exit_message=self._exit_message if phase is ContainerPhase.CRASH_LOOP else "",
+            exit_code=self._exit_code,
         )
         status = pod_status(pod, state, self.ctx.clock.wall())
         try:

@@ -37,6 +37,8 @@ class PodState:
     waiting_message: str = ""
     # What the crashed container wrote to its termination log (lastState.terminated.message).
     exit_message: str = ""
+    # Its last exit code (a real process's; the simulated daemon's failures exit 1).
+    exit_code: int = 1
 
 
 def container_id(pod_uid: str, container: str, restart_count: int) -> str:
@@ -114,7 +116,7 @@ def pod_status(pod: Mapping[str, Any], state: PodState, now: datetime) -> dict[s
             }
             entry["lastState"] = {
                 "terminated": {
-                    "exitCode": 1,
+                    "exitCode": state.exit_code,
                     "reason": "Error",
                     "startedAt": started,
                     "finishedAt": stamp,
@@ -130,7 +132,7 @@ def pod_status(pod: Mapping[str, Any], state: PodState, now: datetime) -> dict[s
             if state.restart_count:
                 entry["lastState"] = {
                     "terminated": {
-                        "exitCode": 1,
+                        "exitCode": state.exit_code,
                         "reason": "Error",
                         "containerID": container_id(uid, name, state.restart_count - 1),
                     }

@@ -17,6 +17,7 @@ COMPUTEDOMAIN_REQUIRE_UPSTREAM=1 (hack/test.sh), where a missing build fails.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,6 +43,7 @@ from computedomain.devcluster.watching import Objects, watch_objects
 from computedomain.runtime import resources as r
 from computedomain.runtime.client import KubeClient
 from computedomain.runtime.featuregates import parse_gates
+from computedomain.runtime.objects import condition
 from computedomain.sim.install import create_fleet, wait_nodes_ready
 from computedomain.sim.simulator import Simulator
 from tests.integration.cluster import TEST_FLEET
@@ -55,6 +57,7 @@ from tests.integration.e2e_harness import (
 )
 from tests.integration.nvidia_install import install_daemon_rbac, remove_cluster_objects
 from tests.integration.test_upstream_controller import SHARED_SETTINGS
+from tests.kit.kubectl_plugin import cdom
 from tests.kit.waiting import eventually
 
 pytestmark = pytest.mark.integration
@@ -463,3 +466,45 @@ async def test_a_lost_node_leaves_the_domain_and_its_peers_imex_is_told(
         # Put the shared fleet's node back as it was made (its ResourceSlice stayed).
         await create_fleet(api_client, TEST_FLEET)
         await wait_nodes_ready(api_client, [lost["name"]], 60)
+
+
+async def test_describe_names_a_daemon_nvidias_binary_refuses_to_start_and_where_its_words_are(
+    fleet: NvidiaFleet, kubeconfig_path: Path
+) -> None:
+    """#965 with NVIDIA's own daemon: the container runtime drops the kubelet plugin's CDI edits
+    on one node, so NVIDIA's binary exits there with its own error and restarts in a loop. The
+    controller says DaemonsNotReady naming that node once the grace period is over; `kubectl
+    cdom describe` names that daemon pod as the first broken link, in the kubelet's words (the
+    back-off, the exit code) with the logs command; and those logs (what `kubectl logs
+    --previous` prints) hold NVIDIA's own words."""
+    env = fleet.env
+    bad, good = "gb200-r01-n03", "gb200-r01-n04"
+    fleet.daemons.runtime = dataclasses.replace(fleet.daemons.runtime, without_cdi=frozenset({bad}))
+    await env.start_controller(DAEMON_READY_GRACE_PERIOD="3s")
+    fleet.simulator = await env.start_simulator(daemon_factory=fleet.daemons)
+    cd = await env.create_cd("training", num_nodes=2)
+    await env.run_workload(workload("workers", 2, hostnames=[bad, good]))
+    stuck = await env.cd_until(
+        "training",
+        lambda o: condition(o, "Ready").get("reason") == "DaemonsNotReady",
+        "DaemonsNotReady",
+        within=90,
+    )
+    assert f"{bad}: " in condition(stuck, "Ready")["message"]
+
+    code, out, err = await cdom(kubeconfig_path, "describe", "training", "-n", env.namespace)
+    print(out)
+    assert code == 1, err
+    lines = out.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("First broken link:"))
+    link, problem, fix = lines[at : at + 3]
+    pod = await fleet.daemon_pod(cd["metadata"]["uid"], bad)
+    pod_name = pod["metadata"]["name"]
+    assert link == f"First broken link: IMEX daemon {env.driver_namespace}/{pod_name} on {bad}"
+    assert "CrashLoopBackOff" in problem
+    assert "last exit Error, exit code 1" in problem  # the process's own exit code
+    assert f"logs {pod_name} -c {c.DAEMON_CONTAINER}" in fix
+
+    # What those logs say: NVIDIA's daemon, in its own words.
+    daemon = next(d for d in fleet.daemons.containers.values() if d.name == pod_name)
+    assert "CDI container edits did not apply" in daemon.log_text()
