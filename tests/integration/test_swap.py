@@ -161,7 +161,7 @@ class NotReadyWatch:
         if self.task.done():
             self.task.result()  # the watch failed: say why
 
-    async def stop(self) -> list[tuple[str, Any]]:
+    async def stop(self) -> list[tuple[str, Any, str, int]]:
         """Idempotent (the test's finally calls it again)."""
         if self.task.done() and not self.task.cancelled():
             self.task.result()  # a watch that died watched nothing: fail, do not pass
