@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 import aiohttp
@@ -36,7 +36,9 @@ MAX_FIELD_LENGTH = 128
 _REFERENCE_FIELDS = ("apiVersion", "kind", "namespace", "name", "uid", "fieldPath")
 _TRANSIENT = (ApiError, aiohttp.ClientError, OSError, TimeoutError)
 
-RefKey = tuple[tuple[str, str], ...]
+# An object reference as one string: a key lives as long as its spam bucket or series, and
+# thousands are kept under churn, so it is one object rather than a tuple of pairs.
+RefKey = str
 SeriesKey = tuple[str, str, str, str, str, RefKey, RefKey]
 
 
@@ -75,7 +77,12 @@ def object_reference(obj: Mapping[str, Any]) -> dict[str, str]:
 
 
 def _ref_key(reference: Mapping[str, str] | None) -> RefKey:
-    return tuple(sorted((reference or {}).items()))
+    """The object a reference names: its UID (unique across kinds), with the field path when
+    there is one; without a UID, every field."""
+    ref = reference or {}
+    if uid := ref.get("uid"):
+        return f"{uid}#{ref['fieldPath']}" if ref.get("fieldPath") else uid
+    return "\n".join(f"{name}={value}" for name, value in sorted(ref.items()))
 
 
 def _truncate(text: str, limit: int = MAX_FIELD_LENGTH) -> str:
@@ -101,7 +108,7 @@ class _Pending:
     observed_at: float
 
 
-@dataclass
+@dataclass(slots=True)  # thousands live at once under churn: no __dict__ each
 class _Series:
     name: str
     namespace: str
@@ -110,7 +117,6 @@ class _Series:
     last_observed_time: str
     flushed_count: int
     flushed_at: float
-    pending: list[_Pending] = field(default_factory=list)
 
 
 class EventRecorder:
@@ -125,6 +131,7 @@ class EventRecorder:
         spam_burst: int = 25,
         spam_interval: float = 300.0,
         spam_keys: int = 4096,
+        series_keys: int = 4096,
         series_refresh: float = 1800.0,
         series_quiet: float = 360.0,
         housekeeping_interval: float = 30.0,
@@ -138,6 +145,8 @@ class EventRecorder:
         self.spam_burst = spam_burst
         self.spam_interval = spam_interval
         self.spam_keys = spam_keys
+        self.series_keys = series_keys
+        self._spam_qps = 1.0 / spam_interval
         self.series_refresh = series_refresh
         self.series_quiet = series_quiet
         self.housekeeping_interval = housekeeping_interval
@@ -176,7 +185,7 @@ class EventRecorder:
         # Least recently used first: the key used now moves to the end.
         bucket = self._spam.pop(key, None)
         if bucket is None:
-            bucket = TokenBucket(1.0 / self.spam_interval, self.spam_burst, self.clock)
+            bucket = TokenBucket(self._spam_qps, self.spam_burst, self.clock)
         self._spam[key] = bucket
         if len(self._spam) > self.spam_keys:
             # A bucket refills only one token per interval, so under churn (every new object's
@@ -265,6 +274,7 @@ class EventRecorder:
         series.count += 1
         series.last_observed = now
         series.last_observed_time = wall
+        self._series[pending.key] = self._series.pop(pending.key)  # most recently used last
         if series.flushed_count < 2:
             await self._patch_series(series, pending)
 
@@ -299,6 +309,13 @@ class EventRecorder:
             flushed_count=1,
             flushed_at=now,
         )
+        if len(self._series) > self.series_keys:
+            # As client-go's aggregation cache (an LRU of 4,096): the least recently seen series
+            # goes, its count written first; the next such event starts a new one.
+            oldest_key = next(iter(self._series))
+            oldest = self._series.pop(oldest_key)
+            if oldest.count > oldest.flushed_count:
+                await self._patch_series(oldest)
 
     async def _patch_series(self, series: _Series, pending: _Pending | None = None) -> None:
         patch = {"series": {"count": series.count, "lastObservedTime": series.last_observed_time}}

@@ -10,6 +10,9 @@ from computedomain.runtime.clock import Clock, SystemClock
 
 
 class TokenBucket:
+    # The Event recorder keeps one per event key, thousands under churn: no __dict__ each.
+    __slots__ = ("_clock", "_last", "_tokens", "burst", "qps")
+
     def __init__(self, qps: float, burst: int, clock: Clock | None = None) -> None:
         if qps <= 0 or burst < 1:
             raise ValueError("qps must be positive and burst at least 1")

@@ -5,6 +5,7 @@ by the integration test.
 
 import asyncio
 import contextlib
+import tracemalloc
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -173,6 +174,59 @@ def test_spam_buckets_are_kept_for_the_most_recently_used_keys_only() -> None:
     assert record(CD, "Normal", "D", "x", "x")  # then A
     assert len(setup.recorder._spam) == 2
     assert record(CD, "Normal", "A", "x", "x"), "a forgotten key starts a full bucket again"
+
+
+async def test_series_are_kept_for_the_most_recently_seen_keys_only() -> None:
+    """Series are bounded by count too, as client-go's aggregation cache: the least recently
+    seen goes first, its unwritten count written before it is forgotten."""
+    setup = Setup(series_keys=2)
+    async with running(setup):
+        for reason in ("A", "A", "A", "B", "A", "C"):  # A's third is counted, not yet written
+            setup.recorder.record(CD, "Normal", reason, "x", "x")
+            await setup.recorder.wait_idle()
+        assert [key[2] for key in setup.recorder._series] == ["A", "C"]  # B was the oldest
+        setup.recorder.record(CD, "Normal", "D", "x", "x")
+        await setup.recorder.wait_idle()
+    assert [key[2] for key in setup.recorder._series] == ["C", "D"]
+    verbs = [(verb, body) for verb, _, _, body in setup.calls()]
+    # D created, then A (the least recently seen now) evicted: its fourth occurrence, counted
+    # but not yet written, is written on the way out.
+    assert [verb for verb, _ in verbs[-2:]] == ["create", "patch"]
+    assert verbs[-1][1]["series"]["count"] == 4
+
+
+class Accepting:
+    """Answers every Event write and keeps nothing: what the recorder holds is its own."""
+
+    async def create(self, res: Resource, body: Any, namespace: str | None = None) -> Any:
+        return body
+
+    async def patch(self, *args: Any, **kwargs: Any) -> Any:
+        return {}
+
+
+async def test_an_event_key_costs_a_few_hundred_bytes() -> None:
+    """Thousands of keys live at once under churn (a spam bucket and a series each): one key,
+    its bucket and its series stay small (1,057 bytes each before they were made compact)."""
+    recorder = EventRecorder(
+        Accepting(), "example.com/controller", "controller-pod-1", clock=FakeClock()
+    )
+    objects = [
+        {**CD, "metadata": {**CD["metadata"], "name": f"job-{i:05d}", "uid": f"u-{i:036d}"}}
+        for i in range(500)
+    ]
+    tracemalloc.start()
+    try:
+        before = tracemalloc.take_snapshot()
+        for obj in objects:
+            recorder.record(obj, "Normal", "NodeJoined", "Join", "Nodes n1 joined")
+            await recorder._write(recorder._queue.get_nowait())
+            recorder._queue.task_done()
+        grown = tracemalloc.take_snapshot().compare_to(before, "filename")
+    finally:
+        tracemalloc.stop()
+    assert (len(recorder._spam), len(recorder._series)) == (500, 500)
+    assert sum(stat.size_diff for stat in grown) / 500 < 700
 
 
 def test_full_queue_drops_and_counts() -> None:
