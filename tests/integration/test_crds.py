@@ -265,7 +265,7 @@ async def test_printer_columns_short_name_and_category(
         ("Age", 0),
     ]
     (row,) = table["rows"]
-    assert row["cells"][:8] == ["table", "True", "Ready", 2, 2, 1, "Ready", 0]
+    assert row["cells"][:8] == ["table", "True", "AllNodesJoined", 2, 2, 1, "Ready", 0]
 
     discovery = await request_json(api_client, "GET", GROUP_PATH)
     resources = {r["name"]: r for r in discovery["resources"]}
