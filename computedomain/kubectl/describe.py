@@ -42,6 +42,9 @@ class Chain:
     # The Lease ours leads on: one of NVIDIA's pods electing on it waits while ours leads.
     own_lease: tuple[str, str] | None = None
     events: list[Obj] = field(default_factory=list)  # of every object above
+    # The last lines of the first daemon that is not Ready (its previous run's after a
+    # restart), when the kubelet serves them: where a real daemon's own words are.
+    daemon_log: str = ""
 
     @property
     def namespace(self) -> str:
@@ -113,6 +116,30 @@ def container_problem(pod: Mapping[str, Any], container: str = c.DAEMON_CONTAINE
             return "running, but its probe has not passed (the local IMEX daemon is not READY)"
         return f"phase {phase}, not Ready"
     return "; ".join(parts)
+
+
+def first_unready_daemon(chain: Chain) -> Obj | None:
+    """The daemon pod of the first labelled node (in the order describe walks them) that is
+    not Ready: the one whose log is worth reading."""
+    daemons_by_node = {p["spec"].get("nodeName"): p for p in chain.daemon_pods}
+    for node in chain.nodes:
+        daemon = daemons_by_node.get(node["metadata"]["name"])
+        if daemon is not None and not condition_true(daemon, "Ready"):
+            return daemon
+    return None
+
+
+_ERROR_WORDS = ("error", "fail", "fatal", "panic")
+
+
+def log_line(log: str, limit: int = 200) -> str:
+    """The line of a log tail that says most: the last that speaks of an error, else the last."""
+    lines = [line.strip() for line in log.splitlines() if line.strip()]
+    if not lines:
+        return ""
+    errors = [line for line in lines if any(word in line.lower() for word in _ERROR_WORDS)]
+    line = (errors or lines)[-1]
+    return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
 def _warnings(chain: Chain, kind: str, name: str) -> list[Obj]:
@@ -212,9 +239,10 @@ def first_broken_link(chain: Chain) -> Finding | None:
             )
         if not condition_true(daemon, "Ready"):
             pod_ns, pod_name = daemon["metadata"]["namespace"], daemon["metadata"]["name"]
+            said = log_line(chain.daemon_log)
             return Finding(
                 f"IMEX daemon {pod_ns}/{pod_name} on {node_name}",
-                f"not Ready: {container_problem(daemon)}",
+                f"not Ready: {container_problem(daemon)}" + (f"; its log: {said}" if said else ""),
                 f"kubectl -n {pod_ns} logs {pod_name} -c {c.DAEMON_CONTAINER} (--previous after "
                 "a restart)",
             )

@@ -19,6 +19,7 @@ from dataclasses import asdict
 from datetime import UTC, datetime
 from typing import Any
 
+import aiohttp
 import yaml
 
 from computedomain.api import constants as c
@@ -30,6 +31,7 @@ from computedomain.kubectl.describe import (
     Chain,
     channel_domain_ids,
     first_broken_link,
+    first_unready_daemon,
     regarding,
     render,
 )
@@ -56,6 +58,8 @@ EXIT_CLUSTER = 3
 OWN_PODS = ",".join(f"{key}={value}" for key, value in c.OWN_POD_LABELS.items())
 # A person waits on these: a few requests, no need for the controller's budget.
 QPS, BURST = 20.0, 40
+# A daemon's log comes from its node's kubelet: not worth a slow describe when it cannot answer.
+LOG_WITHIN = 5.0
 
 
 class ClusterError(RuntimeError):
@@ -289,9 +293,29 @@ async def gather_chain(client: KubeClient, namespace: str, name: str) -> Chain:
     about |= {("Pod", o["metadata"]["name"]) for o in chain.workload_pods + chain.daemon_pods}
     about |= {("DaemonSet", o["metadata"]["name"]) for o in chain.daemonsets}
     namespaces = {namespace, *(o["metadata"]["namespace"] for o in chain.daemonsets)}
-    listed = await asyncio.gather(*(_list(client, EVENTS, ns) for ns in sorted(namespaces)))
+    listed, chain.daemon_log = await asyncio.gather(
+        asyncio.gather(*(_list(client, EVENTS, ns) for ns in sorted(namespaces))),
+        _daemon_log(client, first_unready_daemon(chain)),
+    )
     chain.events = [event for events in listed for event in events if regarding(event) in about]
     return chain
+
+
+async def _daemon_log(client: KubeClient, daemon: dict[str, Any] | None) -> str:
+    """The last lines of a daemon's container (its previous run's after a restart), or ""
+    when the kubelet cannot say (no kubelet serves the node, no permission, no log yet)."""
+    if daemon is None:
+        return ""
+    statuses = (daemon.get("status") or {}).get("containerStatuses") or []
+    restarted = any(s.get("restartCount") for s in statuses)
+    meta = daemon["metadata"]
+    try:
+        return await asyncio.wait_for(
+            client.pod_log(meta["namespace"], meta["name"], c.DAEMON_CONTAINER, previous=restarted),
+            LOG_WITHIN,
+        )
+    except (ApiError, TimeoutError, aiohttp.ClientError, OSError):
+        return ""
 
 
 async def _controller_pods(

@@ -34,7 +34,7 @@ from computedomain.runtime.credentials import (
 from computedomain.runtime.errors import ApiError as ApiError  # re-exported: callers import it here
 from computedomain.runtime.metrics import RuntimeMetrics
 from computedomain.runtime.ratelimit import TokenBucket
-from computedomain.runtime.resources import Resource
+from computedomain.runtime.resources import PODS, Resource
 
 if TYPE_CHECKING:  # only tests and tools hand us one; the controller never imports the library
     from kubernetes_asyncio.client import ApiClient
@@ -348,6 +348,23 @@ class KubeClient:
         content_type: str = _JSON,
         accept: str = _JSON,
     ) -> dict[str, Any] | None:
+        raw = await self._request_raw(
+            method, path, query=query, body=body, content_type=content_type, accept=accept
+        )
+        return _decode(raw)
+
+    async def _request_raw(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: list[tuple[str, str]] | None = None,
+        body: Any = None,
+        content_type: str = _JSON,
+        accept: str = _JSON,
+    ) -> bytes:
+        """The body of a 2xx answer as sent; anything else raises ApiError (after the
+        Retry-After retries, see ``_retry_wait``)."""
         for attempt in itertools.count(1):
             if self.rate_limiter is not None:
                 await self.rate_limiter.acquire()
@@ -375,12 +392,11 @@ class KubeClient:
             finally:
                 response.release()
             self._observe(method, str(response.status), started)
-            decoded = _decode(raw)
             if 200 <= response.status <= 299:
-                return decoded
+                return raw
             error = ApiError.from_status(
                 response.status,
-                decoded,
+                _decode(raw),
                 retry_after=parse_retry_after(response.headers.get("Retry-After")),
             )
             wait = self._retry_wait(method, error, attempt)
@@ -422,6 +438,18 @@ class KubeClient:
         return query + (extra or [])
 
     # -- verbs ------------------------------------------------------------------------------
+
+    async def pod_log(
+        self, namespace: str, name: str, container: str, *, previous: bool = False, tail: int = 20
+    ) -> str:
+        """The last ``tail`` lines a container wrote (its previous run's with ``previous``), as
+        ``kubectl logs`` reads them: the apiserver asks the node's kubelet."""
+        query = [("container", container), ("tailLines", str(tail))]
+        if previous:
+            query.append(("previous", "true"))
+        path = PODS.path(namespace, name) + "/log"
+        raw = await self._request_raw("GET", path, query=query, accept="text/plain")
+        return raw.decode(errors="replace")
 
     async def get(self, res: Resource, name: str, namespace: str | None = None) -> dict[str, Any]:
         return await self._request_object("GET", res.path(namespace, name))

@@ -41,7 +41,7 @@ from computedomain.devcluster.upstream import (
 )
 from computedomain.devcluster.watching import Objects, watch_objects
 from computedomain.runtime import resources as r
-from computedomain.runtime.client import KubeClient
+from computedomain.runtime.client import ApiError, KubeClient
 from computedomain.runtime.featuregates import parse_gates
 from computedomain.runtime.objects import condition
 from computedomain.sim.install import create_fleet, wait_nodes_ready
@@ -508,3 +508,16 @@ async def test_describe_names_a_daemon_nvidias_binary_refuses_to_start_and_where
     # What those logs say: NVIDIA's daemon, in its own words.
     daemon = next(d for d in fleet.daemons.containers.values() if d.name == pod_name)
     assert "CDI container edits did not apply" in daemon.log_text()
+    # Where a kubelet serves the log, describe quotes that line itself. kwok's nodes serve
+    # none here (the apiserver has no kubelet to ask at their address): describe points.
+    try:
+        served = await asyncio.wait_for(
+            env.kube.pod_log(env.driver_namespace, pod_name, c.DAEMON_CONTAINER, previous=True),
+            10,
+        )
+    except (ApiError, TimeoutError) as unavailable:
+        print(f"no kubelet serves the daemon's log here: {unavailable!r}")
+        assert "its log:" not in problem
+    else:
+        assert "CDI container edits did not apply" in served
+        assert "its log: Error: CDI container edits did not apply" in problem

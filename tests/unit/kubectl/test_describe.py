@@ -13,6 +13,8 @@ from computedomain.kubectl.describe import (
     channel_domain_ids,
     container_problem,
     first_broken_link,
+    first_unready_daemon,
+    log_line,
     render,
 )
 
@@ -124,6 +126,36 @@ def test_a_daemon_is_described_in_its_containers_own_words() -> None:
         f"not Ready: {problem}",
         f"kubectl -n driver logs daemon-a -c {c.DAEMON_CONTAINER} (--previous after a restart)",
     )
+
+
+def test_a_daemon_whose_log_the_kubelet_serves_is_quoted_in_its_own_words() -> None:
+    """NVIDIA's daemon writes no termination message: where the kubelet serves its log, the
+    line that says most (the last error, else the last line) joins the kubelet's words."""
+    statuses = [
+        {
+            "name": c.DAEMON_CONTAINER,
+            "restartCount": 3,
+            "state": {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off 40s"}},
+            "lastState": {"terminated": {"reason": "Error", "exitCode": 1}},
+        }
+    ]
+    daemon = pod("daemon-a", ready=False, containerStatuses=statuses)
+    chain = healthy(daemon_pods=[daemon])
+    assert first_unready_daemon(chain) == daemon
+    chain.daemon_log = (
+        "I1205 12:00:00 main.go:90] starting\n"
+        "Error: CDI container edits did not apply -- is CDI enabled in your container runtime?\n"
+        "I1205 12:00:01 main.go:95] exiting\n"
+    )
+    finding = first_broken_link(chain)
+    assert finding is not None
+    assert finding.problem.endswith(
+        "; its log: Error: CDI container edits did not apply -- is CDI enabled in your "
+        "container runtime?"
+    )
+    assert log_line("a\nb\n") == "b"  # no error word: the last line
+    assert log_line("") == ""
+    assert len(log_line("error " * 100)) == 200
 
 
 def test_a_workload_pod_the_plugin_refuses_is_named_by_its_event() -> None:
