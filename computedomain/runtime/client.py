@@ -338,20 +338,9 @@ class KubeClient:
             server_hostname=self.connection.server_hostname,
         )
 
-    async def _request(
-        self,
-        method: str,
-        path: str,
-        *,
-        query: list[tuple[str, str]] | None = None,
-        body: Any = None,
-        content_type: str = _JSON,
-        accept: str = _JSON,
-    ) -> dict[str, Any] | None:
-        raw = await self._request_raw(
-            method, path, query=query, body=body, content_type=content_type, accept=accept
-        )
-        return _decode(raw)
+    async def _request(self, method: str, path: str, **options: Any) -> dict[str, Any] | None:
+        """``_request_raw``'s answer decoded as JSON (None when empty or not an object)."""
+        return _decode(await self._request_raw(method, path, **options))
 
     async def _request_raw(
         self,

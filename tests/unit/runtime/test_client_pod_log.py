@@ -11,25 +11,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from computedomain.runtime.client import ApiError, KubeClient
-
-
-class Plain:
-    """A Connection with no credentials to a local server."""
-
-    def __init__(self, base_url: str) -> None:
-        self.base_url = base_url
-        self.session = aiohttp.ClientSession()
-        self.server_hostname: str | None = None
-        self.proxy: str | None = None
-
-    async def authorization(self) -> str | None:
-        return None
-
-    async def rejected(self, sent: str | None) -> bool:
-        return False
-
-    async def close(self) -> None:
-        await self.session.close()
+from tests.kit.plainhttp import PlainConnection
 
 
 @pytest.fixture
@@ -46,7 +28,9 @@ async def served() -> AsyncIterator[tuple[KubeClient, list[dict[str, str]]]]:
     app = web.Application()
     app.router.add_get("/api/v1/namespaces/{ns}/pods/{name}/log", log)
     async with TestServer(app) as server:
-        client = KubeClient(Plain(str(server.make_url("")).rstrip("/")))
+        client = KubeClient(
+            PlainConnection(str(server.make_url("")).rstrip("/"), aiohttp.ClientSession())
+        )
         try:
             yield client, asked
         finally:

@@ -18,6 +18,7 @@ from computedomain.runtime import resources as r
 from computedomain.runtime.client import ApiError, KubeClient
 from computedomain.runtime.clock import SystemClock
 from computedomain.runtime.metrics import RuntimeMetrics
+from tests.kit.plainhttp import PlainConnection
 
 STATUS_429 = {"kind": "Status", "code": 429, "reason": "TooManyRequests", "message": "slow"}
 
@@ -30,23 +31,6 @@ class SleepRecorder(SystemClock):
 
     async def sleep(self, seconds: float) -> None:
         self.sleeps.append(seconds)
-
-
-@dataclass
-class PlainConnection:
-    base_url: str
-    session: aiohttp.ClientSession
-    server_hostname: str | None = None
-    proxy: str | None = None
-
-    async def authorization(self) -> str | None:
-        return None
-
-    async def rejected(self, sent: str | None) -> bool:
-        return False
-
-    async def close(self) -> None:
-        await self.session.close()
 
 
 @dataclass
