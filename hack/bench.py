@@ -76,6 +76,17 @@ def _share(text: str) -> float:
     return value
 
 
+def _window(text: str) -> tuple[float, float]:
+    low, _, high = text.partition(",")
+    try:
+        window = (float(low), float(high))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not FROM,TO (two numbers)") from None
+    if not 0.0 <= window[0] < window[1] <= 1.0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not 0 <= FROM < TO <= 1")
+    return window
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else "")
     parser.add_argument("--quick", action="store_true", help="smoke run: 8 racks, 20 CDs")
@@ -133,6 +144,14 @@ def build_parser() -> argparse.ArgumentParser:
         default=0.7,
         help="the kills fall within this first share of the soak (0 to 1, default 0.7); the last "
         "controller lives through the rest, so a small share shows its memory over a long churn",
+    )
+    parser.add_argument(
+        "--soak-fault-window",
+        type=_window,
+        default="0.15,0.75",
+        metavar="FROM,TO",
+        help="the proxy's faults, apiserver restarts and compactions fall between these shares "
+        "of the soak (0 to 1, default 0.15,0.75); an early window leaves a long clean churn after",
     )
     parser.add_argument(
         "--soak-apiserver-restarts", type=int, default=3, help="apiserver restarts in the soak"
@@ -282,6 +301,7 @@ async def run_soak(
         cds=args.soak_cds,
         kills=args.soak_kills,
         kill_window=args.soak_kill_window,
+        fault_window=args.soak_fault_window,
         seed=args.seed,
         control_plane=cp,
         apiserver_restarts=args.soak_apiserver_restarts,

@@ -58,6 +58,17 @@ def report(results: dict[str, Any]) -> str:
                     "",
                 )
             )
+        if keys := [pair for pair in soak.get("last_controller_event_keys", []) if any(pair)]:
+            rows.append(
+                (
+                    "Soak: last controller's Event recorder keys, spam buckets / series, "
+                    "max / last",
+                    f"{max(b for b, _ in keys):,} / {max(s for _, s in keys):,}, "
+                    f"{keys[-1][0]:,} / {keys[-1][1]:,}",
+                    "at most 4,096 / 4,096",
+                    "",
+                )
+            )
     upgrade = results.get("upgrade_under_load")
     if upgrade:
         daemons = upgrade["imex_daemons"]

@@ -53,7 +53,7 @@ from computedomain.sim.simulator import Simulator
 
 Obj = dict[str, Any]
 NAMESPACE = "bench-soak"
-# Faults are on from this share of the run to that one; the rest runs clean.
+# Faults are on from this share of the run to that one (by default); the rest runs clean.
 FAULT_WINDOW = (0.15, 0.75)
 # Controller kills fall within this first share of the run (by default); the last controller
 # lives on through the rest.
@@ -103,9 +103,11 @@ class ControllerChild:
         answer: list[str] = json.loads(await self._ask("check", 180))
         return answer
 
-    async def live_blocks(self) -> int:
-        """How many blocks its Python allocator holds for live objects now."""
-        return int(await self._ask("live", 10))
+    async def live_memory(self) -> tuple[int, int, int]:
+        """How many blocks its Python allocator holds for live objects now, and how many event
+        keys its Event recorder holds (spam buckets, series)."""
+        blocks, buckets, series = map(int, (await self._ask("live", 10)).split())
+        return blocks, buckets, series
 
     async def _ask(self, question: str, within: float) -> str:
         assert self.process.stdin is not None
@@ -139,12 +141,14 @@ class Soak:
     apiserver_restarts: int = 3
     compactions: int = 1
     kill_window: float = KILL_WINDOW
+    fault_window: tuple[float, float] = FAULT_WINDOW
     rng: random.Random = field(init=False)
     hold: int = field(init=False)
     jobs: Jobs = field(init=False)
     # (seconds into the run, controller incarnation, its RSS in MiB, this process's RSS,
-    # the controller's live allocator blocks: 0 when it could not answer, e.g. being killed)
-    rss: list[tuple[float, int, float, float, int]] = field(default_factory=list)
+    # the controller's live allocator blocks, its Event recorder's spam buckets and series:
+    # 0 when it could not answer, e.g. being killed)
+    rss: list[tuple[float, int, float, float, int, int, int]] = field(default_factory=list)
     controller: ControllerChild | None = None
 
     def __post_init__(self) -> None:
@@ -178,7 +182,7 @@ class Soak:
             kill_every = self.seconds * self.kill_window / self.kills if self.kills else None
             next_kill = begin + kill_every / 2 if kill_every else None
             # Apiserver restarts and compactions fall inside the fault window, spread evenly.
-            low, high = (self.seconds * share for share in FAULT_WINDOW)
+            low, high = (self.seconds * share for share in self.fault_window)
             disturbances = sorted(
                 [(low + (high - low) * (i + 1) / (self.apiserver_restarts + 1), "restart")
                  for i in range(self.apiserver_restarts)]
@@ -191,7 +195,7 @@ class Soak:
             try:
                 while (elapsed := time.monotonic() - begin) < self.seconds:
                     share = elapsed / self.seconds
-                    faulty = FAULT_WINDOW[0] <= share < FAULT_WINDOW[1]
+                    faulty = self.fault_window[0] <= share < self.fault_window[1]
                     proxy.faults = Faults.hostile() if faulty else Faults.none()
                     if (
                         next_kill is not None
@@ -253,7 +257,11 @@ class Soak:
                 await self.controller.kill()
                 sim_task.cancel()
                 await asyncio.gather(sim_task, return_exceptions=True)
-        last = [(t, mb, live) for t, inc, mb, _, live in self.rss if inc == restarts and mb > 0]
+        last = [
+            (t, mb, live, (buckets, series))
+            for t, inc, mb, _, live, buckets, series in self.rss
+            if inc == restarts and mb > 0
+        ]
         result = {
             "seconds": self.seconds,
             "cds_created": created,
@@ -263,7 +271,7 @@ class Soak:
             "kill_window": self.kill_window,
             "apiserver_restarts": restarted,
             "etcd_compactions": compacted,
-            "fault_window": list(FAULT_WINDOW),
+            "fault_window": list(self.fault_window),
             "faults_seen": faults,
             "requests_through_proxy": len(proxy.exchanges),
             "throttled": sum(1 for x in proxy.exchanges if x.fault == "throttle"),
@@ -272,19 +280,20 @@ class Soak:
             "orphans": orphans,
             "rss_sample_every_s": RSS_SAMPLE_EVERY_S,
             # [seconds, incarnation, controller MiB, bench process MiB (simulator, proxy),
-            #  controller's live allocator blocks]
+            #  controller's live allocator blocks, its recorder's spam buckets, its series]
             "rss_samples": [
-                [round(t, 1), inc, round(mb, 1), round(own, 1), live]
-                for t, inc, mb, own, live in self.rss
+                [round(t, 1), inc, round(mb, 1), round(own, 1), live, buckets, series]
+                for t, inc, mb, own, live, buckets, series in self.rss
             ],
-            "last_controller_rss_mb": [round(mb, 1) for _, mb, _ in last],
-            "last_controller_live_blocks": [live for _, _, live in last],
+            "last_controller_rss_mb": [round(mb, 1) for _, mb, _, _ in last],
+            "last_controller_live_blocks": [live for _, _, live, _ in last],
+            "last_controller_event_keys": [list(keys) for _, _, _, keys in last],
             "last_controller_lived_s": round(last[-1][0] - last[0][0], 1) if last else 0.0,
         }
         first, peak, final = (
-            (last[0][1], max(mb for _, mb, _ in last), last[-1][1]) if last else (0, 0, 0)
+            (last[0][1], max(mb for _, mb, _, _ in last), last[-1][1]) if last else (0, 0, 0)
         )
-        blocks = [live for _, _, live in last if live]
+        blocks = [live for _, _, live, _ in last if live]
         live_text = (
             f"live blocks {blocks[0]:,} / {max(blocks):,} / {blocks[-1]:,}" if blocks else "no live"
         )
@@ -330,10 +339,10 @@ class Soak:
             if (controller := self.controller) is not None:
                 at, mb, own = time.monotonic() - begin, rss_mb(controller.pid), rss_mb()
                 try:
-                    live = await controller.live_blocks()
+                    live, buckets, series = await controller.live_memory()
                 except (OSError, ValueError, TimeoutError, ConnectionError):
-                    live = 0  # killed or being replaced
-                self.rss.append((at, controller.incarnation, mb, own, live))
+                    live = buckets = series = 0  # killed or being replaced
+                self.rss.append((at, controller.incarnation, mb, own, live, buckets, series))
             await asyncio.sleep(RSS_SAMPLE_EVERY_S)
 
     async def _converge(self, controller: ControllerChild, since: float) -> float | None:

@@ -7,8 +7,8 @@ apiserver. It imports no more than the controller does, so its RSS is the contro
 Prints "built" once the controller runs; then for each "check" line on stdin, one JSON line:
 its informers' differences from a fresh LIST made directly (after they are synced); for each
 "live" line, the number of memory blocks Python's allocator holds for live objects (cheap, no
-tracing: what the heap holds, unlike RSS, which keeps the allocator's high-water mark). Ends at
-EOF.
+tracing: what the heap holds, unlike RSS, which keeps the allocator's high-water mark) and the
+event keys the Event recorder holds (spam buckets, series; each bounded). Ends at EOF.
 
 To find what grows: ``SOAK_TRACEMALLOC=SECONDS`` traces allocations (slow), takes a baseline
 that many seconds after the start and then logs, every as many seconds, the 15 places in the
@@ -64,7 +64,9 @@ async def serve_controller(
             problems = await caches_differences(running.process.caches.all, kube)
             print(json.dumps(problems), flush=True)
         elif line == "live":
-            print(sys.getallocatedblocks(), flush=True)
+            recorder = running.process.recorder
+            keys = f"{len(recorder._spam)} {len(recorder._series)}"  # a probe of its state
+            print(sys.getallocatedblocks(), keys, flush=True)
     await running.shutdown()
     await kube.close()
     if every:
