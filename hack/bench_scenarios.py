@@ -112,7 +112,7 @@ class WriteTally:
     def __init__(self) -> None:
         self.counts: Counter[str] = Counter()
 
-    def install(self, *clients: KubeClient) -> None:
+    def install(self, *clients: object) -> None:
         """The controller's client and the Event writer's (a copy with its own budget)."""
         for client in clients:
             for verb in self.VERBS:
@@ -153,9 +153,11 @@ class ControllerUnderTest:
         return self.running.writes()
 
     def writes_by_method(self) -> dict[str, float]:
+        def sent_with(method: str) -> Callable[[Mapping[str, str]], bool]:
+            return lambda sample: sample.get("method") == method
+
         return {
-            method: self.running.requests(lambda sample, m=method: sample.get("method") == m)
-            for method in sorted(WRITE_METHODS)
+            method: self.running.requests(sent_with(method)) for method in sorted(WRITE_METHODS)
         }
 
     def reads(self) -> float:

@@ -114,3 +114,26 @@ async def watch_object(
         what=what or f"{res.kind} {name}",
     )
     return found[-1]
+
+
+async def watch_present(
+    kube: KubeClient,
+    res: Resource,
+    name: str,
+    predicate: Callable[[dict[str, Any]], bool],
+    *,
+    namespace: str | None = None,
+    within: float = 60.0,
+    what: str = "",
+) -> dict[str, Any]:
+    """Until the object exists and ``predicate(obj)`` holds for it; returns it."""
+    present: list[dict[str, Any]] = []
+
+    def exists_and(obj: dict[str, Any] | None) -> bool:
+        if obj is not None and predicate(obj):
+            present.append(obj)
+            return True
+        return False
+
+    await watch_object(kube, res, name, exists_and, namespace=namespace, within=within, what=what)
+    return present[-1]

@@ -11,7 +11,7 @@ import pytest
 from computedomain.api import constants as c
 from computedomain.api.resources import CLIQUES, COMPUTE_DOMAINS
 from computedomain.devcluster.harness import Controllers
-from computedomain.devcluster.watching import watch_object, watch_objects
+from computedomain.devcluster.watching import watch_object, watch_objects, watch_present
 from computedomain.domain.keys import CDKey
 from computedomain.runtime import resources as r
 from computedomain.runtime.client import ApiError, KubeClient
@@ -76,7 +76,7 @@ async def test_upstream_example_gets_all_three_children(
 
     # No daemon has joined: upstream status semantics say NotReady (numNodes 1), and the
     # Ready condition says why.
-    cd = await watch_object(
+    cd = await watch_present(
         kube,
         COMPUTE_DOMAINS,
         "imex-channel-injection",
@@ -84,7 +84,6 @@ async def test_upstream_example_gets_all_three_children(
         namespace=namespace,
         within=30.0,
     )
-    assert cd is not None
     assert cd["status"]["status"] == "NotReady"
     assert condition(cd, "Ready")["status"] == "False"
     assert condition(cd, "ChildrenReady")["status"] == "True"
@@ -193,7 +192,7 @@ async def test_cliques_project_into_status_and_conditions(
         },
         driver_namespace,
     )
-    cd = await watch_object(
+    cd = await watch_present(
         kube,
         COMPUTE_DOMAINS,
         "cliques",
@@ -202,7 +201,6 @@ async def test_cliques_project_into_status_and_conditions(
         within=30.0,
         what="node A in status.nodes",
     )
-    assert cd is not None
     assert cd["status"]["nodes"] == [
         {
             "name": node_a,
@@ -216,7 +214,7 @@ async def test_cliques_project_into_status_and_conditions(
 
     clique["daemons"] = [entry(node_a, 0, "Ready"), entry(node_b, 1, "Ready")]
     await kube.replace(CLIQUES, clique, driver_namespace)
-    cd = await watch_object(
+    cd = await watch_present(
         kube,
         COMPUTE_DOMAINS,
         "cliques",
@@ -225,7 +223,6 @@ async def test_cliques_project_into_status_and_conditions(
         within=30.0,
         what="Ready=True",
     )
-    assert cd is not None
     assert cd["status"]["status"] == "Ready"
     assert {n["name"]: n["index"] for n in cd["status"]["nodes"]} == {node_a: 0, node_b: 1}
     assert (cd["status"]["nodeCount"], cd["status"]["readyNodeCount"]) == (2, 2)
@@ -260,7 +257,7 @@ async def test_legacy_protocol_keeps_daemon_entries_and_reasserts_conditions(
     node = fleet_nodes[2]
     clique_id = (await kube.get(r.NODES, node))["metadata"]["labels"][c.GPU_CLIQUE_NODE_LABEL]
     pod = await _daemon_pod(kube, driver_namespace, uid, node, clique_id, "10.222.1.1")
-    cd = await watch_object(
+    cd = await watch_present(
         kube,
         COMPUTE_DOMAINS,
         "legacy",
@@ -268,7 +265,6 @@ async def test_legacy_protocol_keeps_daemon_entries_and_reasserts_conditions(
         namespace=namespace,
         within=30.0,
     )
-    assert cd is not None
     # What a legacy daemon's typed UpdateStatus sends: only upstream fields.
     stale = {
         "name": fleet_nodes[3],
@@ -293,7 +289,7 @@ async def test_legacy_protocol_keeps_daemon_entries_and_reasserts_conditions(
         except ApiError as err:
             if not err.is_conflict:
                 raise
-    cd = await watch_object(
+    cd = await watch_present(
         kube,
         COMPUTE_DOMAINS,
         "legacy",
@@ -305,7 +301,6 @@ async def test_legacy_protocol_keeps_daemon_entries_and_reasserts_conditions(
         within=30.0,
         what="stale entry pruned and conditions re-asserted",
     )
-    assert cd is not None
     assert cd["status"]["nodes"] == [live]
 
 

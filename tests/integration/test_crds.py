@@ -300,7 +300,7 @@ async def test_default_columns_never_contradict_themselves(
 
 async def test_clique_crd_accepts_daemon_writes(api_client: ApiClient, namespace: str) -> None:
     uid = "0b7c3f4e-2a1d-4c5b-9e8f-6a7b8c9d0e1f"
-    body = {
+    body: dict[str, Any] = {
         "apiVersion": c.API_VERSION,
         "kind": c.CLIQUE_KIND,
         "metadata": {

@@ -233,7 +233,8 @@ async def test_a_paged_metadata_only_informer_holds_every_node(
 
             async def relabelled() -> bool:
                 node = informer.store.get(victim) or {}
-                return node.get("metadata", {}).get("labels", {}).get("runtime-test") == "paged"
+                labels = node.get("metadata", {}).get("labels", {})
+                return bool(labels.get("runtime-test") == "paged")
 
             await eventually(relabelled, within=20, what="the label via the metadata watch")
     finally:

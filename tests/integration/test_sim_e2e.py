@@ -20,7 +20,7 @@ from kubernetes_asyncio.client import ApiClient
 from computedomain.api import constants as c
 from computedomain.api.resources import CLIQUES, COMPUTE_DOMAINS
 from computedomain.devcluster.harness import compute_domain
-from computedomain.devcluster.watching import Predicate, watch_object, watch_objects
+from computedomain.devcluster.watching import Predicate, watch_object, watch_objects, watch_present
 from computedomain.runtime.client import ApiError, KubeClient
 from computedomain.runtime.objects import labels
 from computedomain.runtime.resources import (
@@ -383,10 +383,9 @@ async def test_workload_is_held_until_its_clique_entry_is_ready_and_cleaned_up_a
         assert daemon["status"]["podIP"] == entry["ipAddress"]
 
         # 3. then the workload runs
-        workload = await watch_object(
+        workload = await watch_present(
             kube, PODS, "worker-0", pod_ready, namespace=namespace, what="workload Ready"
         )
-        assert workload is not None
         assert workload["status"]["phase"] == "Running"
         assert workload["status"]["podIP"].startswith(SIM_POD_NET)
         assert workload["status"]["hostIP"]
@@ -436,10 +435,9 @@ async def test_legacy_daemons_write_cd_status_nodes_and_erase_added_fields(
             entry = entry_for(((cd or {}).get("status") or {}).get("nodes"), "name", node_name)
             return entry is not None and entry["status"] == c.STATUS_READY
 
-        cd = await watch_object(
+        cd = await watch_present(
             kube, COMPUTE_DOMAINS, "cd", node_ready, namespace=namespace, what="status.nodes Ready"
         )
-        assert cd is not None
         entry = entry_for(cd["status"]["nodes"], "name", node_name)
         assert entry is not None
         assert entry == {
@@ -492,7 +490,7 @@ async def test_non_fabric_workload_waits_for_the_projected_status_entry(
             what="node label",
         )
         daemon = await domain.daemon_pod_on(node_name)
-        daemon = await watch_object(
+        daemon = await watch_present(
             kube,
             PODS,
             daemon["metadata"]["name"],
@@ -500,7 +498,6 @@ async def test_non_fabric_workload_waits_for_the_projected_status_entry(
             namespace=namespace,
             what="daemon Ready",
         )
-        assert daemon is not None
         assert labels(daemon)[c.CLIQUE_ID_LABEL] == ""
         assert (await kube.list(CLIQUES, namespace))["items"] == []
         assert not pod_ready(await kube.get(PODS, "worker-0", namespace))
@@ -643,7 +640,7 @@ async def test_pods_marked_not_ready_by_someone_else_are_written_back_ready(
 
         for name in (daemon_name, "worker-0"):
             await mark_not_ready(kube, name, namespace)
-            pod = await watch_object(
+            pod = await watch_present(
                 kube, PODS, name, pod_ready, namespace=namespace, what=f"{name} Ready again"
             )
             assert pod["status"]["phase"] == "Running"

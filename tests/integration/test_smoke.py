@@ -63,7 +63,7 @@ async def test_daemonset_lands_one_ready_pod_per_selected_fake_node(
             f"/api/v1/namespaces/{namespace}/pods",
             query={"labelSelector": "app=smoke"},
         )
-        items = pods["items"]
+        items: list[dict[str, Any]] = pods["items"]
         if len(items) >= len(targets) and all(pod_ready(p) for p in items):
             return items
         return None

@@ -37,7 +37,7 @@ from computedomain.devcluster.upstream import (
     container_environment,
     start_nvidia_controller,
 )
-from computedomain.devcluster.watching import Objects, watch_object, watch_objects
+from computedomain.devcluster.watching import Objects, watch_object, watch_objects, watch_present
 from computedomain.runtime import resources as r
 from computedomain.runtime.client import KubeClient
 from tests.kit.controllers import wait_children
@@ -209,7 +209,7 @@ async def written_for(
     body = {"apiVersion": c.API_VERSION, "kind": c.CD_KIND, "metadata": {"name": CD_NAME}}
     cd = await kube.create(COMPUTE_DOMAINS, {**body, "spec": copy.deepcopy(spec)}, namespace)
     uid = cd["metadata"]["uid"]
-    cd = await watch_object(
+    cd = await watch_present(
         kube,
         COMPUTE_DOMAINS,
         CD_NAME,

@@ -30,7 +30,7 @@ async def test_a_bring_up_costs_at_most_its_write_budget(e2e: EndToEnd) -> None:
     before = running.writes()
     await e2e.create_cd("budget", num_nodes=WORKERS)
     await e2e.cd_until(
-        "budget", lambda o: bool((o.get("status") or {}).get("conditions")), "a status"
+        "budget", lambda o: bool(((o or {}).get("status") or {}).get("conditions")), "a status"
     )
     await running.wait_idle(timers=False)
     creation = running.writes() - before

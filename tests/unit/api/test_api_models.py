@@ -2,6 +2,7 @@
 
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -34,9 +35,9 @@ def test_sample_parses_with_upstream_defaults() -> None:
 
 
 def test_num_nodes_defaults_to_zero_and_rejects_negative() -> None:
-    body = {"spec": {"channel": {"resourceClaimTemplate": {"name": "t"}}}}
+    body: dict[str, Any] = {"spec": {"channel": {"resourceClaimTemplate": {"name": "t"}}}}
     assert ComputeDomain.model_validate(body).num_nodes == 0
-    body["spec"]["numNodes"] = -1  # type: ignore[index]
+    body["spec"]["numNodes"] = -1
     with pytest.raises(ValidationError):
         ComputeDomain.model_validate(body)
 

@@ -33,7 +33,7 @@ OURS_ONLY = ("conditions", "observedGeneration", "nodeCount", "readyNodeCount", 
 
 def nvidia_crd() -> dict[str, Any]:
     """Our CRD with the status schema cut back to NVIDIA's two fields."""
-    crd = copy.deepcopy(OUR_CRD)
+    crd: dict[str, Any] = copy.deepcopy(OUR_CRD)
     for version in crd["spec"]["versions"]:
         status = version["schema"]["openAPIV3Schema"]["properties"]["status"]
         status["properties"] = {k: status["properties"][k] for k in ("status", "nodes")}

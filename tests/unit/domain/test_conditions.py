@@ -65,7 +65,7 @@ def view(**kw: object) -> DomainView:
 
 
 def cond(status: str, reason: str = "R", at: datetime = T0) -> Condition:
-    return Condition(type="Ready", status=status, last_transition_time=at, reason=reason)  # type: ignore[arg-type]
+    return Condition(type="Ready", status=status, last_transition_time=at, reason=reason)
 
 
 def test_set_condition_adds_with_now() -> None:

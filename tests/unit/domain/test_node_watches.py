@@ -23,12 +23,15 @@ from tests.unit.domain.test_conditions import node as status_node
 
 UID = "5d1ad1b8-3c3a-4a8e-9d47-0b2cde000001"
 Obj = dict[str, Any]
+Labels = dict[str, str]
 
 
-def k8s_node(name: str, rv: int, *, ready: bool = True, beat: str = "t0", **labels: str) -> Obj:
+def k8s_node(
+    name: str, rv: int, *, ready: bool = True, beat: str = "t0", labels: Labels | None = None
+) -> Obj:
     """A whole Node as the apiserver sends it (the metadata watch sends its metadata)."""
     return {
-        "metadata": {"name": name, "resourceVersion": str(rv), "labels": labels},
+        "metadata": {"name": name, "resourceVersion": str(rv), "labels": dict(labels or {})},
         "spec": {"providerID": f"aws:///{name}"},
         "status": {
             "conditions": [
@@ -88,8 +91,8 @@ def test_readiness_comes_from_labelled_nodes_and_existence_from_all() -> None:
     caches = make_caches()
     fill(
         caches,
-        k8s_node("ready", 1, **{c.CD_LABEL: UID}),
-        k8s_node("down", 1, ready=False, **{c.CD_LABEL: UID}),
+        k8s_node("ready", 1, labels={c.CD_LABEL: UID}),
+        k8s_node("down", 1, ready=False, labels={c.CD_LABEL: UID}),
         # Readiness of an unlabelled Node is not watched: it counts as Ready.
         k8s_node("unlabelled", 1, ready=False),
     )
@@ -109,7 +112,7 @@ READY = {"conditions": [{"type": "Ready", "status": "True"}]}
 
 def test_the_node_caches_keep_no_spec_and_no_images() -> None:
     caches = make_caches()
-    fill(caches, k8s_node("n", 1, **{c.CD_LABEL: UID}))
+    fill(caches, k8s_node("n", 1, labels={c.CD_LABEL: UID}))
     assert caches.nodes.store.get("n") == {
         "apiVersion": "v1",
         "kind": "Node",
@@ -190,8 +193,8 @@ def wired(client: NodeGetter | None = None) -> tuple[Caches, Queue]:
     wire(router, monitor)
     fill(
         caches,
-        k8s_node("a", 1, **{c.CD_LABEL: UID, c.GPU_CLIQUE_NODE_LABEL: "cl.1"}),
-        k8s_node("b", 1, **{c.GPU_CLIQUE_NODE_LABEL: "cl.1"}),
+        k8s_node("a", 1, labels={c.CD_LABEL: UID, c.GPU_CLIQUE_NODE_LABEL: "cl.1"}),
+        k8s_node("b", 1, labels={c.GPU_CLIQUE_NODE_LABEL: "cl.1"}),
     )
     cd = {"metadata": {"name": "cd", "namespace": "ns", "uid": UID, "resourceVersion": "1"}}
     caches.compute_domains.feed("ADDED", cd)
@@ -201,8 +204,8 @@ def wired(client: NodeGetter | None = None) -> tuple[Caches, Queue]:
 
 def test_heartbeats_wake_nothing() -> None:
     caches, queue = wired()
-    a = k8s_node("a", 2, beat="t1", **{c.CD_LABEL: UID, c.GPU_CLIQUE_NODE_LABEL: "cl.1"})
-    b = k8s_node("b", 2, beat="t1", **{c.GPU_CLIQUE_NODE_LABEL: "cl.1"})
+    a = k8s_node("a", 2, beat="t1", labels={c.CD_LABEL: UID, c.GPU_CLIQUE_NODE_LABEL: "cl.1"})
+    b = k8s_node("b", 2, beat="t1", labels={c.GPU_CLIQUE_NODE_LABEL: "cl.1"})
     caches.nodes.feed("MODIFIED", table_row(a))
     caches.nodes.feed("MODIFIED", table_row(b))
     caches.labelled_nodes.feed("MODIFIED", a)
@@ -212,14 +215,14 @@ def test_heartbeats_wake_nothing() -> None:
 
 def test_readiness_and_label_changes_wake_the_domain() -> None:
     caches, queue = wired()
-    down = k8s_node("a", 2, ready=False, **{c.CD_LABEL: UID, c.GPU_CLIQUE_NODE_LABEL: "cl.1"})
+    down = k8s_node("a", 2, ready=False, labels={c.CD_LABEL: UID, c.GPU_CLIQUE_NODE_LABEL: "cl.1"})
     caches.labelled_nodes.feed("MODIFIED", down)
     assert set(queue.keys) == {CDKey("ns", "cd")}
     assert caches.node_ready("a") is False
     queue.keys.clear()
     # b, in the same clique, gains the label: seen on the labelled watch, and carried into the
     # polled inventory at once (the CD's members, cliques and sharing read it).
-    joined = k8s_node("b", 3, **{c.CD_LABEL: UID, c.GPU_CLIQUE_NODE_LABEL: "cl.1"})
+    joined = k8s_node("b", 3, labels={c.CD_LABEL: UID, c.GPU_CLIQUE_NODE_LABEL: "cl.1"})
     caches.labelled_nodes.feed("ADDED", joined)
     assert set(queue.keys) == {CDKey("ns", "cd")}
     assert [n["metadata"]["name"] for n in caches.nodes.store.by_index(BY_CD, UID)] == ["a", "b"]
@@ -229,7 +232,7 @@ async def test_a_labelled_node_that_leaves_the_watch_is_looked_up() -> None:
     client = NodeGetter()
     caches, queue = wired(client)
     # "a" is deleted: the watch's DELETED, then the GET's 404, and the Node is gone at once.
-    gone = k8s_node("a", 4, **{c.CD_LABEL: UID, c.GPU_CLIQUE_NODE_LABEL: "cl.1"})
+    gone = k8s_node("a", 4, labels={c.CD_LABEL: UID, c.GPU_CLIQUE_NODE_LABEL: "cl.1"})
     caches.labelled_nodes.feed("DELETED", gone)
     await settle()
     assert client.gets == ["a"]
@@ -244,9 +247,9 @@ async def test_a_labelled_node_that_leaves_the_watch_is_looked_up() -> None:
 async def test_a_node_that_only_lost_the_label_still_exists() -> None:
     client = NodeGetter()
     caches, queue = wired(client)
-    unlabelled = k8s_node("a", 5, ready=False, **{c.GPU_CLIQUE_NODE_LABEL: "cl.1"})
+    unlabelled = k8s_node("a", 5, ready=False, labels={c.GPU_CLIQUE_NODE_LABEL: "cl.1"})
     client.live["a"] = unlabelled
-    caches.labelled_nodes.feed("DELETED", k8s_node("a", 5, **{c.CD_LABEL: UID}))
+    caches.labelled_nodes.feed("DELETED", k8s_node("a", 5, labels={c.CD_LABEL: UID}))
     await settle()
     # Existing and unlabelled: Ready by node_ready's rule, and no longer the CD's member.
     assert caches.node_ready("a") is True

@@ -15,7 +15,7 @@ T0 = datetime(2025, 1, 1, tzinfo=UTC)
 def cond(ctype: str, status: str, reason: str, message: str = "") -> Condition:
     return Condition(
         type=ctype, status=status, reason=reason, message=message, last_transition_time=T0
-    )  # type: ignore[arg-type]
+    )
 
 
 def node(name: str, clique: str = "c.1") -> ComputeDomainNode:

@@ -27,7 +27,7 @@ class Harness:
         self.clock = FakeClock()
         self.registry = CollectorRegistry()
         metrics = RuntimeMetrics(self.registry)
-        self.queue = WorkQueue("ctl", clock=self.clock, metrics=metrics)
+        self.queue: WorkQueue[str] = WorkQueue("ctl", clock=self.clock, metrics=metrics)
         self.controller = Controller(
             "ctl", self.queue, reconcile, workers=workers, timeout=timeout, metrics=metrics
         )

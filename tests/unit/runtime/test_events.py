@@ -19,7 +19,7 @@ from computedomain.runtime.resources import Resource
 from tests.kit.clock import FakeClock, settle
 from tests.kit.fakeapi import FakeApiServer
 
-CD = {
+CD: dict[str, Any] = {
     "apiVersion": "resource.nvidia.com/v1beta1",
     "kind": "ComputeDomain",
     "metadata": {"name": "cd1", "namespace": "team", "uid": "u-1", "resourceVersion": "9"},
@@ -41,7 +41,7 @@ class Setup:
         self.registry = CollectorRegistry()
         self.api = FakeApiServer()
         self.recorder = EventRecorder(
-            self.api,  # type: ignore[arg-type]
+            self.api,
             "example.com/controller",
             "controller-pod-1",
             clock=self.clock,
@@ -262,7 +262,7 @@ class LostAnswerApi(FakeApiServer):
 
 async def test_an_event_whose_first_answer_was_lost_is_written_not_dropped() -> None:
     setup = Setup()
-    setup.recorder.client = api = LostAnswerApi()  # type: ignore[assignment]
+    setup.recorder.client = api = LostAnswerApi()
     async with running(setup):
         setup.recorder.record(CD, "Warning", "Reason", "Action", "note")
         await settle()
@@ -290,7 +290,7 @@ async def test_an_event_write_throttled_waits_at_least_retry_after() -> None:
 
     setup = Setup()
     writer = Throttled()
-    setup.recorder.client = writer  # type: ignore[assignment]
+    setup.recorder.client = writer
     async with running(setup):
         setup.recorder.record(CD, "Warning", "Reason", "Action", "note")
         await settle()

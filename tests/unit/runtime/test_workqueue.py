@@ -8,10 +8,12 @@ from computedomain.runtime.workqueue import LOW_PRIORITY, RateLimiter, WorkQueue
 from tests.kit.clock import FakeClock, settle
 
 
-def make_queue(clock: FakeClock | None = None) -> tuple[WorkQueue, FakeClock, CollectorRegistry]:
+def make_queue(
+    clock: FakeClock | None = None,
+) -> tuple[WorkQueue[str], FakeClock, CollectorRegistry]:
     clock = clock or FakeClock()
     registry = CollectorRegistry()
-    queue = WorkQueue("test", clock=clock, metrics=RuntimeMetrics(registry))
+    queue: WorkQueue[str] = WorkQueue("test", clock=clock, metrics=RuntimeMetrics(registry))
     return queue, clock, registry
 
 
@@ -20,7 +22,7 @@ def sample(registry: CollectorRegistry, name: str, **labels: str) -> float | Non
 
 
 def test_per_item_backoff_doubles_from_5ms_and_caps_at_1000s() -> None:
-    limiter = RateLimiter(qps=1e9, burst=10**9, clock=FakeClock())
+    limiter: RateLimiter[str] = RateLimiter(qps=1e9, burst=10**9, clock=FakeClock())
     delays = [limiter.when("a") for _ in range(20)]
     assert delays[:4] == pytest.approx([0.005, 0.01, 0.02, 0.04])
     assert delays[17] == pytest.approx(655.36)
@@ -31,7 +33,7 @@ def test_per_item_backoff_doubles_from_5ms_and_caps_at_1000s() -> None:
 
 
 def test_forget_resets_the_backoff() -> None:
-    limiter = RateLimiter(clock=FakeClock())
+    limiter: RateLimiter[str] = RateLimiter(clock=FakeClock())
     for _ in range(5):
         limiter.when("a")
     limiter.forget("a")
@@ -40,14 +42,14 @@ def test_forget_resets_the_backoff() -> None:
 
 
 def test_huge_failure_counts_do_not_overflow() -> None:
-    limiter = RateLimiter(qps=1e9, burst=10**9, clock=FakeClock())
+    limiter: RateLimiter[str] = RateLimiter(qps=1e9, burst=10**9, clock=FakeClock())
     for _ in range(2000):
         delay = limiter.when("a")
     assert delay == 1000.0
 
 
 def test_token_bucket_dominates_once_the_burst_is_spent() -> None:
-    limiter = RateLimiter(qps=10, burst=100, clock=FakeClock())
+    limiter: RateLimiter[str] = RateLimiter(qps=10, burst=100, clock=FakeClock())
     delays = [limiter.when(f"key-{i}") for i in range(102)]
     assert delays[:100] == pytest.approx([0.005] * 100)
     assert delays[100] == pytest.approx(0.1)

@@ -1,5 +1,7 @@
 import json
 from collections import Counter
+from collections.abc import Mapping
+from typing import Any
 
 import pytest
 
@@ -19,8 +21,9 @@ from computedomain.sim.fleet import (
 from computedomain.sim.install import is_node_ready
 
 
-def labels(node: dict) -> dict[str, str]:
-    return node["metadata"]["labels"]
+def labels(node: Mapping[str, Any]) -> dict[str, str]:
+    found: dict[str, str] = node["metadata"]["labels"]
+    return found
 
 
 def test_one_clique_per_rack_with_18_nodes_each() -> None:
@@ -103,7 +106,7 @@ def test_names_are_unique_across_a_large_fleet() -> None:
     "kwargs",
     [{"racks": -1}, {"racks": 1, "nodes_per_rack": 0}, {"racks": 1, "cliques_per_rack": 0}],
 )
-def test_invalid_specs_are_rejected(kwargs: dict) -> None:
+def test_invalid_specs_are_rejected(kwargs: dict[str, Any]) -> None:
     with pytest.raises(ValueError):  # noqa: PT011
         FleetSpec(**kwargs)
 
@@ -152,7 +155,7 @@ def test_device_classes_carry_nvidias_cel_selectors() -> None:
     ],
 )
 def test_node_readiness_requires_condition_and_no_not_ready_taint(
-    conditions: list, taints: list, ready: bool
+    conditions: list[dict[str, str]], taints: list[dict[str, str]], ready: bool
 ) -> None:
     node = {"spec": {"taints": taints}, "status": {"conditions": conditions}}
     assert is_node_ready(node) is ready
