@@ -69,6 +69,27 @@ def report(results: dict[str, Any]) -> str:
                     "",
                 )
             )
+        heap = [mib for mib in soak.get("last_controller_c_heap_mb", []) if mib]
+        arenas = [n for n in soak.get("last_controller_pymalloc_arenas", []) if n]
+        if heap and arenas:
+            rows.append(
+                (
+                    "Soak: last controller's Python arenas (MiB) / C heap mapped / its free "
+                    "(MiB), first / max / last",
+                    " / ".join(
+                        f"{first:,.0f}-{top:,.0f}-{end:,.0f}"
+                        for first, top, end in (
+                            (arenas[0], max(arenas), arenas[-1]),
+                            *(
+                                (heap[0][k], max(h[k] for h in heap), heap[-1][k])
+                                for k in ("mapped", "free")
+                            ),
+                        )
+                    ),
+                    "no growth",
+                    "",
+                )
+            )
     upgrade = results.get("upgrade_under_load")
     if upgrade:
         daemons = upgrade["imex_daemons"]

@@ -103,11 +103,11 @@ class ControllerChild:
         answer: list[str] = json.loads(await self._ask("check", 180))
         return answer
 
-    async def live_memory(self) -> tuple[int, int, int]:
-        """How many blocks its Python allocator holds for live objects now, and how many event
-        keys its Event recorder holds (spam buckets, series)."""
-        blocks, buckets, series = map(int, (await self._ask("live", 10)).split())
-        return blocks, buckets, series
+    async def live_memory(self) -> dict[str, Any]:
+        """Its memory now, untraced: Python's allocator's live blocks and arenas, the C heap
+        (MiB mapped, used, free) and its Event recorder's keys (see ``soak_controller.py``)."""
+        answer: dict[str, Any] = json.loads(await self._ask("live", 10))
+        return answer
 
     async def _ask(self, question: str, within: float) -> str:
         assert self.process.stdin is not None
@@ -146,9 +146,9 @@ class Soak:
     hold: int = field(init=False)
     jobs: Jobs = field(init=False)
     # (seconds into the run, controller incarnation, its RSS in MiB, this process's RSS,
-    # the controller's live allocator blocks, its Event recorder's spam buckets and series:
-    # 0 when it could not answer, e.g. being killed)
-    rss: list[tuple[float, int, float, float, int, int, int]] = field(default_factory=list)
+    # the controller's own account of its memory (``live_memory``): empty when it could not
+    # answer, e.g. being killed)
+    rss: list[tuple[float, int, float, float, dict[str, Any]]] = field(default_factory=list)
     controller: ControllerChild | None = None
 
     def __post_init__(self) -> None:
@@ -257,11 +257,7 @@ class Soak:
                 await self.controller.kill()
                 sim_task.cancel()
                 await asyncio.gather(sim_task, return_exceptions=True)
-        last = [
-            (t, mb, live, (buckets, series))
-            for t, inc, mb, _, live, buckets, series in self.rss
-            if inc == restarts and mb > 0
-        ]
+        last = [(t, mb, probe) for t, inc, mb, _, probe in self.rss if inc == restarts and mb > 0]
         result = {
             "seconds": self.seconds,
             "cds_created": created,
@@ -280,20 +276,23 @@ class Soak:
             "orphans": orphans,
             "rss_sample_every_s": RSS_SAMPLE_EVERY_S,
             # [seconds, incarnation, controller MiB, bench process MiB (simulator, proxy),
-            #  controller's live allocator blocks, its recorder's spam buckets, its series]
+            #  the controller's account of its memory: allocator blocks and arenas, C heap
+            #  MiB, Event recorder keys]
             "rss_samples": [
-                [round(t, 1), inc, round(mb, 1), round(own, 1), live, buckets, series]
-                for t, inc, mb, own, live, buckets, series in self.rss
+                [round(t, 1), inc, round(mb, 1), round(own, 1), probe]
+                for t, inc, mb, own, probe in self.rss
             ],
-            "last_controller_rss_mb": [round(mb, 1) for _, mb, _, _ in last],
-            "last_controller_live_blocks": [live for _, _, live, _ in last],
-            "last_controller_event_keys": [list(keys) for _, _, _, keys in last],
+            "last_controller_rss_mb": [round(mb, 1) for _, mb, _ in last],
+            "last_controller_live_blocks": [probe.get("blocks", 0) for _, _, probe in last],
+            "last_controller_pymalloc_arenas": [probe.get("arenas", 0) for _, _, probe in last],
+            "last_controller_c_heap_mb": [probe.get("c_heap", {}) for _, _, probe in last],
+            "last_controller_event_keys": [probe.get("event_keys", [0, 0]) for _, _, probe in last],
             "last_controller_lived_s": round(last[-1][0] - last[0][0], 1) if last else 0.0,
         }
         first, peak, final = (
-            (last[0][1], max(mb for _, mb, _, _ in last), last[-1][1]) if last else (0, 0, 0)
+            (last[0][1], max(mb for _, mb, _ in last), last[-1][1]) if last else (0, 0, 0)
         )
-        blocks = [live for _, _, live, _ in last if live]
+        blocks = [live for _, _, probe in last if (live := probe.get("blocks", 0))]
         live_text = (
             f"live blocks {blocks[0]:,} / {max(blocks):,} / {blocks[-1]:,}" if blocks else "no live"
         )
@@ -339,10 +338,10 @@ class Soak:
             if (controller := self.controller) is not None:
                 at, mb, own = time.monotonic() - begin, rss_mb(controller.pid), rss_mb()
                 try:
-                    live, buckets, series = await controller.live_memory()
+                    probe = await controller.live_memory()
                 except (OSError, ValueError, TimeoutError, ConnectionError):
-                    live = buckets = series = 0  # killed or being replaced
-                self.rss.append((at, controller.incarnation, mb, own, live, buckets, series))
+                    probe = {}  # killed or being replaced
+                self.rss.append((at, controller.incarnation, mb, own, probe))
             await asyncio.sleep(RSS_SAMPLE_EVERY_S)
 
     async def _converge(self, controller: ControllerChild, since: float) -> float | None:

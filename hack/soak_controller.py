@@ -6,9 +6,10 @@ apiserver. It imports no more than the controller does, so its RSS is the contro
 
 Prints "built" once the controller runs; then for each "check" line on stdin, one JSON line:
 its informers' differences from a fresh LIST made directly (after they are synced); for each
-"live" line, the number of memory blocks Python's allocator holds for live objects (cheap, no
-tracing: what the heap holds, unlike RSS, which keeps the allocator's high-water mark) and the
-event keys the Event recorder holds (spam buckets, series; each bounded). Ends at EOF.
+"live" line, one JSON line (cheap, no tracing): the number of memory blocks Python's allocator
+holds for live objects (what the heap holds, unlike RSS, which keeps the allocator's high-water
+mark) and its arenas, the C heap (mapped, used, free), and the event keys the Event recorder
+holds (spam buckets, series; each bounded). Ends at EOF.
 
 To find what grows: ``SOAK_TRACEMALLOC=SECONDS`` traces allocations (slow), takes a baseline
 that many seconds after the start and then logs, every as many seconds, the 15 places in the
@@ -24,6 +25,7 @@ allocator's live blocks: what holds the growth, by name.
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import gc
 import json
 import os
@@ -64,13 +66,72 @@ async def serve_controller(
             problems = await caches_differences(running.process.caches.all, kube)
             print(json.dumps(problems), flush=True)
         elif line == "live":
-            recorder = running.process.recorder
-            keys = f"{len(recorder._spam)} {len(recorder._series)}"  # a probe of its state
-            print(sys.getallocatedblocks(), keys, flush=True)
+            print(json.dumps(live_memory(running.process)), flush=True)
     await running.shutdown()
     await kube.close()
     if every:
         growth.cancel()
+
+
+class MallInfo2(ctypes.Structure):
+    _fields_ = [  # glibc's struct mallinfo2, in its order
+        (name, ctypes.c_size_t)
+        for name in (
+            "arena", "ordblks", "smblks", "hblks", "hblkhd",
+            "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost",
+        )
+    ]  # fmt: skip
+
+
+def c_heap() -> dict[str, float]:
+    """The C library's heap in MiB: mapped from the system (its arenas and large blocks), in
+    use, and free but kept mapped (what ``malloc_trim`` can hand back); empty off glibc."""
+    try:
+        mallinfo2 = ctypes.CDLL(None).mallinfo2
+    except (OSError, AttributeError):
+        return {}
+    mallinfo2.restype = MallInfo2
+    info = mallinfo2()
+    mib = 1024 * 1024
+    return {
+        "mapped": round((info.arena + info.hblkhd) / mib, 1),
+        "used": round((info.uordblks + info.hblkhd) / mib, 1),
+        "free": round(info.fordblks / mib, 1),
+    }
+
+
+def pymalloc_arenas() -> int:
+    """Python's small-object allocator's arenas (1 MiB each, mapped apart from the C heap):
+    ``sys._debugmallocstats`` writes them to the C stderr, so it is caught there for a moment."""
+    saved = os.dup(2)
+    reading, writing = os.pipe()  # its ~10 KB fit a pipe's buffer
+    try:
+        os.dup2(writing, 2)
+        try:
+            sys._debugmallocstats()
+        finally:
+            os.dup2(saved, 2)
+            os.close(writing)
+        with os.fdopen(reading, "rb") as caught:
+            text = caught.read().decode(errors="replace")
+    finally:
+        os.close(saved)
+    for line in text.splitlines():
+        if line.startswith("# arenas allocated current"):
+            return int(line.split("=")[1].replace(",", ""))
+    return 0
+
+
+def live_memory(process: Any) -> dict[str, Any]:
+    """Cheap, untraced: the allocator's live blocks and arenas, the C heap, and the Event
+    recorder's keys (spam buckets, series)."""
+    recorder = process.recorder
+    return {
+        "blocks": sys.getallocatedblocks(),
+        "arenas": pymalloc_arenas(),
+        "c_heap": c_heap(),
+        "event_keys": [len(recorder._spam), len(recorder._series)],  # a probe of its state
+    }
 
 
 async def log_growth(every: float) -> None:
