@@ -37,7 +37,7 @@ from computedomain.runtime.clock import Clock, SystemClock
 from computedomain.runtime.controller import Controller, Result
 from computedomain.runtime.credentials import ResolverRun
 from computedomain.runtime.events import EventRecorder
-from computedomain.runtime.heap import release_free_heap
+from computedomain.runtime.heap import release_free_heap_every
 from computedomain.runtime.metrics import RuntimeMetrics
 from computedomain.runtime.ratelimit import TokenBucket
 from computedomain.runtime.workqueue import LOW_PRIORITY, WorkQueue
@@ -48,6 +48,8 @@ CONTROLLER_NAME = "computedomain"
 REPORTING_CONTROLLER = "resource.nvidia.com/computedomain-controller"
 FIELD_MANAGER = "computedomain-controller"
 INVENTORY_INTERVAL = 5.0
+# The C heap's free pages go back to the system this often (see runtime/heap.py).
+HEAP_RELEASE_INTERVAL = 60.0
 # The Event writer's own budget (client-go's event broadcaster allows bursts of 25, then
 # refills slowly); one writer task sends them one at a time anyway.
 EVENT_QPS = 10.0
@@ -160,7 +162,7 @@ class ControllerProcess:
             async with asyncio.TaskGroup() as group:
                 informer_tasks = [group.create_task(inf.run()) for inf in self.caches.all]
                 informer_tasks.append(group.create_task(self._report_missing_crds()))
-                informer_tasks.append(group.create_task(self._release_start_up_heap()))
+                informer_tasks.append(group.create_task(self._release_free_heap()))
                 work = group.create_task(self._elect_and_work())
                 await stop.wait()
                 log.info("Shutting down")
@@ -215,10 +217,11 @@ class ControllerProcess:
             self.leading.clear()
             self.queue.shutdown(drain=False)
 
-    async def _release_start_up_heap(self) -> None:
-        """Decoding the first LISTs leaves more free heap than the caches keep (leader or not)."""
+    async def _release_free_heap(self) -> None:
+        """Decoding the first LISTs leaves more free heap than the caches keep, and churn frees
+        as much as it allocates (leader or not): released once synced, then periodically."""
         await self.caches.wait_synced()
-        release_free_heap()
+        await release_free_heap_every(self.clock, HEAP_RELEASE_INTERVAL)
 
     async def _report_missing_crds(self) -> None:
         """An absent CRD sends no watch event: look once both CRD informers have listed."""

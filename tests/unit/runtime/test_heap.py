@@ -1,7 +1,9 @@
-"""release_free_heap: glibc's malloc_trim where there is one, nothing where there is none."""
+"""release_free_heap: glibc's malloc_trim where there is one, nothing where there is none; and
+release_free_heap_every, its period."""
 
 from __future__ import annotations
 
+import asyncio
 import ctypes
 import platform
 from typing import Any
@@ -9,6 +11,7 @@ from typing import Any
 import pytest
 
 from computedomain.runtime import heap
+from tests.kit.clock import FakeClock, settle
 
 
 @pytest.fixture(autouse=True)
@@ -35,3 +38,32 @@ def test_a_c_library_without_malloc_trim_is_a_no_op(monkeypatch: pytest.MonkeyPa
 
     monkeypatch.setattr(ctypes, "CDLL", Musl)
     assert heap.release_free_heap() is False
+
+
+async def test_free_heap_is_released_at_once_then_every_interval(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    trims: list[float] = []
+    clock = FakeClock()
+
+    def trim(pad: int) -> int:
+        trims.append(clock.now())
+        return 1
+
+    monkeypatch.setattr(heap, "_malloc_trim", lambda: trim)
+    releasing = asyncio.create_task(heap.release_free_heap_every(clock, 60.0))
+    await settle()
+    assert trims == [1000.0]
+    await clock.advance(59.0)
+    assert len(trims) == 1
+    await clock.advance(1.0)
+    await clock.advance(120.0)
+    assert trims == [1000.0, 1060.0, 1120.0, 1180.0]
+    releasing.cancel()
+
+
+async def test_without_malloc_trim_nothing_is_scheduled(monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = FakeClock()
+    monkeypatch.setattr(heap, "_malloc_trim", lambda: None)
+    await asyncio.wait_for(heap.release_free_heap_every(clock, 60.0), 1.0)
+    assert clock.sleepers == 0
