@@ -85,7 +85,8 @@ class MallInfo2(ctypes.Structure):
 
 def c_heap() -> dict[str, float]:
     """The C library's heap in MiB: mapped from the system (its arenas and large blocks), in
-    use, and free but kept mapped (what ``malloc_trim`` can hand back); empty off glibc."""
+    use, and free chunks (resident or not: the pages ``malloc_trim`` handed back still count
+    here); empty off glibc."""
     try:
         mallinfo2 = ctypes.CDLL(None).mallinfo2
     except (OSError, AttributeError):
