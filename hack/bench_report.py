@@ -13,6 +13,11 @@ def fmt_ms(seconds: float | None) -> str:
     return "—" if seconds is None else f"{seconds * 1000:.0f} ms"
 
 
+def first_max_last(values: list[float], unit: float = 1.0) -> str:
+    """A series over a run as its first, highest and last value (each divided by ``unit``)."""
+    return " / ".join(f"{v / unit:,.0f}" for v in (values[0], max(values), values[-1]))
+
+
 def report(results: dict[str, Any]) -> str:
     rows: list[tuple[str, str, str, str]] = []
     soak = results.get("soak")
@@ -44,7 +49,7 @@ def report(results: dict[str, Any]) -> str:
             (
                 f"Soak: last controller's RSS first / max / last over "
                 f"{soak['last_controller_lived_s']:.0f} s of churn (its own process)",
-                f"{rss[0]:.0f} / {max(rss):.0f} / {rss[-1]:.0f} MiB",
+                f"{first_max_last(rss)} MiB",
                 "no growth",
                 "",
             ),
@@ -53,7 +58,7 @@ def report(results: dict[str, Any]) -> str:
             rows.append(
                 (
                     "Soak: last controller's live allocator blocks first / max / last (thousands)",
-                    f"{live[0] / 1000:,.0f} / {max(live) / 1000:,.0f} / {live[-1] / 1000:,.0f}",
+                    first_max_last(live, unit=1000),
                     "no growth",
                     "",
                 )
@@ -69,23 +74,15 @@ def report(results: dict[str, Any]) -> str:
                     "",
                 )
             )
-        heap = [mib for mib in soak.get("last_controller_c_heap_mb", []) if mib]
+        # What live objects hold, by allocator (the C heap's "free" and "mapped" are in the
+        # JSON: after malloc_trim they count pages that are no longer resident).
         arenas = [n for n in soak.get("last_controller_pymalloc_arenas", []) if n]
-        if heap and arenas:
+        used = [mib["used"] for mib in soak.get("last_controller_c_heap_mb", []) if mib]
+        if arenas and used:
             rows.append(
                 (
-                    "Soak: last controller's Python arenas (MiB) / C heap mapped / its free "
-                    "(MiB), first / max / last",
-                    " / ".join(
-                        f"{first:,.0f}-{top:,.0f}-{end:,.0f}"
-                        for first, top, end in (
-                            (arenas[0], max(arenas), arenas[-1]),
-                            *(
-                                (heap[0][k], max(h[k] for h in heap), heap[-1][k])
-                                for k in ("mapped", "free")
-                            ),
-                        )
-                    ),
+                    "Soak: last controller's Python arenas / C heap in use, first / max / last",
+                    f"{first_max_last(arenas)} and {first_max_last(used)} MiB",
                     "no growth",
                     "",
                 )

@@ -127,13 +127,14 @@ async def watch_present(
     what: str = "",
 ) -> dict[str, Any]:
     """Until the object exists and ``predicate(obj)`` holds for it; returns it."""
-    present: list[dict[str, Any]] = []
-
-    def exists_and(obj: dict[str, Any] | None) -> bool:
-        if obj is not None and predicate(obj):
-            present.append(obj)
-            return True
-        return False
-
-    await watch_object(kube, res, name, exists_and, namespace=namespace, within=within, what=what)
-    return present[-1]
+    found = await watch_object(
+        kube,
+        res,
+        name,
+        lambda obj: obj is not None and predicate(obj),
+        namespace=namespace,
+        within=within,
+        what=what,
+    )
+    assert found is not None  # only a present object satisfies the check
+    return found

@@ -60,6 +60,8 @@ async def test_free_heap_is_released_at_once_then_every_interval(
     await clock.advance(120.0)
     assert trims == [1000.0, 1060.0, 1120.0, 1180.0]
     releasing.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await releasing
 
 
 async def test_without_malloc_trim_nothing_is_scheduled(monkeypatch: pytest.MonkeyPatch) -> None:
