@@ -337,23 +337,30 @@ class LeaderElector:
             self._renewed_at = self.clock.now()
 
     async def _release(self) -> None:
-        """Hand the lease back: empty holder, 1 s duration (client-go ReleaseOnCancel)."""
+        """Hand the lease back: empty holder, 1 s duration (client-go ReleaseOnCancel).
+
+        From the record we wrote last; on a 409, from the Lease as read now if we still hold
+        it: a renewal cancelled in flight may have been applied with its reply never read.
+        """
         if self._lease is None:
             return
-        now = format_microtime(self.clock.wall())
-        released = copy.deepcopy(self._lease)
-        spec = released.setdefault("spec", {})
-        spec.update(
-            {
-                "holderIdentity": "",
-                "leaseDurationSeconds": 1,
-                "acquireTime": now,
-                "renewTime": now,
-            }
-        )
         try:
             async with asyncio.timeout(self.request_timeout):
-                self._store(await self.client.replace(LEASES, released, self.namespace))
+                try:
+                    released = await self.client.replace(
+                        LEASES, self._released(self._lease), self.namespace
+                    )
+                except ApiError as error:
+                    if not error.is_conflict:
+                        raise
+                    current = await self.client.get(LEASES, self.name, self.namespace)
+                    self._observe(current)
+                    if (current.get("spec") or {}).get("holderIdentity") != self.identity:
+                        return  # another holds it already: nothing of ours to hand back
+                    released = await self.client.replace(
+                        LEASES, self._released(current), self.namespace
+                    )
+                self._store(released)
             log.info(
                 "Released lease", extra={"lease": self._lease_ref(), "identity": self.identity}
             )
@@ -362,6 +369,14 @@ class LeaderElector:
                 "Failed to release lease",
                 extra={"lease": self._lease_ref(), "err": str(error) or type(error).__name__},
             )
+
+    def _released(self, lease: dict[str, Any]) -> dict[str, Any]:
+        now = format_microtime(self.clock.wall())
+        released = copy.deepcopy(lease)
+        released.setdefault("spec", {}).update(
+            {"holderIdentity": "", "leaseDurationSeconds": 1, "acquireTime": now, "renewTime": now}
+        )
+        return released
 
     def _set_leader(self, leading: bool) -> None:
         self._is_leader = leading

@@ -386,7 +386,15 @@ async def test_swap_in_and_back_out_leaves_running_imex_domains_alone(
         leases = await kube.list(r.LEASES, ours_ns, field_selector=f"metadata.name={lease_name}")
         for lease in leases["items"]:
             holder = lease["spec"].get("holderIdentity") or ""
-            assert not holder.startswith(OUR_SA), f"Lease still held by ours: {lease['spec']}"
+            said = [
+                f"{pod.name}: {line}"
+                for pod in kubelet.pods.values()
+                for line in pod.log_text().splitlines()
+                if "lease" in line.lower() or "Shutting down" in line
+            ]
+            assert not holder.startswith(OUR_SA), (
+                f"Lease still held by ours: {lease['spec']}; our pods said:\n" + "\n".join(said)
+            )
         seen = await watch.stop()
         print(
             f"daemon pods unchanged: {sum(k.startswith('pod/') for k in before)}; "

@@ -154,6 +154,62 @@ async def test_release_on_cancel_lets_the_standby_in_within_a_retry_period() -> 
         await standby
 
 
+@dataclass
+class RepliesLost(LeaseStore):
+    """Applies a renewal, then never answers it (as a reply held up on a loaded apiserver)."""
+
+    lose_replies: bool = False
+
+    async def replace(
+        self,
+        res: Resource,
+        body: dict[str, Any],
+        namespace: str | None = None,
+        subresource: str | None = None,
+    ) -> dict[str, Any]:
+        stored = await super().replace(res, body, namespace, subresource)
+        if self.lose_replies and body["spec"].get("holderIdentity"):
+            await forever()
+        return stored
+
+
+async def test_a_leader_cancelled_while_its_renewal_is_unanswered_still_releases() -> None:
+    """The renewal was applied but its reply never read: the release, sent from the record
+    written before it, gets a 409. It must read the Lease again and release that, or the
+    standby (and NVIDIA's controller after a swap back) waits out the whole lease duration."""
+    clock, store = FakeClock(), RepliesLost()
+    a = elector(store, clock, "a")
+    leader_a = asyncio.create_task(a.run(forever))
+    await settle()
+    store.lose_replies = True
+    renewals = len(store.writes)
+    await clock.advance(2.4)
+    assert len(store.writes) == renewals + 1, "one renewal applied, its reply pending"
+    leader_a.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await leader_a
+    assert store.holder == ""
+    assert store.writes[-1]["leaseDurationSeconds"] == 1
+
+
+async def test_a_release_after_a_conflict_leaves_another_holder_alone() -> None:
+    clock, store = FakeClock(), RepliesLost()
+    a = elector(store, clock, "a")
+    leader_a = asyncio.create_task(a.run(forever))
+    await settle()
+    store.lose_replies = True
+    await clock.advance(2.4)
+    lease = store.lease
+    assert lease is not None
+    store.add(LEASES, {**lease, "spec": {**lease["spec"], "holderIdentity": "b"}})
+    writes = len(store.writes)
+    leader_a.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await leader_a
+    assert store.holder == "b"
+    assert len(store.writes) == writes
+
+
 async def test_failing_renewals_lose_leadership_after_the_renew_deadline() -> None:
     clock, store, registry = FakeClock(), LeaseStore(), CollectorRegistry()
     a = elector(store, clock, "a", registry)
