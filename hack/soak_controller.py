@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
+import functools
 import gc
 import json
 import os
@@ -33,7 +34,7 @@ import sys
 import tracemalloc
 import types
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -83,15 +84,24 @@ class MallInfo2(ctypes.Structure):
     ]  # fmt: skip
 
 
+@functools.cache
+def _mallinfo2() -> Callable[[], MallInfo2] | None:
+    """glibc's ``mallinfo2``, looked up once, or None off glibc."""
+    try:
+        mallinfo2 = ctypes.CDLL(None).mallinfo2
+    except (OSError, AttributeError):
+        return None
+    mallinfo2.restype = MallInfo2
+    found: Callable[[], MallInfo2] = mallinfo2
+    return found
+
+
 def c_heap() -> dict[str, float]:
     """The C library's heap in MiB: mapped from the system (its arenas and large blocks), in
     use, and free chunks (resident or not: the pages ``malloc_trim`` handed back still count
     here); empty off glibc."""
-    try:
-        mallinfo2 = ctypes.CDLL(None).mallinfo2
-    except (OSError, AttributeError):
+    if (mallinfo2 := _mallinfo2()) is None:
         return {}
-    mallinfo2.restype = MallInfo2
     info = mallinfo2()
     mib = 1024 * 1024
     return {

@@ -337,30 +337,15 @@ class LeaderElector:
             self._renewed_at = self.clock.now()
 
     async def _release(self) -> None:
-        """Hand the lease back: empty holder, 1 s duration (client-go ReleaseOnCancel).
-
-        From the record we wrote last; on a 409, from the Lease as read now if we still hold
-        it: a renewal cancelled in flight may have been applied with its reply never read.
-        """
+        """Hand the lease back: empty holder, 1 s duration (client-go ReleaseOnCancel)."""
         if self._lease is None:
             return
         try:
             async with asyncio.timeout(self.request_timeout):
-                try:
-                    released = await self.client.replace(
-                        LEASES, self._released(self._lease), self.namespace
-                    )
-                except ApiError as error:
-                    if not error.is_conflict:
-                        raise
-                    current = await self.client.get(LEASES, self.name, self.namespace)
-                    self._observe(current)
-                    if (current.get("spec") or {}).get("holderIdentity") != self.identity:
-                        return  # another holds it already: nothing of ours to hand back
-                    released = await self.client.replace(
-                        LEASES, self._released(current), self.namespace
-                    )
-                self._store(released)
+                released = await self._hand_back(self._lease)
+            if released is None:
+                return  # another holds it already: nothing of ours to hand back
+            self._store(released)
             log.info(
                 "Released lease", extra={"lease": self._lease_ref(), "identity": self.identity}
             )
@@ -369,6 +354,21 @@ class LeaderElector:
                 "Failed to release lease",
                 extra={"lease": self._lease_ref(), "err": str(error) or type(error).__name__},
             )
+
+    async def _hand_back(self, last: dict[str, Any]) -> dict[str, Any] | None:
+        """The released Lease as stored, or None if another holds it. From the record we wrote
+        last; on a 409 from the Lease as read now: a renewal cancelled in flight may have been
+        applied with its reply never read."""
+        try:
+            return await self.client.replace(LEASES, self._released(last), self.namespace)
+        except ApiError as error:
+            if not error.is_conflict:
+                raise
+        current = await self.client.get(LEASES, self.name, self.namespace)
+        self._observe(current)
+        if (current.get("spec") or {}).get("holderIdentity") != self.identity:
+            return None
+        return await self.client.replace(LEASES, self._released(current), self.namespace)
 
     def _released(self, lease: dict[str, Any]) -> dict[str, Any]:
         now = format_microtime(self.clock.wall())

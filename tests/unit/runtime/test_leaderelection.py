@@ -173,18 +173,24 @@ class RepliesLost(LeaseStore):
         return stored
 
 
-async def test_a_leader_cancelled_while_its_renewal_is_unanswered_still_releases() -> None:
-    """The renewal was applied but its reply never read: the release, sent from the record
-    written before it, gets a 409. It must read the Lease again and release that, or the
-    standby (and NVIDIA's controller after a swap back) waits out the whole lease duration."""
-    clock, store = FakeClock(), RepliesLost()
-    a = elector(store, clock, "a")
-    leader_a = asyncio.create_task(a.run(forever))
+async def leader_awaiting_a_lost_reply(store: RepliesLost) -> asyncio.Task[None]:
+    """Leader "a" whose latest renewal the store applied and never answered."""
+    clock = FakeClock()
+    leader_a = asyncio.create_task(elector(store, clock, "a").run(forever))
     await settle()
     store.lose_replies = True
     renewals = len(store.writes)
     await clock.advance(2.4)
     assert len(store.writes) == renewals + 1, "one renewal applied, its reply pending"
+    return leader_a
+
+
+async def test_a_leader_cancelled_while_its_renewal_is_unanswered_still_releases() -> None:
+    """The renewal was applied but its reply never read: the release, sent from the record
+    written before it, gets a 409. It must read the Lease again and release that, or the
+    standby (and NVIDIA's controller after a swap back) waits out the whole lease duration."""
+    store = RepliesLost()
+    leader_a = await leader_awaiting_a_lost_reply(store)
     leader_a.cancel()
     with pytest.raises(asyncio.CancelledError):
         await leader_a
@@ -193,12 +199,8 @@ async def test_a_leader_cancelled_while_its_renewal_is_unanswered_still_releases
 
 
 async def test_a_release_after_a_conflict_leaves_another_holder_alone() -> None:
-    clock, store = FakeClock(), RepliesLost()
-    a = elector(store, clock, "a")
-    leader_a = asyncio.create_task(a.run(forever))
-    await settle()
-    store.lose_replies = True
-    await clock.advance(2.4)
+    store = RepliesLost()
+    leader_a = await leader_awaiting_a_lost_reply(store)
     lease = store.lease
     assert lease is not None
     store.add(LEASES, {**lease, "spec": {**lease["spec"], "holderIdentity": "b"}})

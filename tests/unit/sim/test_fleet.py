@@ -1,6 +1,5 @@
 import json
 from collections import Counter
-from collections.abc import Mapping
 from typing import Any
 
 import pytest
@@ -11,6 +10,7 @@ from computedomain.api.constants import (
     DRIVER_NAME,
     GPU_CLIQUE_NODE_LABEL,
 )
+from computedomain.runtime.objects import labels
 from computedomain.sim.fleet import (
     RACK_LABEL,
     FleetSpec,
@@ -19,11 +19,6 @@ from computedomain.sim.fleet import (
     build_resource_slice,
 )
 from computedomain.sim.install import is_node_ready
-
-
-def labels(node: Mapping[str, Any]) -> dict[str, str]:
-    found: dict[str, str] = node["metadata"]["labels"]
-    return found
 
 
 def test_one_clique_per_rack_with_18_nodes_each() -> None:
