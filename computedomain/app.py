@@ -120,6 +120,8 @@ class ControllerProcess:
             selectors=s.nvidia_controller_selectors,
             own_lease=(s.lease_namespace, s.lease_name) if s.leader_election else None,
             daemon_image=s.reconciler.daemon.image,
+            driver_namespace=s.driver_namespace,
+            namespaces=s.reconciler.additional_namespaces,
         )
         wire(self.router, self.coexistence)
         self.shutting_down = Flag("shutting down", up=True)

@@ -346,14 +346,12 @@ def seconds_at_least(minimum: float, maximum: float | None = None) -> Check:
     return Check(f"duration {_number(minimum)}s to {_number(maximum)}s", check)
 
 
-def required(what: str) -> Check:
+def no_white_space(what: str) -> Check:
     def check(value: Any, row: Setting) -> None:
-        if not value:
-            raise ConfigError(f"{row.flag} / {row.env} must not be empty ({what})")
         if any(ch.isspace() for ch in str(value)):
             raise ConfigError(f"{row.flag} / {row.env}: {value!r} contains white space")
 
-    return Check(f"non-empty ({what})", check)
+    return Check(f"{what} without white space, or empty", check)
 
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
@@ -483,10 +481,13 @@ SETTINGS: Sequence[Setting] = (
             "(after moving the driver to another namespace); the flag may be repeated",
             "reconciler.additional_namespaces", check=_valid_names("namespace", label=True),
             repeatable=True),
-    Setting("--image-name", "IMAGE_NAME", c.NVIDIA_DRIVER_IMAGE, _text,
+    Setting("--image-name", "IMAGE_NAME", "", _text,
             "image of the IMEX daemon pods; must be NVIDIA's DRA driver image of the release the "
-            "kubelet plugin runs (NVIDIA's chart passes its own image here)", "daemon.image",
-            check=required("NVIDIA's DRA driver image")),
+            "kubelet plugin runs. Empty (the default): the image NVIDIA's kubelet plugin "
+            "DaemonSet in the driver namespace runs, read when each daemon DaemonSet is "
+            f"created ({c.NVIDIA_DRIVER_IMAGE} while no plugin is found); a value given here "
+            "wins, and a plugin running another image is then reported (DaemonImageDrift)",
+            "daemon.image", check=no_white_space("an image reference")),
     Setting("--cd-daemon-image-pull-secret-names", "CD_DAEMON_IMAGE_PULL_SECRET_NAMES", "", _list,
             "comma-separated image pull secrets copied into the daemon pod spec",
             "daemon.image_pull_secrets", check=_valid_names("Secret", label=False)),

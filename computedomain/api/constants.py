@@ -156,17 +156,29 @@ NVIDIA_CONTROLLER_COMPONENT: Final = "controller"
 # (v0.4.0 or v0.4.1) labels them `dra-driver-nvidia-gpu-component`, one upgraded from v25.x
 # (nameOverride=nvidia-dra-driver-gpu) `nvidia-dra-driver-gpu-component`, which v0.4.0 also
 # added to every controller pod and v0.4.1 no longer does. Our pods carry neither.
+# NVIDIA's GPU Operator (26.7, `GPUCluster`) renders its own install instead of the chart: the
+# controller Deployment `nvidia-dra-driver-controller` with pods labelled
+# `app: nvidia-dra-driver-controller`, the kubelet plugin DaemonSet
+# `nvidia-dra-driver-kubelet-plugin` labelled `app.kubernetes.io/name: nvidia-dra-driver`, its
+# pods selected by `app: nvidia-dra-driver-kubelet-plugin` (contract §21).
+GPU_OPERATOR_NAME: Final = "nvidia-dra-driver"
+GPU_OPERATOR_CONTROLLER_APP: Final = f"{GPU_OPERATOR_NAME}-controller"
+GPU_OPERATOR_KUBELET_PLUGIN_APP: Final = f"{GPU_OPERATOR_NAME}-kubelet-plugin"
+# Watched in every namespace: NVIDIA's controller writes wherever it runs, whatever namespace
+# ours manages.
 NVIDIA_CONTROLLER_SELECTORS: Final = (
     f"{NVIDIA_CHART_NAME}-component={NVIDIA_CONTROLLER_COMPONENT}",
     f"{NVIDIA_COMPONENT_LABEL}={NVIDIA_CONTROLLER_COMPONENT}",
+    f"app={GPU_OPERATOR_CONTROLLER_APP}",
 )
 # NVIDIA's kubelet plugin DaemonSet: labelled `app.kubernetes.io/name: <name>` (the same two
-# names), its pods selected by `<name>-component: kubelet-plugin`. Its image is the driver
-# release the IMEX daemons must run too (our IMAGE_NAME).
+# names, or GPU Operator's), its pods selected by `<name>-component: kubelet-plugin` (GPU
+# Operator: `app: nvidia-dra-driver-kubelet-plugin`). Its image is the driver release the IMEX
+# daemons must run too (IMAGE_NAME, or found from it), and its namespace is the driver namespace.
 NVIDIA_KUBELET_PLUGIN_COMPONENT: Final = "kubelet-plugin"
 NVIDIA_UPGRADED_NAME: Final = NVIDIA_COMPONENT_LABEL.removesuffix("-component")
 NVIDIA_CHART_DAEMONSETS_SELECTOR: Final = (
-    f"app.kubernetes.io/name in ({NVIDIA_CHART_NAME},{NVIDIA_UPGRADED_NAME})"
+    f"app.kubernetes.io/name in ({NVIDIA_CHART_NAME},{NVIDIA_UPGRADED_NAME},{GPU_OPERATOR_NAME})"
 )
 # Labels of our own controller pods (manifests/manager and the Helm chart's defaults). A selector
 # of NVIDIA's controller pods must not match them; a pod carrying either of the first two is

@@ -129,6 +129,17 @@ def trim_pod(pod: dict[str, Any]) -> dict[str, Any]:
     return pod
 
 
+def trim_identity(obj: dict[str, Any]) -> dict[str, Any]:
+    """Identity and labels only: what says an object exists, where, and for which CD."""
+    meta = objects.meta(obj)
+    kept = ("name", "namespace", "uid", "resourceVersion", "labels", "deletionTimestamp")
+    return {
+        "apiVersion": obj.get("apiVersion"),
+        "kind": obj.get("kind"),
+        "metadata": {key: meta[key] for key in kept if key in meta},
+    }
+
+
 def trim_daemonset(ds: dict[str, Any]) -> dict[str, Any]:
     ds = strip_managed_fields(ds)
     template_spec = ((ds.get("spec") or {}).get("template") or {}).get("spec") or {}
@@ -203,10 +214,15 @@ class Caches:
     crds: Informer
     # The ComputeDomainClique CRD alone: with the one above, says which CRD is not installed.
     clique_crds: Informer
-    # NVIDIA's controller pods in the driver namespace, one informer per selector (a label
-    # selector cannot say "this label or that one"): a second controller running beside us.
+    # NVIDIA's controller pods in every namespace, one informer per selector (a label selector
+    # cannot say "this label or that one"): a second controller running beside us.
     nvidia_controller_pods: list[Informer]
+    # NVIDIA's chart's DaemonSets in every namespace: its kubelet plugin (driver image, and the
+    # namespace it serves).
     nvidia_daemonsets: Informer
+    # IMEX daemon DaemonSets outside the driver and additional namespaces (a field selector
+    # leaves ours out, so this is empty unless another controller made daemons), by CD UID.
+    foreign_daemonsets: Informer
 
     @property
     def all(self) -> list[Informer]:
@@ -223,6 +239,7 @@ class Caches:
             self.clique_crds,
             *self.nvidia_controller_pods,
             self.nvidia_daemonsets,
+            self.foreign_daemonsets,
         ]
 
     @property
@@ -239,6 +256,17 @@ class Caches:
     async def wait_synced(self) -> None:
         """Until every informer has listed once."""
         await asyncio.gather(*(informer.wait_synced() for informer in self.all))
+
+    def foreign_daemonsets_of_live_cds(self) -> list[dict[str, Any]]:
+        """IMEX daemon DaemonSets outside our namespaces whose CD exists (what is left of a CD
+        deleted while no controller ran is no sign of a second controller)."""
+        return [
+            ds
+            for ds in self.foreign_daemonsets.store.list()
+            if not objects.meta(ds).get("deletionTimestamp")
+            and (uid := cd_uid_of(ds))
+            and self.cds_of(uid)
+        ]
 
     def nvidia_controller_pod_list(self) -> list[dict[str, Any]]:
         """Every pod any of the selectors found (a pod two of them match comes twice)."""
@@ -356,8 +384,9 @@ def build_caches(
     nvidia_controller_selectors: Sequence[str] = c.NVIDIA_CONTROLLER_SELECTORS,
 ) -> Caches:
     """DaemonSets, daemon pods and cliques are watched in the driver namespace and the
-    additional ones; the daemon ServiceAccount and NVIDIA's controller pods in the driver
-    namespace alone."""
+    additional ones; the daemon ServiceAccount in the driver namespace alone; NVIDIA's
+    controller pods and kubelet plugin, and daemon DaemonSets outside those namespaces, in every
+    namespace."""
     namespaces = list(dict.fromkeys([driver_namespace, *additional_namespaces]))
     caches = Caches(
         compute_domains=Informer(
@@ -442,10 +471,9 @@ def build_caches(
             Informer(
                 client,
                 r.PODS,
-                namespace=driver_namespace,
                 label_selector=selector,
                 transform=trim_pod_identity,
-                name=f"pods/{driver_namespace}/{selector}",
+                name=f"pods/{selector}",
             )
             for selector in nvidia_controller_selectors
         ],
@@ -453,10 +481,17 @@ def build_caches(
         nvidia_daemonsets=Informer(
             client,
             r.DAEMONSETS,
-            namespace=driver_namespace,
             label_selector=c.NVIDIA_CHART_DAEMONSETS_SELECTOR,
             transform=trim_plugin_daemonset,
-            name=f"daemonsets/{driver_namespace}/nvidia",
+            name="daemonsets/nvidia",
+        ),
+        foreign_daemonsets=Informer(
+            client,
+            r.DAEMONSETS,
+            label_selector=CD_LABEL_EXISTS,
+            field_selector=",".join(f"metadata.namespace!={ns}" for ns in namespaces),
+            transform=trim_identity,
+            name="daemonsets/foreign",
         ),
     )
     # First handler of the labelled watch: the inventory is current before any CD is woken.

@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from computedomain.api import constants as c
 from computedomain.api.v1beta1 import ComputeDomain
 from computedomain.domain import desired
+from computedomain.domain.coexistence import daemon_image
 from computedomain.domain.conditions import ChildKind, ChildState, ChildStatus
 from computedomain.domain.context import ReconcileContext
 from computedomain.domain.keys import CDKey
@@ -148,8 +150,16 @@ class ChildMaker:
         if caches.daemonsets_of(uid):
             states[ChildKind.DAEMON_SET] = ChildState(ChildStatus.OK)
         else:
+            # IMAGE_NAME, else the driver image NVIDIA's kubelet plugin runs beside the daemons.
+            image = daemon_image(
+                s.daemon.image, caches.nvidia_daemonsets.store.list(), s.driver_namespace
+            )
             states[ChildKind.DAEMON_SET] = await self._create(
-                cd, obj, r.DAEMONSETS, desired.daemon_daemonset(cd, s.daemon), created=created
+                cd,
+                obj,
+                r.DAEMONSETS,
+                desired.daemon_daemonset(cd, replace(s.daemon, image=image)),
+                created=created,
             )
 
     async def _create(

@@ -6,9 +6,13 @@
   the stored one forever (a write loop). We detect the missing fields, write only the upstream
   fields, and say what to run.
 - NVIDIA's controller running beside ours (a later `helm upgrade` of NVIDIA's chart scales it
-  back to 1) would mean two writers of status, children, cliques, node labels and finalizers.
-  Its pods carry the selector label of NVIDIA's chart (contract §19), found by
-  `NVIDIA_CONTROLLER_SELECTORS` (one informer each). A pod whose leader election is on and
+  back to 1, or ours was installed in a namespace of its own beside NVIDIA's chart) would mean
+  two writers of status, children, cliques, node labels and finalizers. Its pods carry the
+  selector label of NVIDIA's chart (contract §19) or GPU Operator's, found in every namespace by
+  `NVIDIA_CONTROLLER_SELECTORS` (one informer each). Two more signs, whatever the other
+  controller's labels: IMEX daemon DaemonSets of live CDs outside our namespaces (what another
+  controller does), and NVIDIA's kubelet plugin running in another namespace than our driver
+  namespace (daemons ours made would serve no workload). A pod whose leader election is on and
   names the Lease ours leads on cannot write while ours leads (it waits for that Lease), so it
   is only reported: standing by then would leave no controller writing at all. While any other
   one runs (phase Running, not terminating; its leader election is off by default), ours
@@ -51,8 +55,9 @@ OUR_STATUS_FIELDS: tuple[str, ...] = (
 )
 CRD_UPGRADE_COMMAND = "kubectl apply --server-side --force-conflicts -f crds/"
 RESUMED_NOTE = (
-    "No pod of NVIDIA's ComputeDomain controller runs any more: this controller manages every "
-    "ComputeDomain again"
+    "Nothing makes this controller stand by any more (no other ComputeDomain controller runs, "
+    "and NVIDIA's kubelet plugin runs in its driver namespace): it manages every ComputeDomain "
+    "again"
 )
 
 
@@ -267,11 +272,13 @@ def trim_plugin_daemonset(ds: dict[str, Any]) -> dict[str, Any]:
 
 def kubelet_plugin_image(ds: Mapping[str, Any]) -> str | None:
     """The driver image one of NVIDIA's DaemonSets runs if it is its kubelet plugin (its pods
-    selected by `<name>-component: kubelet-plugin`); None for any other DaemonSet."""
+    selected by `<name>-component: kubelet-plugin`, or GPU Operator's
+    `app: nvidia-dra-driver-kubelet-plugin`); None for any other DaemonSet."""
     spec = ds.get("spec") or {}
     match = ((spec.get("selector") or {}).get("matchLabels")) or {}
     if not any(
-        key.endswith("-component") and value == c.NVIDIA_KUBELET_PLUGIN_COMPONENT
+        (key.endswith("-component") and value == c.NVIDIA_KUBELET_PLUGIN_COMPONENT)
+        or (key == "app" and value == c.GPU_OPERATOR_KUBELET_PLUGIN_APP)
         for key, value in match.items()
     ):
         return None
@@ -280,20 +287,95 @@ def kubelet_plugin_image(ds: Mapping[str, Any]) -> str | None:
     return str(images[0]) if images else None
 
 
+def kubelet_plugins(
+    daemonsets: Iterable[Mapping[str, Any]],
+) -> list[tuple[Mapping[str, Any], str]]:
+    """NVIDIA's kubelet plugin DaemonSets among ``daemonsets`` with the image each runs, by
+    namespace and name."""
+    found = [(ds, image) for ds in daemonsets if (image := kubelet_plugin_image(ds)) is not None]
+    return sorted(found, key=lambda item: objects.object_key(item[0]))
+
+
+def daemon_image(explicit: str, daemonsets: Iterable[Mapping[str, Any]], namespace: str) -> str:
+    """The image of new IMEX daemons: IMAGE_NAME when given; else the image NVIDIA's kubelet
+    plugin runs in the driver namespace (NVIDIA ships one driver image for both, and the two must
+    be the same release); else, with no plugin found, NVIDIA_DRIVER_IMAGE."""
+    if explicit:
+        return explicit
+    for ds, image in kubelet_plugins(daemonsets):
+        if objects.namespace(ds) == namespace:
+            return image
+    return c.NVIDIA_DRIVER_IMAGE
+
+
+def driver_namespace_problem(daemonsets: Iterable[Mapping[str, Any]], driver_namespace: str) -> str:
+    """Why this controller must not write while NVIDIA's kubelet plugin runs, but not in its
+    driver namespace; empty when the plugin runs there, or nowhere.
+
+    The plugin finds IMEX daemons and cliques in its own namespace only: daemons created
+    elsewhere never make a workload ready, and NVIDIA's install manages ComputeDomains from
+    there (a README install in a namespace of its own, beside NVIDIA's chart, did exactly that).
+    """
+    plugins = kubelet_plugins(daemonsets)
+    if not plugins or any(objects.namespace(ds) == driver_namespace for ds, _ in plugins):
+        return ""
+    namespaces = sorted({objects.namespace(ds) or "" for ds, _ in plugins})
+    first = plugins[0][0]
+    there = namespaces[0]
+    return (
+        f"NVIDIA's kubelet plugin runs in namespace {', '.join(namespaces)} (DaemonSet "
+        f"{objects.object_key(first)}), not in this controller's driver namespace "
+        f"{driver_namespace}: it finds IMEX daemons and cliques in its own namespace only, so "
+        "this one stands by and writes nothing to ComputeDomains. Install it for that "
+        f"namespace: Helm --set driverNamespace={there}, or NAMESPACE={there} "
+        "(kustomize: manifests/nvidia)"
+    )
+
+
+def foreign_daemonsets_problem(
+    daemonsets: Iterable[Mapping[str, Any]], namespaces: Sequence[str]
+) -> str:
+    """Why this controller must not write while IMEX daemon DaemonSets of live ComputeDomains
+    exist outside ``namespaces`` (driver and additional): another controller made them, and
+    manages those ComputeDomains from there. Empty when there are none."""
+    foreign = sorted(
+        (ds for ds in daemonsets if objects.namespace(ds) not in namespaces),
+        key=objects.object_key,
+    )
+    if not foreign:
+        return ""
+    there = objects.namespace(foreign[0]) or ""
+    return (
+        f"IMEX daemon DaemonSet {objects.object_key(foreign[0])} of a live ComputeDomain "
+        f"({len(foreign)} in all) is outside this controller's namespaces "
+        f"({', '.join(namespaces)}): another ComputeDomain controller manages them from {there} "
+        "(NVIDIA's, or a second install of this one), so this one stands by and writes nothing "
+        f"to ComputeDomains. Remove the other controller, or install this one with driver "
+        f"namespace {there}; if {there} is a driver namespace left behind, name it in "
+        "ADDITIONAL_NAMESPACES"
+    )
+
+
 def image_drift_message(ds: Mapping[str, Any], plugin_image: str, daemon_image: str) -> str:
     meta = objects.meta(ds)
     return (
         f"NVIDIA's kubelet plugin (DaemonSet {meta.get('namespace')}/{meta.get('name')}) runs "
         f"{plugin_image}, but the IMEX daemons of new ComputeDomains get {daemon_image} "
-        "(IMAGE_NAME): the two must be the same driver release. Set this controller's IMAGE_NAME "
-        f"to {plugin_image} (Helm: image.repository and image.tag, as NVIDIA's values), e.g. "
-        "after every upgrade of NVIDIA's release"
+        "(IMAGE_NAME): the two must be the same driver release. Leave IMAGE_NAME unset (Helm: "
+        "image.tag empty) and new daemons get the plugin's image, or set it to "
+        f"{plugin_image}"
     )
 
 
 class CoexistenceMonitor:
-    """Reacts to the CD CRD and NVIDIA's controller pods; every replica logs and exports, only
-    the leader records Events (a standby writes nothing).
+    """Reacts to the CD CRD, NVIDIA's controller pods and kubelet plugin, and daemon DaemonSets
+    outside our namespaces; every replica logs and exports, only the leader records Events (a
+    standby writes nothing).
+
+    Three things make ours stand by, each found cluster-wide (any of them alone means a second
+    writer, or daemons nothing would use): a running pod of NVIDIA's controller that can write
+    beside ours; NVIDIA's kubelet plugin running, but not in our driver namespace; IMEX daemon
+    DaemonSets of live ComputeDomains outside our namespaces.
 
     ``requeue_all`` runs when what every reconcile depends on changed: the CRD's status fields,
     and the start and the end of a stand-by."""
@@ -306,14 +388,19 @@ class CoexistenceMonitor:
         selectors: Sequence[str] = c.NVIDIA_CONTROLLER_SELECTORS,
         own_lease: tuple[str, str] | None = None,
         daemon_image: str = "",
+        driver_namespace: str = "",
+        namespaces: Sequence[str] = (),
     ) -> None:
         self._recorder = recorder
         self._selectors = tuple(selectors)
         # The Lease ours leads on (None: leader election off). A pod of NVIDIA's controller
         # that must hold the same Lease to write cannot write while ours leads: no stand-by.
         self._own_lease = own_lease
-        # IMAGE_NAME: compared with the image of NVIDIA's kubelet plugin.
+        # IMAGE_NAME as given ("": new daemons get the plugin's image, which cannot drift).
         self._daemon_image = daemon_image
+        self._driver_namespace = driver_namespace
+        # The namespaces whose daemon DaemonSets are ours: driver and additional ones.
+        self._namespaces = tuple(dict.fromkeys([driver_namespace, *namespaces]))
         self._drift: dict[str, tuple[Mapping[str, Any], str]] = {}
         self._reported_drift: set[tuple[str, str]] = set()
         self._metrics = metrics
@@ -326,6 +413,12 @@ class CoexistenceMonitor:
         self._reported_crd: tuple[str, tuple[str, ...]] | None = None
         self.missing_crds: list[str] = []
         self._running: dict[str, Mapping[str, Any]] = {}
+        self._writers: list[Mapping[str, Any]] = []
+        # The other two reasons to stand by ("" when none), each said once on the CRD.
+        self._namespace_problem = ""
+        self._foreign_problem = ""
+        self._foreign_count = 0
+        self._reported_problems: set[str] = set()
         # Pods reported by an Event on the CRD, and whether a stand-by was (a Resumed ends it).
         self._reported_pods: set[str] = set()
         self._reported_standby = False
@@ -395,20 +488,41 @@ class CoexistenceMonitor:
                 )
         self._running = running
         self._reported_pods &= running.keys()
-        writers = [pod for pod in running.values() if not self._shares_our_lease(pod)]
         # Only those that can write beside ours: one waiting on our Lease is reported by Event.
-        self._metrics.set_concurrent_controllers(len(writers))
+        self._writers = [pod for pod in running.values() if not self._shares_our_lease(pod)]
+        self._stand_by_or_resume()
+
+    def foreign_daemonsets_changed(self, daemonsets: Iterable[Mapping[str, Any]]) -> None:
+        """IMEX daemon DaemonSets of live ComputeDomains outside our namespaces (another
+        controller's work), whoever made them."""
+        foreign = [ds for ds in daemonsets if objects.namespace(ds) not in self._namespaces]
+        problem = foreign_daemonsets_problem(foreign, self._namespaces)
+        self._foreign_count = len({objects.namespace(ds) for ds in foreign})
+        if problem != self._foreign_problem:
+            if problem:
+                log.warning("Concurrent controller: %s", problem)
+            self._foreign_problem = problem
+            self._stand_by_or_resume()
+
+    def _stand_by_or_resume(self) -> None:
+        self._metrics.set_concurrent_controllers(len(self._writers) + self._foreign_count)
         was_standing_by = bool(self._standing_by)
-        self._standing_by = concurrent_controller_message(writers[0]) if writers else ""
+        reasons = [
+            concurrent_controller_message(self._writers[0]) if self._writers else "",
+            self._namespace_problem,
+            self._foreign_problem,
+        ]
+        self._standing_by = next((reason for reason in reasons if reason), "")
         if bool(self._standing_by) != was_standing_by:
             if self._standing_by:
                 log.warning(
-                    "Standing by: NVIDIA's controller runs; writing nothing to ComputeDomains, "
-                    "their children, cliques or node labels until no pod of it runs"
+                    "Standing by: writing nothing to ComputeDomains, their children, cliques or "
+                    "node labels: %s",
+                    self._standing_by,
                 )
             else:
                 log.info(
-                    "Resuming: no pod of NVIDIA's controller runs any more; reconciling every "
+                    "Resuming: nothing makes this controller stand by; reconciling every "
                     "ComputeDomain"
                 )
             # Every CD, both ways: each says it stands by (an Event), or gets back to work.
@@ -417,12 +531,15 @@ class CoexistenceMonitor:
 
     # NVIDIA's kubelet plugin ---------------------------------------------------------------------
     def plugin_daemonsets_changed(self, daemonsets: Iterable[Mapping[str, Any]]) -> None:
-        """After an upgrade of NVIDIA's release its kubelet plugin runs the new driver image while
-        our IMAGE_NAME still names the old: new IMEX daemons would run another release."""
+        """NVIDIA's kubelet plugin, in any namespace: it must run in our driver namespace; and
+        after an upgrade of NVIDIA's release it runs the new driver image, while an IMAGE_NAME
+        given explicitly still names the old: new IMEX daemons would run another release."""
+        daemonsets = list(daemonsets)
         drift: dict[str, tuple[Mapping[str, Any], str]] = {}
-        for ds in daemonsets:
-            image = kubelet_plugin_image(ds)
-            if image is not None and self._daemon_image and image != self._daemon_image:
+        for ds, image in kubelet_plugins(daemonsets):
+            if objects.namespace(ds) != self._driver_namespace:
+                continue
+            if self._daemon_image and image != self._daemon_image:
                 drift[objects.meta(ds).get("uid") or objects.object_key(ds)] = (ds, image)
         for uid, (ds, image) in drift.items():
             if self._drift.get(uid, (None, None))[1] != image:
@@ -432,7 +549,14 @@ class CoexistenceMonitor:
             log.info("The kubelet plugin and IMAGE_NAME name the same driver image again")
         self._drift = drift
         self._metrics.set_daemon_image_drift(len(drift))
-        self._report()
+        problem = driver_namespace_problem(daemonsets, self._driver_namespace)
+        if problem != self._namespace_problem:
+            if problem:
+                log.warning("Driver namespace: %s", problem)
+            self._namespace_problem = problem
+            self._stand_by_or_resume()
+        else:
+            self._report()
 
     def set_leading(self, leading: bool) -> None:
         self._leading = leading
@@ -457,6 +581,13 @@ class CoexistenceMonitor:
                 self._recorder.record(
                     self._crd, "Warning", "ConcurrentController", "Detect", self._message(pod)
                 )
+            for reason, problem in (
+                ("DriverNamespaceMismatch", self._namespace_problem),
+                ("ConcurrentController", self._foreign_problem),
+            ):
+                if problem and problem not in self._reported_problems:
+                    self._reported_problems.add(problem)
+                    self._recorder.record(self._crd, "Warning", reason, "Detect", problem)
             if self._standing_by:
                 self._reported_standby = True
             elif self._reported_standby:

@@ -144,10 +144,22 @@ def wire(router: EventRouter, coexistence: CoexistenceMonitor) -> None:
     def nvidia_daemonsets_changed(*_: object) -> None:
         coexistence.plugin_daemonsets_changed(caches.nvidia_daemonsets.store.list())
 
+    def foreign_daemonsets_changed(*_: object) -> None:
+        coexistence.foreign_daemonsets_changed(caches.foreign_daemonsets_of_live_cds())
+
     for informer, changed in (
         (caches.crds, crd_changed),
         (caches.clique_crds, crd_changed),
         *((pods, nvidia_pods_changed) for pods in caches.nvidia_controller_pods),
         (caches.nvidia_daemonsets, nvidia_daemonsets_changed),
+        (caches.foreign_daemonsets, foreign_daemonsets_changed),
     ):
         informer.add_handler(FunctionHandler(add=changed, update=changed, delete=changed))
+
+    # A foreign DaemonSet counts while its CD lives: look again when a CD comes or goes (the
+    # foreign store is empty unless another controller made daemons, so this costs nothing).
+    def cd_came_or_went(*_: object) -> None:
+        if len(caches.foreign_daemonsets.store):
+            foreign_daemonsets_changed()
+
+    caches.compute_domains.add_handler(FunctionHandler(add=cd_came_or_went, delete=cd_came_or_went))

@@ -124,7 +124,7 @@ def test_console_script_help_runs() -> None:
         [str(CONTROLLER_SCRIPT), "--help"], capture_output=True, text=True, timeout=60, check=False
     )
     assert done.returncode == 0, done.stderr
-    assert "[IMAGE_NAME; non-empty" in done.stdout
+    assert "[IMAGE_NAME; an image reference" in done.stdout
 
 
 def test_help_and_config_errors_do_not_load_the_client_stack() -> None:
@@ -147,8 +147,10 @@ def test_help_and_config_errors_do_not_load_the_client_stack() -> None:
     assert done.stdout.strip().splitlines()[-1] == "[0, 2] False"
 
 
-def test_empty_image_exits_2_naming_the_setting(capsys: pytest.CaptureFixture[str]) -> None:
-    assert exit_code(["--image-name", ""]) == EXIT_CONFIG == 2
+def test_image_with_white_space_exits_2_naming_the_setting(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert exit_code(["--image-name", "registry/x: v1"]) == EXIT_CONFIG == 2
     err = capsys.readouterr().err
     assert err.startswith("computedomain-controller: ")
     assert "IMAGE_NAME" in err

@@ -81,9 +81,11 @@ def test_gate_values_are_gos_booleans() -> None:
         assert not parse_feature_gates(f"ComputeDomainCliques={text}")["ComputeDomainCliques"]
 
 
-def test_daemon_image_defaults_to_nvidias_chart_image() -> None:
-    settings = parse_settings([], {})
-    assert settings.daemon.image == "registry.k8s.io/dra-driver-nvidia/dra-driver-nvidia-gpu:v0.4.0"
+def test_daemon_image_is_found_from_the_kubelet_plugin_unless_given() -> None:
+    # Empty: the reconciler reads the image of NVIDIA's kubelet plugin (coexistence.daemon_image).
+    assert parse_settings([], {}).daemon.image == ""
+    given = "registry.example/dra-driver-nvidia-gpu:v0.4.1"
+    assert parse_settings([], {"IMAGE_NAME": given}).daemon.image == given
 
 
 @pytest.mark.parametrize(
@@ -150,7 +152,7 @@ def test_defaults() -> None:
 @pytest.mark.parametrize(
     ("env", "message"),
     [
-        ({"IMAGE_NAME": ""}, "IMAGE_NAME must not be empty"),
+        ({"IMAGE_NAME": "a b"}, "IMAGE_NAME: 'a b' contains white space"),
         ({**BASE_ENV, "LEADER_ELECTION_RENEW_DEADLINE": "20s"}, "lease duration > renew"),
         ({**BASE_ENV, "WORKERS": "0"}, "must be 1 to 256"),
         ({**BASE_ENV, "LOG_FORMAT": "xml"}, "want json or text"),
@@ -345,10 +347,11 @@ def test_help_explains_imex_mode_and_isolation() -> None:
     assert "HostManagedIMEXDaemon (default false)" in text
 
 
-def test_nvidia_controller_selectors_default_to_both_chart_labels() -> None:
+def test_nvidia_controller_selectors_default_to_both_chart_labels_and_gpu_operators() -> None:
     assert parse_settings([], {}).nvidia_controller_selectors == (
         "dra-driver-nvidia-gpu-component=controller",
         "nvidia-dra-driver-gpu-component=controller",
+        "app=nvidia-dra-driver-controller",
     )
 
 

@@ -16,6 +16,7 @@ from computedomain.domain.coexistence import (
     CoexistenceMonitor,
     concurrent_controller_message,
     crd_outdated_message,
+    daemon_image,
     image_drift_message,
     missing_status_fields,
     nvidia_lease,
@@ -306,8 +307,9 @@ def test_the_caches_watch_every_selector_and_wake_the_monitor(
     the gauge, for a pod of each chart's shape."""
     namespace = INSTALLS[install]["namespace"]
     caches = build_caches(None, driver_namespace=namespace)  # type: ignore[arg-type]
+    # In every namespace: NVIDIA's controller writes from wherever it runs.
     assert [(i.namespace, i.label_selector) for i in caches.nvidia_controller_pods] == [
-        (namespace, selector) for selector in c.NVIDIA_CONTROLLER_SELECTORS
+        (None, selector) for selector in c.NVIDIA_CONTROLLER_SELECTORS
     ]
     monitor, _, metrics, _ = monitor_parts
     wire(EventRouter(caches, Queue(), orphan_grace=5.0), monitor)  # type: ignore[arg-type]
@@ -412,12 +414,17 @@ V040 = "registry.k8s.io/dra-driver-nvidia/dra-driver-nvidia-gpu:v0.4.0"
 V041 = "registry.k8s.io/dra-driver-nvidia/dra-driver-nvidia-gpu:v0.4.1"
 
 
-def plugin_daemonset(image: str, *, component: str = "kubelet-plugin") -> dict[str, Any]:
+PLUGIN_NS = "nvidia-dra-driver-gpu"
+
+
+def plugin_daemonset(
+    image: str, *, component: str = "kubelet-plugin", namespace: str = PLUGIN_NS
+) -> dict[str, Any]:
     """NVIDIA's kubelet plugin DaemonSet as its v0.4.x chart renders it (fresh install)."""
     return {
         "metadata": {
             "name": "dra-driver-nvidia-gpu-kubelet-plugin",
-            "namespace": "nvidia-dra-driver-gpu",
+            "namespace": namespace,
             "uid": "uid-plugin",
             "labels": {"app.kubernetes.io/name": "dra-driver-nvidia-gpu"},
         },
@@ -435,6 +442,7 @@ def test_nvidias_kubelet_plugin_on_another_image_than_image_name_is_reported_onc
         metrics,
         requeue_all=lambda: None,
         daemon_image=V040,
+        driver_namespace=PLUGIN_NS,
     )
     monitor.plugin_daemonsets_changed([plugin_daemonset(V040)])
     assert metrics.drift == 0
@@ -452,4 +460,171 @@ def test_nvidias_kubelet_plugin_on_another_image_than_image_name_is_reported_onc
     assert (metrics.drift, recorder.events) == (0, [warning])
     message = image_drift_message(upgraded, V041, V040)
     assert f"runs {V041}, but the IMEX daemons of new ComputeDomains get {V040}" in message
-    assert "image.repository and image.tag" in message
+    assert "Leave IMAGE_NAME unset" in message
+
+
+# -- One controller per cluster, whatever the install path (issue 29) ----------------------------
+OURS_NS = "computedomain-system"
+
+
+def monitor_for(
+    driver_namespace: str, **kwargs: Any
+) -> tuple[CoexistenceMonitor, Recorder, Metrics]:
+    recorder, metrics = Recorder(), Metrics()
+    monitor = CoexistenceMonitor(
+        recorder,  # type: ignore[arg-type]
+        metrics,
+        requeue_all=lambda: None,
+        driver_namespace=driver_namespace,
+        **kwargs,
+    )
+    monitor.crd_changed({**OUR_CRD, "metadata": {**OUR_CRD["metadata"], "uid": "crd-1"}})
+    monitor.set_leading(True)
+    return monitor, recorder, metrics
+
+
+def test_a_kubelet_plugin_in_another_namespace_makes_ours_stand_by_said_once() -> None:
+    """The README's first install path beside NVIDIA's chart: ours in a namespace of its own,
+    NVIDIA's plugin (and daemons, cliques) in NVIDIA's. Daemons made there would serve nothing."""
+    monitor, recorder, metrics = monitor_for(OURS_NS)
+    elsewhere = plugin_daemonset(V041)
+    monitor.plugin_daemonsets_changed([elsewhere])
+    assert f"runs in namespace {PLUGIN_NS} " in monitor.standing_by
+    assert f"driverNamespace={PLUGIN_NS}" in monitor.standing_by
+    assert metrics.standing_by is True
+    monitor.plugin_daemonsets_changed([elsewhere])
+    crd = OUR_CRD["metadata"]["name"]
+    assert recorder.events == [(crd, "Warning", "DriverNamespaceMismatch")]
+    # Another of NVIDIA's DaemonSets elsewhere (not the plugin) says nothing.
+    monitor.plugin_daemonsets_changed([plugin_daemonset(V041, component="webhook")])
+    assert monitor.standing_by == ""
+    assert recorder.events[-1] == (crd, "Normal", "Resumed")
+
+
+def test_a_kubelet_plugin_in_the_driver_namespace_or_none_at_all_is_no_reason() -> None:
+    monitor, recorder, metrics = monitor_for(PLUGIN_NS)
+    # A second install of NVIDIA's elsewhere too: ours serves the one in its driver namespace.
+    monitor.plugin_daemonsets_changed(
+        [plugin_daemonset(V041), plugin_daemonset(V041, namespace="other")]
+    )
+    assert (monitor.standing_by, metrics.standing_by) == ("", False)
+    monitor.plugin_daemonsets_changed([])
+    assert (monitor.standing_by, recorder.events) == ("", [])
+
+
+def daemon_daemonset(namespace: str, uid: str = "cd-1") -> dict[str, Any]:
+    return {
+        "metadata": {
+            "name": c.daemon_name(uid),
+            "namespace": namespace,
+            "uid": f"ds-{uid}-{namespace}",
+            "labels": {c.CD_LABEL: uid},
+        }
+    }
+
+
+def test_daemons_of_a_live_cd_outside_our_namespaces_make_ours_stand_by() -> None:
+    """What another controller does, whatever labels its pods carry: daemons for the same CDs
+    made from another namespace (measured: one CD, two DaemonSets, two status writers)."""
+    monitor, recorder, metrics = monitor_for(OURS_NS, namespaces=("old-driver-ns",))
+    monitor.foreign_daemonsets_changed(
+        [daemon_daemonset(OURS_NS), daemon_daemonset("old-driver-ns")]
+    )
+    assert monitor.standing_by == ""  # ours, and a namespace named in ADDITIONAL_NAMESPACES
+    theirs = daemon_daemonset(PLUGIN_NS)
+    monitor.foreign_daemonsets_changed([theirs])
+    assert f"DaemonSet {PLUGIN_NS}/{c.daemon_name('cd-1')}" in monitor.standing_by
+    assert "ADDITIONAL_NAMESPACES" in monitor.standing_by
+    assert (metrics.standing_by, metrics.concurrent) == (True, 1)
+    monitor.foreign_daemonsets_changed([theirs])
+    crd = OUR_CRD["metadata"]["name"]
+    assert recorder.events == [(crd, "Warning", "ConcurrentController")]
+    monitor.foreign_daemonsets_changed([])
+    assert (monitor.standing_by, metrics.concurrent) == ("", 0)
+    assert recorder.events[-1] == (crd, "Normal", "Resumed")
+
+
+def test_the_caches_watch_nvidias_install_and_foreign_daemons_in_every_namespace() -> None:
+    caches = build_caches(
+        None,  # type: ignore[arg-type]
+        driver_namespace=OURS_NS,
+        additional_namespaces=["old-driver-ns"],
+    )
+    assert (caches.nvidia_daemonsets.namespace, caches.foreign_daemonsets.namespace) == (None, None)
+    # The apiserver leaves ours out: the store stays empty unless another controller made some.
+    assert caches.foreign_daemonsets.field_selector == (
+        f"metadata.namespace!={OURS_NS},metadata.namespace!=old-driver-ns"
+    )
+    assert caches.foreign_daemonsets.label_selector == c.CD_LABEL
+    # Only those of live CDs count: what is left of a CD deleted meanwhile is no controller.
+    caches.foreign_daemonsets.feed("ADDED", daemon_daemonset(PLUGIN_NS, "gone"))
+    caches.foreign_daemonsets.feed("ADDED", daemon_daemonset(PLUGIN_NS, "live"))
+    cd = {"apiVersion": f"{c.GROUP}/{c.VERSION}", "kind": "ComputeDomain"}
+    caches.compute_domains.feed(
+        "ADDED", {**cd, "metadata": {"name": "a", "namespace": "u", "uid": "live"}}
+    )
+    assert [objects_name(ds) for ds in caches.foreign_daemonsets_of_live_cds()] == [
+        c.daemon_name("live")
+    ]
+
+
+def objects_name(obj: dict[str, Any]) -> str:
+    return str(obj["metadata"]["name"])
+
+
+def test_the_daemon_image_is_the_plugins_in_the_driver_namespace_unless_given() -> None:
+    plugins = [plugin_daemonset(V041), plugin_daemonset(V040, namespace="other")]
+    assert daemon_image("", plugins, PLUGIN_NS) == V041
+    assert daemon_image(V040, plugins, PLUGIN_NS) == V040  # an explicit IMAGE_NAME wins
+    assert daemon_image("", plugins, OURS_NS) == c.NVIDIA_DRIVER_IMAGE  # none found there
+    trimmed = [trim_plugin_daemonset(ds) for ds in plugins]  # what the cache keeps suffices
+    assert daemon_image("", trimmed, PLUGIN_NS) == V041
+
+
+def test_without_an_explicit_image_nothing_drifts() -> None:
+    """The plugin's image is what new daemons get: an upgrade of NVIDIA's release moves both."""
+    monitor, recorder, metrics = monitor_for(PLUGIN_NS)
+    monitor.plugin_daemonsets_changed([plugin_daemonset(V041)])
+    assert (metrics.drift, recorder.events) == (0, [])
+
+
+def gpu_operator_plugin(image: str) -> dict[str, Any]:
+    """GPU Operator's kubelet plugin DaemonSet (its state-dra-driver manifests, contract §21)."""
+    return {
+        "metadata": {
+            "name": "nvidia-dra-driver-kubelet-plugin",
+            "namespace": "gpu-operator",
+            "uid": "uid-gpu-operator-plugin",
+            "labels": {"app.kubernetes.io/name": c.GPU_OPERATOR_NAME},
+        },
+        "spec": {
+            "selector": {"matchLabels": {"app": c.GPU_OPERATOR_KUBELET_PLUGIN_APP}},
+            "template": {"spec": {"containers": [{"name": "gpus", "image": image}]}},
+        },
+    }
+
+
+def test_gpu_operators_install_is_recognised() -> None:
+    plugin = gpu_operator_plugin(V041)
+    assert f",{c.GPU_OPERATOR_NAME})" in c.NVIDIA_CHART_DAEMONSETS_SELECTOR  # the apiserver's
+    assert daemon_image("", [plugin], "gpu-operator") == V041
+    controller = {
+        "metadata": {
+            "name": "nvidia-dra-driver-controller-abc",
+            "namespace": "gpu-operator",
+            "uid": "p-1",
+            "labels": {"app": c.GPU_OPERATOR_CONTROLLER_APP},
+        },
+        "spec": {
+            "containers": [
+                {
+                    "name": "compute-domain",
+                    "env": [{"name": "LEADER_ELECTION_ENABLED", "value": "false"}],
+                }
+            ]
+        },
+        "status": {"phase": "Running"},
+    }
+    assert [p["metadata"]["name"] for p in running_nvidia_controllers([controller])] == [
+        "nvidia-dra-driver-controller-abc"
+    ]

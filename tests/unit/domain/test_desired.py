@@ -1,5 +1,6 @@
 """The builders reproduce contract §7.2-7.4 field for field (golden files written by hand)."""
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -9,6 +10,7 @@ import yaml
 from computedomain.api import constants as c
 from computedomain.api.v1beta1 import ComputeDomain
 from computedomain.config import parse_settings
+from computedomain.domain.coexistence import daemon_image
 from computedomain.domain.desired import (
     daemon_daemonset,
     daemon_resource_claim_template,
@@ -81,7 +83,10 @@ def test_daemonset_from_default_settings_is_nvidias(
 ) -> None:
     """Unset (or empty) daemon knobs leave the DaemonSet byte-identical to NVIDIA's."""
     settings = parse_settings([], {"NAMESPACE": "nvidia-dra-driver-gpu", **extra_env})
-    assert daemon_daemonset(cd, settings.daemon) == golden("daemon-daemonset.yaml")
+    # No IMAGE_NAME and no kubelet plugin found: NVIDIA's image that the golden objects hold.
+    image = daemon_image(settings.daemon.image, [], settings.driver_namespace)
+    daemon = replace(settings.daemon, image=image)
+    assert daemon_daemonset(cd, daemon) == golden("daemon-daemonset.yaml")
 
 
 def test_daemonset_guaranteed_qos_from_resources_json(cd: ComputeDomain) -> None:

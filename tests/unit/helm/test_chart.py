@@ -46,7 +46,6 @@ CHART_ONLY_ENV = (
     "IMEX_MODE",
     "IMEX_ISOLATION",
 )
-DAEMON_IMAGE = "registry.k8s.io/dra-driver-nvidia/dra-driver-nvidia-gpu:v0.4.0"
 ALL_ON = (
     "serviceMonitor.enabled=true",
     "prometheusRule.enabled=true",
@@ -230,9 +229,10 @@ def test_deployment_equals_manifests_manager_apart_from_documented_differences(
     (src_c,), c = src_pod["containers"], container(default)
 
     chart_env = [dict(e) for e in c["env"] if e["name"] not in CHART_ONLY_ENV]  # a copy
-    # Documented: NVIDIA's v0.4 chart image instead of nvcr.io's, and NVIDIA's logVerbosity
+    # Neither sets IMAGE_NAME (the kubelet plugin's image); documented: NVIDIA's logVerbosity
     # default for the controller too.
-    for entry, documented in (("IMAGE_NAME", DAEMON_IMAGE), ("LOG_VERBOSITY", "4")):
+    assert "IMAGE_NAME" not in {e["name"] for e in chart_env + src_c["env"]}
+    for entry, documented in (("LOG_VERBOSITY", "4"),):
         (rendered_entry,) = [e for e in chart_env if e["name"] == entry]
         assert rendered_entry["value"] == documented
         rendered_entry["value"] = next(e for e in src_c["env"] if e["name"] == entry)["value"]
@@ -318,7 +318,7 @@ def test_every_env_var_is_one_the_controller_knows(
 def test_default_env_configures_the_controller_as_documented(default: list[Obj]) -> None:
     settings = settings_from(default, RELEASE_NS)
     assert settings.driver_namespace == RELEASE_NS
-    assert settings.daemon.image == DAEMON_IMAGE
+    assert settings.daemon.image == ""  # the kubelet plugin's
     assert settings.leader_election is True
     assert (settings.lease_name, settings.lease_namespace) == (
         "computedomain-controller",
@@ -521,9 +521,9 @@ FAILURES = [
         "controller.leaderElection.enabled=true or controller.replicas=1",
     ),
     (
-        ["image.repository="],
-        "image.repository is empty: set it to NVIDIA's DRA driver image of the release "
-        "your kubelet plugin runs",
+        ["image.repository=", "image.tag=v0.4.1"],
+        "image.tag is set but image.repository is empty: set both to NVIDIA's DRA driver image "
+        "of the release your kubelet plugin runs, or neither (the kubelet plugin's image is used)",
     ),
     (
         ["controller.probes.address="],

@@ -176,7 +176,8 @@ def test_our_controller_image_as_image_is_refused(helm: Path, repository: str) -
 
 def test_image_is_nvidias_driver_image_and_controller_image_is_ours(helm: Path) -> None:
     default = render(helm)
-    assert env_of(default)["IMAGE_NAME"] == f"{DRIVER_IMAGE}:v0.4.0"
+    # No NVIDIA release written: the controller reads the kubelet plugin's image.
+    assert "IMAGE_NAME" not in env_of(default)
     assert container(default)["image"] == "computedomain-controller:0.1.0"
     assert container(default)["imagePullPolicy"] == "IfNotPresent"
 
@@ -264,18 +265,14 @@ def test_additional_namespaces_get_nvidias_per_namespace_rbac(helm: Path) -> Non
         )
         granted = grants(role)
         assert granted <= allowed, granted - allowed  # never more than the driver namespace
-        # What the controller does there: watch DaemonSets, daemon pods and cliques, delete
-        # and unfinalize DaemonSets, prune cliques.
+        # What the controller does there: watch cliques, delete and unfinalize DaemonSets,
+        # prune cliques (DaemonSets and pods are watched by the ClusterRole, everywhere).
         assert granted == {
-            ("apps", "daemonsets", "list"),
-            ("apps", "daemonsets", "watch"),
             ("apps", "daemonsets", "delete"),
             ("apps", "daemonsets", "patch"),
             ("resource.nvidia.com", "computedomaincliques", "list"),
             ("resource.nvidia.com", "computedomaincliques", "watch"),
             ("resource.nvidia.com", "computedomaincliques", "update"),
-            ("", "pods", "list"),
-            ("", "pods", "watch"),
         }
         role_binding = next(
             o
@@ -458,7 +455,7 @@ def controller_pod(objects: list[Obj]) -> Obj:
 def test_nvidias_own_default_values_render(helm: Path, nvidia_chart: Path) -> None:
     """NVIDIA's values.yaml, every key of it: the schema knows them all."""
     objects = render(helm, values=[nvidia_chart / "values.yaml"], namespace=NVIDIA_NS)
-    assert env_of(objects)["IMAGE_NAME"] == f"{DRIVER_IMAGE}:v0.4.0"  # tag "": NVIDIA's v0.4.x
+    assert "IMAGE_NAME" not in env_of(objects)  # tag "": the kubelet plugin's image
 
 
 def test_an_nvidia_values_file_means_what_it_means_to_nvidias_chart(

@@ -24,13 +24,16 @@ EXPECTED_CLUSTER_RULES = {
     },
     ("", "nodes"): {"get", "list", "watch", "patch"},
     ("events.k8s.io", "events"): {"create", "patch"},
+    # Another ComputeDomain controller anywhere: NVIDIA's pods and kubelet plugin, daemons
+    # outside the driver namespace (and, so, the driver namespace's daemons and their pods).
+    ("", "pods"): {"list", "watch"},
+    ("apps", "daemonsets"): {"list", "watch"},
     # Only the ComputeDomain CRD (resourceNames): does it keep our status fields?
     ("apiextensions.k8s.io", "customresourcedefinitions"): {"list", "watch"},
 }  # fmt: skip
 EXPECTED_NAMESPACE_RULES = {
-    ("apps", "daemonsets"): {"get", "list", "watch", "create", "delete", "patch"},
+    ("apps", "daemonsets"): {"get", "create", "delete", "patch"},
     ("resource.nvidia.com", "computedomaincliques"): {"list", "watch", "update"},
-    ("", "pods"): {"list", "watch"},
     ("", "serviceaccounts"): {"list", "watch"},  # the daemon SA's presence (#586)
 }
 EXPECTED_LEADER_RULES = {("coordination.k8s.io", "leases"): {"get", "create", "update"}}
@@ -138,7 +141,7 @@ def test_settings_use_the_upstream_environment_names() -> None:
     assert env["POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
     assert env["NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace"
     for name in (
-        "IMAGE_NAME", "LOG_VERBOSITY_CD_DAEMON", "MAX_NODES_PER_IMEX_DOMAIN",
+        "LOG_VERBOSITY_CD_DAEMON", "MAX_NODES_PER_IMEX_DOMAIN",
         "LEADER_ELECTION_ENABLED", "HTTP_ENDPOINT", "METRICS_PATH", "KUBE_API_QPS",
         "KUBE_API_BURST", "PROBE_ADDRESS", "LOG_FORMAT",
     ):  # fmt: skip
@@ -146,7 +149,7 @@ def test_settings_use_the_upstream_environment_names() -> None:
     assert env["LEADER_ELECTION_ENABLED"]["value"] == "true"
     assert env["HTTP_ENDPOINT"]["value"] == ":8080"
     assert env["PROBE_ADDRESS"]["value"] == ":8081"
-    assert "computedomain-controller" not in env["IMAGE_NAME"]["value"]
+    assert "IMAGE_NAME" not in env  # the kubelet plugin's image, found by the controller
 
 
 def test_namespace_enforces_baseline_and_warns_restricted() -> None:

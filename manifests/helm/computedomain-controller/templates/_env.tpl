@@ -2,8 +2,9 @@
 The controller container's env as the chart sets it, a YAML list under NVIDIA's names, so this
 Deployment and NVIDIA's chart configure the two controllers alike. deployment.yaml merges
 controller.containers.computeDomain.env into it by name.
-- IMAGE_NAME is NVIDIA's DRA driver image (image.*): it MUST be the image of the release the
-  kubelet plugin runs (our image has no daemon).
+- IMAGE_NAME is NVIDIA's DRA driver image (image.*), rendered only when image.tag is set (or
+  the repository holds a digest): unset, the controller gives new IMEX daemons the image of
+  NVIDIA's kubelet plugin (our image has no daemon; the two must be one release).
 - LOG_VERBOSITY is controller.logVerbosity, or logVerbosity when that is null (NVIDIA's chart
   gives logVerbosity to its controller and to the daemons).
 - NVIDIA_VISIBLE_DEVICES=void: the NVIDIA container runtime must not hand GPUs to the controller.
@@ -17,8 +18,10 @@ controller.containers.computeDomain.env into it by name.
   {{- else }}
   valueFrom: {fieldRef: {fieldPath: metadata.namespace}}
   {{- end }}
+{{- with include "computedomain-controller.driverImage" . }}
 - name: IMAGE_NAME
-  value: {{ include "computedomain-controller.driverImage" . | quote }}
+  value: {{ . | quote }}
+{{- end }}
 {{- with .Values.imagePullSecrets }}
 - name: CD_DAEMON_IMAGE_PULL_SECRET_NAMES
   value: "{{ range $i, $s := . }}{{ if $i }},{{ end }}{{ $s.name }}{{ end }}"

@@ -79,15 +79,39 @@ Deployment renders it), "" when there is none or it has no `value`. Called with
 
 {{/*
 The driver namespace (NAMESPACE): daemon DaemonSets, their pods, cliques, the daemon
-ServiceAccount. driverNamespace, else a NAMESPACE value in the env values, else the
-controller's namespace.
+ServiceAccount. driverNamespace, else a NAMESPACE value in the env values, else the namespace
+NVIDIA's kubelet plugin runs in (found in the cluster at install and upgrade time: ours must
+manage NVIDIA's namespace, or two controllers would write), else the controller's namespace.
 */}}
 {{- define "computedomain-controller.driverNamespace" -}}
 {{- $fromEnv := include "computedomain-controller.userEnv" (list . "NAMESPACE") | trim }}
 {{- if and .Values.driverNamespace $fromEnv (ne $fromEnv .Values.driverNamespace) }}
 {{- fail (printf "driverNamespace=%s and env NAMESPACE=%s disagree: set one of them" .Values.driverNamespace $fromEnv) }}
 {{- end }}
-{{- .Values.driverNamespace | default $fromEnv | default (include "computedomain-controller.namespace" .) }}
+{{- .Values.driverNamespace | default $fromEnv | default (include "computedomain-controller.nvidiaNamespace" .) | default (include "computedomain-controller.namespace" .) }}
+{{- end }}
+
+{{/*
+The namespace of NVIDIA's kubelet plugin DaemonSet (its pods selected by
+"<name>-component: kubelet-plugin", or GPU Operator's "app: nvidia-dra-driver-kubelet-plugin"),
+"" when none runs or the cluster cannot be asked (helm template: lookup finds nothing). Two
+namespaces fail: which one ours should serve is the SRE's to say.
+*/}}
+{{- define "computedomain-controller.nvidiaNamespace" -}}
+{{- $found := list }}
+{{- range (lookup "apps/v1" "DaemonSet" "" "").items | default list }}
+{{- $ds := . }}
+{{- range $key, $value := ((.spec.selector | default dict).matchLabels | default dict) }}
+{{- if or (and (hasSuffix "-component" $key) (eq (toString $value) "kubelet-plugin")) (and (eq $key "app") (eq (toString $value) "nvidia-dra-driver-kubelet-plugin")) }}
+{{- $found = append $found $ds.metadata.namespace }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- $found = uniq $found | sortAlpha }}
+{{- if gt (len $found) 1 }}
+{{- fail (printf "NVIDIA's kubelet plugin runs in namespaces %s: set driverNamespace to the one this controller serves" (join ", " $found)) }}
+{{- end }}
+{{- first $found | default "" }}
 {{- end }}
 
 {{/*
@@ -186,23 +210,17 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end }}
 
 {{/*
-The NVIDIA release whose driver image an empty image.tag means (NVIDIA's chart means its own
-appVersion there; this chart is made for v0.4.0, the controller's IMAGE_NAME default).
+IMAGE_NAME: NVIDIA's driver image as image.* names it, "" when image.tag is empty and the
+repository holds no digest: the controller then gives new IMEX daemons the image NVIDIA's kubelet
+plugin runs in the driver namespace (one driver image for both), so no NVIDIA release is written
+here and an upgrade of NVIDIA's release moves new daemons along.
 */}}
-{{- define "computedomain-controller.nvidiaRelease" -}}
-0.4.0
-{{- end }}
-
-{{/* IMAGE_NAME: NVIDIA's driver image, image.* (tag "" means v<nvidiaRelease>, or a digest in
-the repository as given). */}}
 {{- define "computedomain-controller.driverImage" -}}
 {{- $tag := .Values.image.tag | toString }}
 {{- if $tag }}
 {{- printf "%s:%s" .Values.image.repository $tag }}
 {{- else if contains "@" .Values.image.repository }}
 {{- .Values.image.repository }}
-{{- else }}
-{{- printf "%s:v%s" .Values.image.repository (include "computedomain-controller.nvidiaRelease" .) }}
 {{- end }}
 {{- end }}
 
@@ -229,8 +247,8 @@ controller that crash-loops or two leaders that both write.
 {{- if and (gt (int .Values.controller.replicas) 1) (ne (include "computedomain-controller.leaderElection" .) "true") }}
 {{- fail (printf "controller.replicas=%d with leader election off: every replica would write; set controller.leaderElection.enabled=true or controller.replicas=1" (int .Values.controller.replicas)) }}
 {{- end }}
-{{- if not .Values.image.repository }}
-{{- fail "image.repository is empty: set it to NVIDIA's DRA driver image of the release your kubelet plugin runs" }}
+{{- if and .Values.image.tag (not .Values.image.repository) }}
+{{- fail "image.tag is set but image.repository is empty: set both to NVIDIA's DRA driver image of the release your kubelet plugin runs, or neither (the kubelet plugin's image is used)" }}
 {{- end }}
 {{- if and .Values.resourceApiVersion (ne (toString .Values.resourceApiVersion) "resource.k8s.io/v1") }}
 {{- fail (printf "resourceApiVersion=%s: the controller writes ResourceClaimTemplates as resource.k8s.io/v1 only (Kubernetes 1.34+), as NVIDIA's v0.4.x controller does" (toString .Values.resourceApiVersion)) }}
