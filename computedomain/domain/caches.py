@@ -258,14 +258,15 @@ class Caches:
         await asyncio.gather(*(informer.wait_synced() for informer in self.all))
 
     def foreign_daemonsets_of_live_cds(self) -> list[dict[str, Any]]:
-        """IMEX daemon DaemonSets outside our namespaces whose CD exists (what is left of a CD
-        deleted while no controller ran is no sign of a second controller)."""
+        """IMEX daemon DaemonSets outside our namespaces whose CD exists and is not being
+        deleted: what is left of a CD deleted while no controller ran, or of one going away, is
+        no sign of a second controller at work."""
         return [
             ds
             for ds in self.foreign_daemonsets.store.list()
             if not objects.meta(ds).get("deletionTimestamp")
             and (uid := cd_uid_of(ds))
-            and self.cds_of(uid)
+            and any(not objects.meta(cd).get("deletionTimestamp") for cd in self.cds_of(uid))
         ]
 
     def nvidia_controller_pod_list(self) -> list[dict[str, Any]]:

@@ -156,10 +156,12 @@ def wire(router: EventRouter, coexistence: CoexistenceMonitor) -> None:
     ):
         informer.add_handler(FunctionHandler(add=changed, update=changed, delete=changed))
 
-    # A foreign DaemonSet counts while its CD lives: look again when a CD comes or goes (the
-    # foreign store is empty unless another controller made daemons, so this costs nothing).
+    # A foreign DaemonSet counts while its CD lives: look again when a CD comes, goes or starts
+    # going (the foreign store is empty unless another controller made daemons: no cost then).
     def cd_came_or_went(*_: object) -> None:
         if len(caches.foreign_daemonsets.store):
             foreign_daemonsets_changed()
 
-    caches.compute_domains.add_handler(FunctionHandler(add=cd_came_or_went, delete=cd_came_or_went))
+    caches.compute_domains.add_handler(
+        FunctionHandler(add=cd_came_or_went, update=cd_came_or_went, delete=cd_came_or_went)
+    )
