@@ -27,6 +27,7 @@ from computedomain.domain.coexistence import CD_CRD_NAME
 from computedomain.domain.keys import CDKey
 from computedomain.runtime import resources as r
 from computedomain.runtime.client import ApiError, KubeClient
+from computedomain.runtime.resources import NAMESPACES
 from tests.integration import nvidia_install as nvidia
 from tests.integration.conftest import IdentityFactory
 from tests.integration.e2e_harness import pod_running
@@ -196,3 +197,133 @@ async def test_ours_writes_nothing_while_nvidias_controller_runs_and_resumes_aft
         with contextlib.suppress(ApiError):
             await kube.delete(nvidia.DEPLOYMENTS, c.NVIDIA_CONTROLLER_DEPLOYMENT, driver_namespace)
         await stop_after_cleanup(factory, kube, namespace)
+
+
+# -- Issue 29: one controller per cluster, whatever namespace the other runs in -----------------
+SIGNS = ("controller pod", "kubelet plugin", "daemon DaemonSet")
+
+
+def nothing_runs_it() -> dict[str, Any]:
+    """A pod spec part that no node matches: the object exists, no pod of it runs."""
+    return {"nodeSelector": {"computedomain.dev/nowhere": "true"}}
+
+
+async def make_sign(kube: KubeClient, sign: str, elsewhere: str, kept: dict[str, Any]) -> str:
+    """Puts one sign of a second ComputeDomain controller in namespace ``elsewhere``; the
+    reason of the Warning ours must record on the CRD."""
+    if sign == "controller pod":  # NVIDIA's controller, as its chart labels it
+        account: dict[str, Any] = {"apiVersion": "v1", "kind": "ServiceAccount"}
+        account["metadata"] = {"name": nvidia.FRESH.controller_sa}
+        await kube.create(r.SERVICE_ACCOUNTS, account, elsewhere)
+        await kube.create(nvidia.DEPLOYMENTS, nvidia.controller_deployment(), elsewhere)
+        return "ConcurrentController"
+    if sign == "kubelet plugin":  # NVIDIA's kubelet plugin, as its chart renders it
+        select = {f"{c.NVIDIA_CHART_NAME}-component": c.NVIDIA_KUBELET_PLUGIN_COMPONENT}
+        name, labels = (
+            f"{c.NVIDIA_CHART_NAME}-kubelet-plugin",
+            {"app.kubernetes.io/name": c.NVIDIA_CHART_NAME},
+        )
+    else:  # the IMEX daemons another controller made for one of our CDs
+        uid = kept["metadata"]["uid"]
+        name, labels = c.daemon_name(uid), {c.CD_LABEL: uid}
+        select = labels
+    container = {"name": "compute-domains", "image": c.NVIDIA_DRIVER_IMAGE}
+    body = {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": {"name": name, "labels": labels},
+        "spec": {
+            "selector": {"matchLabels": select},
+            "template": {
+                "metadata": {"labels": select},
+                "spec": {**nothing_runs_it(), "containers": [container]},
+            },
+        },
+    }
+    await kube.create(r.DAEMONSETS, body, elsewhere)
+    return "DriverNamespaceMismatch" if sign == "kubelet plugin" else "ConcurrentController"
+
+
+async def crd_warning_naming(kube: KubeClient, reason: str, text: str) -> dict[str, Any]:
+    """Until the ComputeDomain CRD has a Warning ``reason`` whose note names ``text``; that
+    Event (the namespace of this test names it, whatever other tests left)."""
+
+    def about(events: Objects) -> list[dict[str, Any]]:
+        return [
+            e
+            for e in events.values()
+            if e.get("reason") == reason
+            and (e.get("regarding") or {}).get("name") == CD_CRD_NAME
+            and text in (e.get("note") or "")
+        ]
+
+    found: list[dict[str, Any]] = await watch_objects(
+        kube, r.EVENTS, about, namespace="default", what=f"{reason} naming {text}"
+    )
+    (event,) = found
+    return event
+
+
+@pytest.mark.parametrize("sign", SIGNS)
+async def test_a_second_controller_in_any_namespace_makes_ours_stand_by(
+    identities: IdentityFactory,  # first: torn down after the controller that uses it
+    kube: KubeClient,
+    control_plane: ControlPlane,
+    namespace: str,
+    driver_namespace: str,
+    fleet_nodes: list[str],  # kwok nodes: where NVIDIA's stand-in pod runs
+    sign: str,
+) -> None:
+    """Ours in one namespace, the other controller's sign in another (the README's first
+    install path beside NVIDIA's chart): ours writes nothing but Events until the sign is
+    gone, says why once on the CRD, then does the work by itself."""
+    assert control_plane.audit_log is not None
+    audit = AuditLog(control_plane.audit_log)
+    kubeconfig, our_user = await identities("ours")
+    factory = controllers_for(kubeconfig, driver_namespace)
+    body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"generateName": "nvidia-"}}
+    elsewhere = (await kube.create(NAMESPACES, body))["metadata"]["name"]
+    try:
+        running = await factory.start()
+        kept = await create_cd(kube, namespace, "kept", rct_name="kept-channel")
+        await wait_children(kube, kept, driver_namespace, "kept-channel")
+        await running.wait_idle()
+
+        mark = audit.mark()
+        reason = await make_sign(kube, sign, elsewhere, kept)
+        warned = await crd_warning_naming(kube, reason, elsewhere)
+        assert "stands by" in warned["note"], warned["note"]
+        assert running.registry.get_sample_value("computedomain_controller_standing_by") == 1.0
+        fresh = await create_cd(kube, namespace, "fresh", rct_name="fresh-channel")
+        caches = running.process.caches
+
+        async def seen_by_ours() -> bool:
+            return caches.compute_domain(CDKey(namespace, "fresh")) is not None
+
+        await eventually(seen_by_ours, within=30, what="ours' cache shows the new CD")
+        await running.wait_idle()
+        standing = audit.writes(since=mark, user=our_user)
+        assert not_events(standing) == [], f"ours wrote while standing by: {tally(standing)}"
+
+        # -- the sign goes: ours gets back to work by itself ---------------------------------
+        if sign == "controller pod":
+            await kube.delete(nvidia.DEPLOYMENTS, c.NVIDIA_CONTROLLER_DEPLOYMENT, elsewhere)
+            await watch_objects(
+                kube,
+                r.PODS,
+                lambda pods: not pods,
+                namespace=elsewhere,
+                label_selector=SELECTOR,
+                what="NVIDIA's controller pods gone",
+            )
+        else:
+            for ds in (await kube.list(r.DAEMONSETS, elsewhere))["items"]:
+                await kube.delete(r.DAEMONSETS, ds["metadata"]["name"], elsewhere)
+        await wait_children(kube, fresh, driver_namespace, "fresh-channel", within=60)
+        assert running.registry.get_sample_value("computedomain_controller_standing_by") == 0.0
+    finally:
+        with contextlib.suppress(ApiError):
+            await kube.delete(nvidia.DEPLOYMENTS, c.NVIDIA_CONTROLLER_DEPLOYMENT, elsewhere)
+        await stop_after_cleanup(factory, kube, namespace)
+        with contextlib.suppress(ApiError):
+            await kube.delete(NAMESPACES, elsewhere)
