@@ -123,15 +123,14 @@ NVIDIA_V04_OTHER_FEATURE_GATES: Final = frozenset(
         "TimeSlicingSettings",
     }
 )
-# Added on NVIDIA's main branch after v0.4.1 (its feature-gate documentation; all Alpha, none
-# about ComputeDomains), so a values file written for a newer chart carries over too.
+# Added on NVIDIA's main branch after v0.4.1, as of the commit we target (95932046, its
+# pkg/featuregates; all Alpha, none about ComputeDomains; HostManagedIMEXDaemon, added there too,
+# is ours above), so a values file written for that chart carries over too.
 NVIDIA_MAIN_OTHER_FEATURE_GATES: Final = frozenset(
     {
         "ConsumableShares",
-        "DRADeviceCompatibilityGroups",
         "DRAListTypeAttributes",
         "FabricManagerPartitioning",
-        "VGPUSupport",
     }
 )
 NVIDIA_OTHER_FEATURE_GATES: Final = NVIDIA_V04_OTHER_FEATURE_GATES | NVIDIA_MAIN_OTHER_FEATURE_GATES
