@@ -134,6 +134,10 @@ NVIDIA_MAIN_OTHER_FEATURE_GATES: Final = frozenset(
     }
 )
 NVIDIA_OTHER_FEATURE_GATES: Final = NVIDIA_V04_OTHER_FEATURE_GATES | NVIDIA_MAIN_OTHER_FEATURE_GATES
+# Every name FEATURE_GATES may carry: ours and NVIDIA's other gates. The chart's
+# values.schema.json lists exactly these under featureGates (a unit test compares them), so an
+# unknown name fails `helm install` instead of crash-looping the controller.
+KNOWN_FEATURE_GATES: Final = frozenset(DEFAULT_FEATURE_GATES) | NVIDIA_OTHER_FEATURE_GATES
 # Component-base's global toggles: `AllAlpha=x` / `AllBeta=x` set every gate of that stage that
 # the same string does not name. Of ours, these are the stages (NVIDIA's, contract §15, §18).
 GATE_ALL_ALPHA: Final = "AllAlpha"
