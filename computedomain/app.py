@@ -194,8 +194,9 @@ class ControllerProcess:
             metrics=self.runtime_metrics,
             restart_prefix=f"{s.pod_name}-",
         )
-        # Every other write (reconciles, events) needs proof of leadership at send time.
-        self.client.write_fence = elector.holds_lease
+        # Every other write (reconciles, events) needs proof of leadership at send time; the
+        # elector counts the refused ones and says so once.
+        self.client.write_fence = elector.write_fence
         await elector.run(self._work)
 
     async def _work(self) -> None:

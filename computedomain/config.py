@@ -70,8 +70,8 @@ def feature_gate_values(text: str, flag: str = "") -> dict[str, bool]:
     except FeatureGateError as err:
         raise ConfigError(f"{_where(flag)}{err}") from None
     for name in given:
-        if name not in c.DEFAULT_FEATURE_GATES and name not in c.NVIDIA_OTHER_FEATURE_GATES:
-            known = ", ".join(sorted({*c.DEFAULT_FEATURE_GATES, *c.NVIDIA_OTHER_FEATURE_GATES}))
+        if name not in c.KNOWN_FEATURE_GATES:
+            known = ", ".join(sorted(c.KNOWN_FEATURE_GATES))
             raise ConfigError(f"{_where(flag)}unrecognized feature gate: {name} (known: {known})")
     return given
 

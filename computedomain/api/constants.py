@@ -123,18 +123,21 @@ NVIDIA_V04_OTHER_FEATURE_GATES: Final = frozenset(
         "TimeSlicingSettings",
     }
 )
-# Added on NVIDIA's main branch after v0.4.1 (its feature-gate documentation; all Alpha, none
-# about ComputeDomains), so a values file written for a newer chart carries over too.
+# Added on NVIDIA's main branch after v0.4.1, as of the commit we target (95932046, its
+# pkg/featuregates; all Alpha, none about ComputeDomains; HostManagedIMEXDaemon, added there too,
+# is ours above), so a values file written for that chart carries over too.
 NVIDIA_MAIN_OTHER_FEATURE_GATES: Final = frozenset(
     {
         "ConsumableShares",
-        "DRADeviceCompatibilityGroups",
         "DRAListTypeAttributes",
         "FabricManagerPartitioning",
-        "VGPUSupport",
     }
 )
 NVIDIA_OTHER_FEATURE_GATES: Final = NVIDIA_V04_OTHER_FEATURE_GATES | NVIDIA_MAIN_OTHER_FEATURE_GATES
+# Every name FEATURE_GATES may carry: ours and NVIDIA's other gates. The chart's
+# values.schema.json lists exactly these under featureGates (a unit test compares them), so an
+# unknown name fails `helm install` instead of crash-looping the controller.
+KNOWN_FEATURE_GATES: Final = frozenset(DEFAULT_FEATURE_GATES) | NVIDIA_OTHER_FEATURE_GATES
 # Component-base's global toggles: `AllAlpha=x` / `AllBeta=x` set every gate of that stage that
 # the same string does not name. Of ours, these are the stages (NVIDIA's, contract §15, §18).
 GATE_ALL_ALPHA: Final = "AllAlpha"

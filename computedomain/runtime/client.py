@@ -31,6 +31,7 @@ from computedomain.runtime.credentials import (
     resolve,
     ssl_context,
 )
+from computedomain.runtime.errors import FENCED_REASON
 from computedomain.runtime.errors import ApiError as ApiError  # re-exported: callers import it here
 from computedomain.runtime.metrics import RuntimeMetrics
 from computedomain.runtime.ratelimit import TokenBucket
@@ -362,9 +363,7 @@ class KubeClient:
                 self.metrics.rest_client_requests_total.labels(
                     code="<fenced>", method=method, host=self.host
                 ).inc()
-                raise ApiError(
-                    0, "LeaseNotHeld", f"{method} {path}: refused, leadership not proven"
-                )
+                raise ApiError(0, FENCED_REASON, f"{method} {path}: refused, leadership not proven")
             if method != "GET" and self._write_guard is not None and (why := self._write_guard()):
                 self.metrics.rest_client_requests_total.labels(
                     code="<refused>", method=method, host=self.host

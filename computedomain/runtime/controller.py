@@ -4,7 +4,9 @@ Result semantics follow controller-runtime's ``reconcileHandler``: success forge
 ``requeue_after`` forgets and re-adds after the delay, ``requeue`` and errors re-add with rate
 limiting (an API error's ``Retry-After`` is the least delay), a ``TerminalError`` is counted
 and not retried. Unexpected exceptions (bugs) are
-counted as panics and timeouts as timeouts; both are then handled as errors.
+counted as panics and timeouts as timeouts; both are then handled as errors. A write refused by
+the client's fence (``ApiError.is_fenced``) is an error too, but logs no ``Reconciler error``:
+it says nothing about the key, and the leader election reports the refusals once.
 """
 
 from __future__ import annotations
@@ -148,7 +150,13 @@ class Controller(Generic[K]):
             self._requeue_after_error(key)
             return
         except self.expected_errors as error:
-            log.error("Reconciler error", extra=self._fields(key, error))
+            if isinstance(error, ApiError) and error.is_fenced:
+                # Not this key's fault: the replica cannot prove it leads, and every write of
+                # every key is refused until it exits. The leader election says so once, with
+                # the count (LeaderElector.write_fence); a line per key would bury it.
+                log.debug("Reconcile's write refused by the fence", extra=self._fields(key, error))
+            else:
+                log.error("Reconciler error", extra=self._fields(key, error))
             retry_after = error.retry_after if isinstance(error, ApiError) else None
             self._requeue_after_error(key, retry_after)
             return

@@ -5,6 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
+# The reason of the ApiError a fenced client raises instead of sending a write (status 0: the
+# apiserver never saw it): this replica could not prove it holds its leader lease.
+FENCED_REASON = "LeaseNotHeld"
+
 
 class ApiError(Exception):
     """A non-2xx answer from the apiserver (or an ERROR event on a watch)."""
@@ -65,6 +69,11 @@ class ApiError(Exception):
     @property
     def is_too_many_requests(self) -> bool:
         return self.status == 429
+
+    @property
+    def is_fenced(self) -> bool:
+        """Refused by the client's write fence, never sent (``KubeClient.write_fence``)."""
+        return self.status == 0 and self.reason == FENCED_REASON
 
     @property
     def is_gone(self) -> bool:

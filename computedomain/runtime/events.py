@@ -347,6 +347,10 @@ class EventRecorder:
             except ApiError as error:
                 if error.is_not_found and reraise_not_found:
                     raise
+                if error.is_fenced:
+                    # Not leading any more (or not provably): retrying cannot help, and the
+                    # leader election counts and reports the refused writes once.
+                    break
                 if error.is_already_exists and attempt > 1:
                     # Our own earlier attempt was written before its answer was lost (a 5xx
                     # after the fact, a reset): the names are unique, so this is that Event.

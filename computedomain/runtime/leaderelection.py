@@ -10,8 +10,10 @@ Fencing: ``holds_lease()`` is true only while the last successful renew is young
 ``renew_deadline`` (monotonic clock) and no other holder has been seen. The renew deadline runs
 from that renew, not from the start of a renew round, so a process resumed after a pause (GC,
 SIGSTOP, a frozen VM) knows at once that it cannot prove leadership; callers gate every write
-on it (``KubeClient.write_fence``), and a Lease seen held by another identity ends leadership
-at once.
+on it (``KubeClient.write_fence`` = ``write_fence``), and a Lease seen held by another identity
+ends leadership at once. The writes the fence refuses are counted and logged in one warning when
+the episode ends (leadership lost or given up, or the lease renewed after all), not one line per
+refused write.
 
 Restarts: the identity is ``<pod name>-<random>``. A Lease still held by an identity of *this*
 pod name was held by a previous container of this same pod, which the kubelet only restarts
@@ -110,6 +112,8 @@ class LeaderElector:
         self._observed_at = 0.0
         self._renewed_at: float | None = None
         self._is_leader = False
+        # Writes refused by ``write_fence`` since the last report.
+        self._refused_writes = 0
         self._status = self.metrics.leader_election_master_status.labels(name=name)
         self._slowpath = self.metrics.leader_election_slowpath_total.labels(name=name)
         self._status.set(0)
@@ -131,6 +135,15 @@ class LeaderElector:
             return False
         return self.clock.now() - self._renewed_at < self.renew_deadline
 
+    def write_fence(self) -> bool:
+        """The fence of every other write of this replica (``KubeClient.write_fence``):
+        ``holds_lease()``, counting each write it refuses. The count is logged once, when
+        leadership ends or the lease is renewed again (``_report_refused_writes``)."""
+        if self.holds_lease():
+            return True
+        self._refused_writes += 1
+        return False
+
     def _lost_to_another(self) -> bool:
         return self.observed_holder not in ("", self.identity)
 
@@ -147,13 +160,19 @@ class LeaderElector:
                 "Acquired lease", extra={"lease": self._lease_ref(), "identity": self.identity}
             )
             work: asyncio.Future[None] = asyncio.ensure_future(on_started_leading())
+            ended = "stopped leading"
             try:
                 await self._renew_until_done(work)
+            except LeadershipLost:
+                ended = "leadership lost"
+                raise
             finally:
                 if not work.done():
                     work.cancel()
                     with contextlib.suppress(asyncio.CancelledError, Exception):
                         await work
+                # After the work stopped: no write can be refused after this count.
+                self._report_refused_writes(ended)
         except asyncio.CancelledError:
             if self._is_leader and self.release_on_cancel:
                 await self._release()
@@ -199,6 +218,23 @@ class LeaderElector:
                 if work.done():
                     work.result()
                     return
+            # Renewed: writes refused meanwhile (a renewal answered only after a pause) end here.
+            self._report_refused_writes("lease renewed, writing again")
+
+    def _report_refused_writes(self, then: str) -> None:
+        """One warning for the writes ``write_fence`` refused since the last report, if any."""
+        refused, self._refused_writes = self._refused_writes, 0
+        if refused:
+            log.warning(
+                "Refused %d writes while leadership could not be proven; %s",
+                refused,
+                then,
+                extra={
+                    "lease": self._lease_ref(),
+                    "identity": self.identity,
+                    "refusedWrites": refused,
+                },
+            )
 
     async def _sleep_or_done(self, work: asyncio.Future[None], seconds: float) -> None:
         sleeper = asyncio.ensure_future(self.clock.sleep(seconds))

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import signal
 import sys
@@ -332,6 +333,7 @@ async def test_a_paused_leader_writes_nothing_after_it_resumes(
         await kube.patch(COMPUTE_DOMAINS, "before", {"metadata": {"labels": {"x": "y"}}}, namespace)
     finally:
         resumed = audit.mark()
+        logged_before = leader.log_path.stat().st_size
         leader.process.send_signal(signal.SIGCONT)
     try:
         code: int | None = await asyncio.wait_for(leader.process.wait(), 30)
@@ -345,6 +347,17 @@ async def test_a_paused_leader_writes_nothing_after_it_resumes(
     assert stale == [], [w.target for w in stale]
     assert code == 3, leader.log_tail()  # EXIT_LEADERSHIP_LOST: a restart gets a clean cache
     assert standby.process.returncode is None
+    # Said in a few lines, not one per refused write: no "Reconciler error" for them, and the
+    # refused writes (if its reconciles got that far before it exited) counted in one line.
+    with leader.log_path.open("rb") as log_file:
+        log_file.seek(logged_before)
+        after = [json.loads(line) for line in log_file.read().splitlines() if line.startswith(b"{")]
+    messages = [line["msg"] for line in after]
+    print(f"old leader's log after SIGCONT: {len(after)} lines: {messages}")
+    assert "Reconciler error" not in messages
+    refused = [m for m in messages if "writes while leadership could not be proven" in m]
+    assert len(refused) <= 1, refused
+    assert "Lost leadership, exiting" in messages
 
 
 async def test_a_container_restarted_faster_than_the_lease_leads_again_at_once(

@@ -397,7 +397,6 @@ def test_unknown_feature_gate_is_refused_in_one_line(
         "TimeSlicingSettings=True,DynamicMIG=1,NVMLDeviceHealthCheck=f,PassthroughSupport=F,",
         "DeviceMetadata=false,AllAlpha=false",
         "FabricManagerPartitioning=true,DRAListTypeAttributes=true,ConsumableShares=true",
-        "VGPUSupport=false,DRADeviceCompatibilityGroups=false",
     ],
 )
 def test_nvidias_other_gates_are_accepted_and_logged_once(

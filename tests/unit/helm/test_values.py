@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from computedomain.api import constants as c
-from computedomain.config import parse_settings
+from computedomain.config import ConfigError, feature_gate_values, parse_settings
 from computedomain.devcluster.upstream import (
     UpstreamBuild,
     UpstreamUnavailableError,
@@ -147,6 +147,77 @@ def test_schema_refuses_wrong_types_in_one_line(helm: Path) -> None:
     )
     assert error_line(render_error(helm, sets=["controller.logFormat=yaml"])).startswith(
         "- at '/controller/logFormat': value must be one of"
+    )
+
+
+# ---- featureGates: exactly the gates the controller accepts ------------------------------------
+
+
+def schema_gates() -> dict[str, Any]:
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    gates: dict[str, Any] = schema["properties"]["featureGates"]
+    return gates
+
+
+def test_the_schemas_feature_gates_are_exactly_those_the_controller_accepts() -> None:
+    """One source of truth: computedomain/api/constants.py. A name missing here would be refused
+    by helm although the controller takes it; an extra one would crash-loop the controller."""
+    gates = schema_gates()
+    assert gates["additionalProperties"] is False
+    assert set(gates["properties"]) == c.KNOWN_FEATURE_GATES
+    assert {*c.DEFAULT_FEATURE_GATES, *c.NVIDIA_OTHER_FEATURE_GATES} == c.KNOWN_FEATURE_GATES
+    for name, spec in gates["properties"].items():
+        assert spec == {"type": "boolean"}, name
+        assert feature_gate_values(f"{name}=true") == {name: True}  # the controller takes it
+    with pytest.raises(ConfigError, match="unrecognized feature gate: NoSuchGate"):
+        feature_gate_values("NoSuchGate=true")
+    # values.yaml's comment and the README's row name every one of them.
+    values_text = (CHART / "values.yaml").read_text()
+    comment = values_text[: values_text.index("\nfeatureGates:")]
+    comment = comment[comment.rindex("# -- Feature gates") :]
+    (row,) = [
+        line
+        for line in (CHART / "README.md").read_text().splitlines()
+        if line.startswith("| `featureGates` |")
+    ]
+    for name in c.KNOWN_FEATURE_GATES:
+        assert re.search(rf"\b{name}\b", comment), f"values.yaml: {name}"
+        assert f"`{name}`" in row, f"README.md: {name}"
+
+
+def test_every_known_gate_renders_and_the_controller_starts_with_them(helm: Path) -> None:
+    sets = [f"featureGates.{name}=true" for name in sorted(c.KNOWN_FEATURE_GATES)]
+    env = env_of(render(helm, sets=sets))
+    assert env["FEATURE_GATES"] == "".join(
+        f"{name}=true," for name in sorted(c.KNOWN_FEATURE_GATES)
+    )
+    settings = parse_settings([], {"IMAGE_NAME": "x", "FEATURE_GATES": env["FEATURE_GATES"]})
+    assert settings.daemon.feature_gates[c.GATE_HOST_MANAGED_IMEX] is True
+    one = env_of(render(helm, sets=["featureGates.MPSSupport=false"]))
+    assert one["FEATURE_GATES"] == "MPSSupport=false,"
+
+
+@pytest.mark.parametrize("command", ["template", "lint"])
+def test_an_unknown_gate_is_refused_by_helm_in_one_line_naming_it(helm: Path, command: str) -> None:
+    gate = "featureGates.NoSuchGate=true"
+    if command == "template":
+        stderr = render_error(helm, sets=["featureGates.MPSSupport=true", gate])
+    else:
+        result = run_helm(helm, "lint", str(CHART), "--set", gate)
+        assert result.returncode != 0
+        stderr = "\n".join(dict.fromkeys((result.stdout + result.stderr).splitlines()))
+    assert (
+        error_line(stderr) == "- at '/featureGates': additional properties 'NoSuchGate' not allowed"
+    )
+
+
+def test_a_gate_value_other_than_a_bool_is_refused_by_helm(helm: Path) -> None:
+    """A string would reach FEATURE_GATES as it is: "yes" stops the controller at start."""
+    args = [*template_args(), "--set-string", "featureGates.MPSSupport=yes"]
+    result = run_helm(helm, *args)
+    assert result.returncode != 0, result.stdout[:2000]
+    assert error_line(result.stderr).startswith(
+        "- at '/featureGates/MPSSupport': got string, want boolean"
     )
 
 

@@ -12,6 +12,7 @@ from computedomain.runtime.controller import (
     TerminalError,
     reconcile_id,
 )
+from computedomain.runtime.errors import FENCED_REASON
 from computedomain.runtime.metrics import RuntimeMetrics
 from computedomain.runtime.workqueue import WorkQueue
 from tests.kit.clock import FakeClock, settle
@@ -114,6 +115,49 @@ async def test_an_api_error_with_retry_after_is_not_retried_sooner() -> None:
     assert harness.queue.delayed == 1
     assert harness.queue.delayed_within(29.9) == 0
     assert harness.queue.delayed_within(30.0) == 1
+
+
+async def test_a_write_refused_by_the_fence_logs_no_reconciler_error(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The replica cannot prove it leads: every key's writes are refused until it exits, and
+    the leader election says so once; the key is still an error and retried."""
+
+    async def reconcile(key: str) -> Result:
+        raise ApiError(0, FENCED_REASON, "PATCH /api/v1/nodes/n: refused, leadership not proven")
+
+    harness = Harness(reconcile)
+    with caplog.at_level(logging.DEBUG, logger="computedomain"):
+        for key in ("ns/a", "ns/b", "ns/c"):
+            await harness.process(key)
+    assert harness.total("error") == 3
+    assert harness.queue.num_requeues("ns/a") == 1
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.INFO] == []
+    assert "Reconciler error" not in caplog.text
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        ApiError(500, "InternalError", "etcd is down"),
+        ApiError(0, "WriteRefused", "PATCH /x: refused, standing by"),  # not the fence
+        ApiError(0, "", "no reason"),
+    ],
+    ids=["500", "write-guard", "status-0"],
+)
+async def test_any_other_api_error_still_logs_reconciler_error(
+    caplog: pytest.LogCaptureFixture, error: ApiError
+) -> None:
+    async def reconcile(key: str) -> Result:
+        raise error
+
+    harness = Harness(reconcile)
+    with caplog.at_level(logging.DEBUG, logger="computedomain"):
+        await harness.process("ns/a")
+    errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert [r.getMessage() for r in errors] == ["Reconciler error"]
+    assert errors[0].__dict__["err"] == str(error)
+    assert harness.total("error") == 1
 
 
 async def test_terminal_error_is_counted_and_not_retried() -> None:

@@ -5,6 +5,7 @@ by the integration test.
 
 import asyncio
 import contextlib
+import logging
 import tracemalloc
 from collections.abc import AsyncIterator
 from typing import Any
@@ -13,6 +14,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from computedomain.runtime.client import ApiError
+from computedomain.runtime.errors import FENCED_REASON
 from computedomain.runtime.events import EventRecorder, object_reference
 from computedomain.runtime.metrics import RuntimeMetrics
 from computedomain.runtime.resources import Resource
@@ -299,3 +301,22 @@ async def test_an_event_write_throttled_waits_at_least_retry_after() -> None:
         await setup.clock.advance(0.2)
         await setup.recorder.wait_idle()
     assert len(writer.calls) == 2
+
+
+async def test_an_event_refused_by_the_write_fence_is_dropped_at_once_without_a_line(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A replica that cannot prove it leads writes nothing; the leader election reports the
+    refused writes once, so the recorder neither retries nor logs each."""
+    setup = Setup()
+    fenced = ApiError(0, FENCED_REASON, "POST /apis/events.k8s.io/v1: refused")
+    setup.api.refuse = lambda verb, res: fenced
+    with caplog.at_level(logging.DEBUG, logger="computedomain"):
+        async with running(setup):
+            setup.recorder.record(CD, "Warning", "Reason", "Action", "note")
+            await settle()
+            # A retry would wait on the fake clock, which does not move here.
+            await asyncio.wait_for(setup.recorder.wait_idle(), 2)
+    assert [call[0] for call in setup.calls()] == ["create"]  # no retry
+    assert setup.dropped("write_failed") == 1
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
