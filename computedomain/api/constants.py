@@ -163,7 +163,7 @@ NVIDIA_CONTROLLER_COMPONENT: Final = "controller"
 # controller Deployment `nvidia-dra-driver-controller` with pods labelled
 # `app: nvidia-dra-driver-controller`, the kubelet plugin DaemonSet
 # `nvidia-dra-driver-kubelet-plugin` labelled `app.kubernetes.io/name: nvidia-dra-driver`, its
-# pods selected by `app: nvidia-dra-driver-kubelet-plugin` (contract §21).
+# pods selected by `app: nvidia-dra-driver-kubelet-plugin` (contract §19).
 GPU_OPERATOR_NAME: Final = "nvidia-dra-driver"
 GPU_OPERATOR_CONTROLLER_APP: Final = f"{GPU_OPERATOR_NAME}-controller"
 GPU_OPERATOR_KUBELET_PLUGIN_APP: Final = f"{GPU_OPERATOR_NAME}-kubelet-plugin"

@@ -219,25 +219,29 @@ class DomainMetrics:
         )
         self._concurrent_controllers = Gauge(
             PREFIX + "concurrent_controllers",
-            "Running pods of NVIDIA's ComputeDomain controller seen beside this one in the "
-            "driver namespace (NVIDIA_CONTROLLER_SELECTORS; by default the labels "
-            "dra-driver-nvidia-gpu-component=controller and "
-            "nvidia-dra-driver-gpu-component=controller) that can write beside it: not one "
-            "whose leader election waits on the Lease this one leads on. Must be 0.",
+            "Other ComputeDomain controllers seen: running pods of NVIDIA's controller in any "
+            "namespace (NVIDIA_CONTROLLER_SELECTORS; by default the labels "
+            "dra-driver-nvidia-gpu-component=controller, "
+            "nvidia-dra-driver-gpu-component=controller and app=nvidia-dra-driver-controller) "
+            "that can write beside it (not one whose leader election waits on the Lease this one "
+            "leads on), plus namespaces outside ours holding IMEX daemon DaemonSets of live "
+            "ComputeDomains. Must be 0.",
             registry=registry,
         )
         self._standing_by = Gauge(
             PREFIX + "controller_standing_by",
-            "1 while this replica leads and stands by because NVIDIA's controller runs: it "
-            "writes nothing to ComputeDomains, their children, cliques or node labels until no "
-            "pod of NVIDIA's controller runs. 0 otherwise (also on replicas that do not lead).",
+            "1 while this replica leads and stands by because another ComputeDomain controller "
+            "runs, or NVIDIA's kubelet plugin runs in another namespace than the driver "
+            "namespace: it writes nothing to ComputeDomains, their children, cliques or node "
+            "labels until that ends. 0 otherwise (also on replicas that do not lead).",
             registry=registry,
         )
         self._daemon_image_drift = Gauge(
             PREFIX + "daemon_image_drift",
             "DaemonSets of NVIDIA's kubelet plugin (in the driver namespace) whose driver image is "
-            "not the one this controller gives new IMEX daemons (IMAGE_NAME); must be 0: after "
-            "an upgrade of NVIDIA's release set IMAGE_NAME to the plugin's image.",
+            "not the IMAGE_NAME given to this controller (0 when none is given: new IMEX daemons "
+            "then get the plugin's image); must be 0: leave IMAGE_NAME unset or set it to the "
+            "plugin's image.",
             registry=registry,
         )
 
