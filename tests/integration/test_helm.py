@@ -314,3 +314,86 @@ async def test_crd_upgrade_command_works_over_kubectl_create(
         )
     finally:
         kubectl(kubeconfig_path, "delete", "-f", str(path), "--ignore-not-found", "--wait=false")
+
+
+def plugin_daemonset(name: str) -> dict[str, Any]:
+    """NVIDIA's kubelet plugin DaemonSet as its chart labels it; no node runs its pods."""
+    select = {"dra-driver-nvidia-gpu-component": "kubelet-plugin"}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": {"name": name, "labels": {"app.kubernetes.io/name": "dra-driver-nvidia-gpu"}},
+        "spec": {
+            "selector": {"matchLabels": select},
+            "template": {
+                "metadata": {"labels": select},
+                "spec": {
+                    "nodeSelector": {"computedomain.dev/nowhere": "true"},
+                    "containers": [{"name": "compute-domains", "image": f"{IMAGE}:v0.4.1"}],
+                },
+            },
+        },
+    }
+
+
+async def test_an_install_in_its_own_namespace_manages_nvidias_driver_namespace(
+    helm: Path, kubeconfig_path: Path, api_client: ApiClient, release: tuple[str, str]
+) -> None:
+    """The README's first path beside NVIDIA's chart (`helm install ... -n <ours>`, no
+    driverNamespace): the chart finds NVIDIA's namespace from its kubelet plugin, so the
+    controller manages that one and its Role lands there; two plugins' namespaces refuse the
+    install in one line."""
+    namespace, fullname = release
+    nvidia_ns, second_ns = f"{namespace}-nvidia", f"{namespace}-second"
+    for ns in (nvidia_ns, second_ns):
+        body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}
+        await request_json(api_client, "POST", "/api/v1/namespaces", body)
+    base = [
+        "template", RELEASE, str(CHART), "--namespace", namespace,
+        "--kubeconfig", str(kubeconfig_path), "--dry-run=server",
+        "--set", f"fullnameOverride={fullname}",
+    ]  # fmt: skip
+    daemonsets = "/apis/apps/v1/namespaces/{}/daemonsets"
+    try:
+        alone = await asyncio.to_thread(run_helm, helm, *base)
+        assert alone.returncode == 0, alone.stderr
+        assert env_value(alone.stdout, "NAMESPACE") == {"valueFrom": namespace_ref()}
+
+        plugin = plugin_daemonset("dra-driver-nvidia-gpu-kubelet-plugin")
+        await request_json(api_client, "POST", daemonsets.format(nvidia_ns), plugin)
+        found = await asyncio.to_thread(run_helm, helm, *base)
+        assert found.returncode == 0, found.stderr
+        assert env_value(found.stdout, "NAMESPACE") == {"value": nvidia_ns}
+        roles = [o for o in yaml.safe_load_all(found.stdout) if o and o["kind"] == "Role"]
+        assert {r["metadata"]["namespace"] for r in roles if r["metadata"]["name"] == fullname} == {
+            nvidia_ns
+        }
+
+        await request_json(api_client, "POST", daemonsets.format(second_ns), plugin)
+        refused = await asyncio.to_thread(run_helm, helm, *base)
+        assert refused.returncode != 0
+        assert (
+            f"NVIDIA's kubelet plugin runs in namespaces {nvidia_ns}, {second_ns}: set "
+            "driverNamespace to the one this controller serves" in refused.stderr
+        ), refused.stderr
+        # Said explicitly, it wins.
+        chosen = await asyncio.to_thread(
+            run_helm, helm, *base, "--set", f"driverNamespace={second_ns}"
+        )
+        assert chosen.returncode == 0, chosen.stderr
+        assert env_value(chosen.stdout, "NAMESPACE") == {"value": second_ns}
+    finally:
+        for ns in (nvidia_ns, second_ns):
+            await request_json(api_client, "DELETE", f"/api/v1/namespaces/{ns}")
+
+
+def namespace_ref() -> dict[str, Any]:
+    return {"fieldRef": {"fieldPath": "metadata.namespace"}}
+
+
+def env_value(rendered: str, name: str) -> dict[str, Any]:
+    """The controller Deployment's env entry ``name`` without its name."""
+    (deployment,) = [o for o in yaml.safe_load_all(rendered) if o and o["kind"] == "Deployment"]
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    (entry,) = [e for e in container["env"] if e["name"] == name]
+    return {k: v for k, v in entry.items() if k != "name"}
