@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import glob
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -99,12 +100,13 @@ def test_daemon_rbac_is_ours_and_binds_the_daemon_service_account() -> None:
 
 
 def test_no_manifest_names_an_object_of_nvidias_chart() -> None:
-    """No kustomize or Helm file of ours carries NVIDIA's daemon RBAC names."""
+    """No kustomize or Helm file of ours carries the names of NVIDIA's daemon RBAC: its chart's
+    ClusterRole and binding, and the GPU Operator's."""
+    nvidias = {"compute-domain-daemon-role", "compute-domain-daemon-role-binding"}
+    nvidias.add("compute-domain-daemon")  # the GPU Operator's ClusterRole and binding
     for path in MANIFESTS.rglob("*.yaml"):
-        text = path.read_text()
-        for name in ("compute-domain-daemon-role", "compute-domain-daemon-role-binding"):
-            names = [line for line in text.splitlines() if f"name: {name}" in line]
-            assert not names, f"{path.relative_to(MANIFESTS)}: {names}"
+        names = re.findall(r"^\s*name:\s*(\S+)\s*$", path.read_text(), re.MULTILINE)
+        assert not nvidias & set(names), f"{path.relative_to(MANIFESTS)}: {nvidias & set(names)}"
 
 
 def controller_pod() -> dict[str, Any]:

@@ -166,8 +166,8 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{/*
 Name of our ClusterRole and ClusterRoleBinding for the IMEX daemon's ServiceAccount: the
 fullname with "-controller" turned into "-daemon" (computedomain-daemon by default, as
-manifests/rbac). Never NVIDIA's compute-domain-daemon-role(-binding): those belong to NVIDIA's
-release (or the GPU Operator), and installing this chart beside them must leave them as they are.
+manifests/rbac). Never NVIDIA's names (its chart's compute-domain-daemon-role and -binding, the
+GPU Operator's compute-domain-daemon): installing this chart beside them must leave them alone.
 */}}
 {{- define "computedomain-controller.daemonRbacName" -}}
 {{- printf "%s-daemon" (include "computedomain-controller.fullname" . | trimSuffix "-controller") | trunc 63 | trimSuffix "-" }}
