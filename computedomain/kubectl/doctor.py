@@ -346,7 +346,9 @@ def check_daemon_rbac(install: Install) -> Check:
             "daemon RBAC",
             "fail",
             f"ServiceAccount {sa} {what}",
-            "bind it to NVIDIA's ClusterRole compute-domain-daemon-role (its chart does)",
+            "bind it to a ClusterRole with the IMEX daemon's rules: NVIDIA's chart binds it to "
+            "compute-domain-daemon-role in its own namespaces; elsewhere apply our "
+            "manifests/rbac (ClusterRole and ClusterRoleBinding computedomain-daemon)",
         )
     return Check("daemon RBAC", "ok", f"ServiceAccount {sa} has what the IMEX daemon needs")
 

@@ -175,8 +175,8 @@ async def install(
     as the ``shape`` says, then the chart's own CRD."""
     args = ["install", shape.release, str(chart), "-n", shape.namespace, "--create-namespace"]
     # Helm never installs or upgrades a CRD that exists: the chart's goes in below, as an
-    # install that predates ours would have it. Its DeviceClasses and the daemon's ClusterRole
-    # may exist already (the fleet's, an earlier test's install of ours): the release takes them.
+    # install that predates ours would have it. Its DeviceClasses exist already (the fleet's):
+    # the release takes them. (Our manifests never name its daemon ClusterRole or binding.)
     args += ["--skip-crds", "--take-ownership"]
     for key, value in {**CHART_VALUES, **shape.values}.items():
         args += ["--set-json", f"{key}={json.dumps(value)}"]

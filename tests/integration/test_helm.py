@@ -99,10 +99,9 @@ def installed_paths(namespace: str, fullname: str) -> dict[str, str]:
         "leader-election RoleBinding": f"{ns_rbac}/rolebindings/{fullname}-leader-election",
         "ClusterRole": f"{RBAC}/clusterroles/{fullname}",
         "ClusterRoleBinding": f"{RBAC}/clusterrolebindings/{fullname}",
-        "daemon ClusterRole": f"{RBAC}/clusterroles/compute-domain-daemon-role",
-        "daemon ClusterRoleBinding": (
-            f"{RBAC}/clusterrolebindings/compute-domain-daemon-role-binding"
-        ),
+        # Ours, named after the fullname (never NVIDIA's compute-domain-daemon-role).
+        "daemon ClusterRole": f"{RBAC}/clusterroles/{fullname}-daemon",
+        "daemon ClusterRoleBinding": f"{RBAC}/clusterrolebindings/{fullname}-daemon",
     }
 
 
@@ -119,7 +118,7 @@ async def release(
 ) -> AsyncIterator[tuple[str, str]]:
     """(namespace, fullname) for one release; uninstalled afterwards whatever happened, so no
     cluster-scoped object outlives the test (the namespace fixture removes the rest)."""
-    # A name of its own keeps the cluster-scoped ClusterRole clear of manifests/ tests.
+    # A name of its own keeps the cluster-scoped ClusterRoles clear of manifests/ tests.
     fullname = f"cdc-{namespace[-6:]}"
     yield namespace, fullname
     await asyncio.to_thread(

@@ -246,7 +246,8 @@ async def test_doctor_names_each_broken_part_of_the_install_with_its_fix(
     assert checks["daemon RBAC"]["detail"] == (
         f"ServiceAccount {sa} may do nothing the IMEX daemon does (e.g. get computedomains)"
     )
-    assert "compute-domain-daemon-role" in checks["daemon RBAC"]["fix"]
+    assert "compute-domain-daemon-role" in checks["daemon RBAC"]["fix"]  # NVIDIA's
+    assert "ClusterRoleBinding computedomain-daemon" in checks["daemon RBAC"]["fix"]  # ours
 
     # Our controller leading on its Lease.
     await e2e.start_controller(LEADER_ELECTION_ENABLED="true")

@@ -25,8 +25,8 @@ SELECTOR = "app.kubernetes.io/name=computedomain-controller,app.kubernetes.io/co
 CLUSTER_SCOPED_RBAC = [
     ("clusterrolebinding", "computedomain-controller"),
     ("clusterrole", "computedomain-controller"),
-    ("clusterrolebinding", "compute-domain-daemon-role-binding"),
-    ("clusterrole", "compute-domain-daemon-role"),
+    ("clusterrolebinding", "computedomain-daemon"),
+    ("clusterrole", "computedomain-daemon"),
 ]
 
 
@@ -111,7 +111,7 @@ async def test_apply_default_admits_controller_pods_under_restricted_pss(
         f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts/compute-domain-daemon-service-account",
         f"/apis/policy/v1/namespaces/{NAMESPACE}/poddisruptionbudgets/computedomain-controller",
         f"/api/v1/namespaces/{NAMESPACE}/services/computedomain-controller-metrics",
-        "/apis/rbac.authorization.k8s.io/v1/clusterroles/compute-domain-daemon-role",
+        "/apis/rbac.authorization.k8s.io/v1/clusterroles/computedomain-daemon",
     ):
         await request_json(api_client, "GET", path)
 

@@ -177,8 +177,8 @@ def test_default_objects_and_namespaces(default: list[Obj]) -> None:
         ("RoleBinding", "computedomain-controller"),
         ("Role", "computedomain-controller-leader-election"),
         ("RoleBinding", "computedomain-controller-leader-election"),
-        ("ClusterRole", "compute-domain-daemon-role"),
-        ("ClusterRoleBinding", "compute-domain-daemon-role-binding"),
+        ("ClusterRole", "computedomain-daemon"),
+        ("ClusterRoleBinding", "computedomain-daemon"),
         ("Deployment", "computedomain-controller"),
         ("PodDisruptionBudget", "computedomain-controller"),
         ("Service", "computedomain-controller-metrics"),
@@ -208,13 +208,39 @@ def test_separate_driver_namespace(helm: Path) -> None:
         assert binding["subjects"] == [
             {"kind": "ServiceAccount", "name": "computedomain-controller", "namespace": RELEASE_NS}
         ]
-    daemon_binding = find(objects, "ClusterRoleBinding", "compute-domain-daemon-role-binding")
+    daemon_binding = find(objects, "ClusterRoleBinding", "computedomain-daemon")
     assert daemon_binding["subjects"][0]["namespace"] == NVIDIA_NS
     env = env_of(objects)
     assert env["NAMESPACE"] == NVIDIA_NS
     assert env["LEADER_ELECTION_LEASE_LOCK_NAMESPACE"] == {
         "fieldRef": {"fieldPath": "metadata.namespace"}
     }
+
+
+@pytest.mark.parametrize(
+    ("fullname", "daemon_rbac"),
+    [
+        ("", "computedomain-daemon"),
+        ("cdc-1a2b3c", "cdc-1a2b3c-daemon"),
+        ("gpu-controller", "gpu-daemon"),
+    ],
+)
+def test_daemon_rbac_names_are_ours_and_follow_the_fullname(
+    helm: Path, fullname: str, daemon_rbac: str
+) -> None:
+    """Never NVIDIA's compute-domain-daemon-role(-binding); two releases with their own
+    fullnameOverride do not share them."""
+    objects = render(helm, sets=[f"fullnameOverride={fullname}"])
+    role = find(objects, "ClusterRole", daemon_rbac)
+    binding = find(objects, "ClusterRoleBinding", daemon_rbac)
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "ClusterRole",
+        "name": role["metadata"]["name"],
+    }
+    assert role["metadata"]["labels"]["app.kubernetes.io/part-of"] == "computedomain"
+    names = {o["metadata"]["name"] for o in objects}
+    assert not names & {"compute-domain-daemon-role", "compute-domain-daemon-role-binding"}
 
 
 # ---- Deployment == manifests/manager -------------------------------------------------------------

@@ -322,7 +322,7 @@ def test_additional_namespaces_get_nvidias_per_namespace_rbac(helm: Path) -> Non
         [RELEASE_NS, *extra]
     )
     assert namespaces_of(objects, "ServiceAccount", DAEMON_SA) == sorted([RELEASE_NS, *extra])
-    binding = find(objects, "ClusterRoleBinding", "compute-domain-daemon-role-binding")
+    binding = find(objects, "ClusterRoleBinding", "computedomain-daemon")
     assert sorted(s["namespace"] for s in binding["subjects"]) == sorted([RELEASE_NS, *extra])
     assert {s["name"] for s in binding["subjects"]} == {DAEMON_SA}
 
@@ -586,11 +586,14 @@ def test_an_nvidia_values_file_gives_the_namespaces_nvidias_rbac(
         theirs, "ServiceAccount", DAEMON_SA
     )
 
-    def daemon_subjects(objects: list[Obj]) -> list[tuple[str, str]]:
-        binding = find(objects, "ClusterRoleBinding", "compute-domain-daemon-role-binding")
+    def daemon_subjects(objects: list[Obj], binding_name: str) -> list[tuple[str, str]]:
+        binding = find(objects, "ClusterRoleBinding", binding_name)
         return sorted((s["name"], s["namespace"]) for s in binding["subjects"])
 
-    assert daemon_subjects(ours) == daemon_subjects(theirs)
+    # The same subjects, each chart under its own binding's name.
+    assert daemon_subjects(ours, "computedomain-daemon") == daemon_subjects(
+        theirs, "compute-domain-daemon-role-binding"
+    )
 
 
 # ---- nameOverride: the name of NVIDIA's install, as in NVIDIA's chart ----------------------------

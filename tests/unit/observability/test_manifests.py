@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import glob
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -86,14 +87,29 @@ def test_no_rbac_wildcards() -> None:
                 assert "*" not in rule[key], f"{path.name}: wildcard in {key}"
 
 
-def test_daemon_rbac_keeps_nvidias_names() -> None:
+def test_daemon_rbac_is_ours_and_binds_the_daemon_service_account() -> None:
+    """The ServiceAccount keeps the name the DaemonSets use; the ClusterRole and its binding
+    never take NVIDIA's names, which its chart owns (applying ours would rewrite them)."""
     sa = load(MANIFESTS / "rbac" / "daemon_service_account.yaml")
     assert sa["metadata"]["name"] == "compute-domain-daemon-service-account"
     role = load(MANIFESTS / "rbac" / "daemon_role.yaml")
-    assert role["metadata"]["name"] == "compute-domain-daemon-role"
+    assert role["metadata"]["name"] == "computedomain-daemon"
     binding = load(MANIFESTS / "rbac" / "daemon_role_binding.yaml")
-    assert binding["roleRef"]["name"] == "compute-domain-daemon-role"
+    assert binding["metadata"]["name"] == "computedomain-daemon"
+    assert binding["roleRef"]["name"] == "computedomain-daemon"
     assert binding["subjects"][0]["name"] == "compute-domain-daemon-service-account"
+    for obj in (role, binding):
+        assert obj["metadata"]["labels"]["app.kubernetes.io/part-of"] == "computedomain"
+
+
+def test_no_manifest_names_an_object_of_nvidias_chart() -> None:
+    """No kustomize or Helm file of ours carries the names of NVIDIA's daemon RBAC: its chart's
+    ClusterRole and binding, and the GPU Operator's."""
+    nvidias = {"compute-domain-daemon-role", "compute-domain-daemon-role-binding"}
+    nvidias.add("compute-domain-daemon")  # the GPU Operator's ClusterRole and binding
+    for path in MANIFESTS.rglob("*.yaml"):
+        names = re.findall(r"^\s*name:\s*(\S+)\s*$", path.read_text(), re.MULTILINE)
+        assert not nvidias & set(names), f"{path.relative_to(MANIFESTS)}: {nvidias & set(names)}"
 
 
 def controller_pod() -> dict[str, Any]:

@@ -187,6 +187,41 @@ app.kubernetes.io/part-of: computedomain
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end }}
 
+{{/*
+Name of our ClusterRole and ClusterRoleBinding for the IMEX daemon's ServiceAccount: the
+fullname with "-controller" turned into "-daemon" (computedomain-daemon by default, as
+manifests/rbac). Never NVIDIA's names (its chart's compute-domain-daemon-role and -binding, the
+GPU Operator's compute-domain-daemon): installing this chart beside them must leave them alone.
+*/}}
+{{- define "computedomain-controller.daemonRbacName" -}}
+{{- printf "%s-daemon" (include "computedomain-controller.fullname" . | trimSuffix "-controller") | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+"true" when this release may render compute-domain-daemon-service-account in a namespace
+(called with (list $ namespace)): no such ServiceAccount exists there yet, or this release made
+it (Helm's meta.helm.sh/release-name and -namespace annotations say so, as on an upgrade of it).
+One that belongs to anything else, NVIDIA's release, the GPU Operator, `kubectl apply`, is left
+as it is; the binding below still names it. Under `helm template` and a client-side dry run
+`lookup` sees no cluster, so the ServiceAccount is always rendered there: with NVIDIA's chart in
+the driver namespace set daemonServiceAccount.create=false (manifests/helm/values/ do).
+*/}}
+{{- define "computedomain-controller.daemonServiceAccountIsOurs" -}}
+{{- $root := index . 0 }}
+{{- $namespace := index . 1 }}
+{{- $found := lookup "v1" "ServiceAccount" $namespace "compute-domain-daemon-service-account" }}
+{{- if not $found }}
+{{- "true" }}
+{{- else }}
+{{- $annotations := (get $found "metadata" | default dict).annotations | default dict }}
+{{- $release := get $annotations "meta.helm.sh/release-name" | default "" }}
+{{- $releaseNamespace := get $annotations "meta.helm.sh/release-namespace" | default "" }}
+{{- if and (eq $release $root.Release.Name) (eq $releaseNamespace $root.Release.Namespace) }}
+{{- "true" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
 {{- define "computedomain-controller.serviceAccountName" -}}
 {{- if .Values.serviceAccount.create }}
 {{- default (include "computedomain-controller.fullname" .) .Values.serviceAccount.name }}
