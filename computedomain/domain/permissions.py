@@ -141,8 +141,8 @@ async def review(
         missing += access.denied([w.permission("update"), w.permission("get")])
     if by_update:
         log.info(
-            "Not granted patch on %s: written by update (PUT with the resourceVersion read)",
-            _names(w.permission("patch") for w in by_update),
+            "Patch not granted on %s: written by update (PUT with the resourceVersion read)",
+            ", ".join(w.permission("patch").what for w in by_update),
         )
     if missing:
         log.error(
@@ -152,12 +152,19 @@ async def review(
         )
     if not access.allows(EVENTS_CREATE):
         recorder.disable(f"{EVENTS_CREATE} is not granted")
+    unread: dict[str, list[Permission]] = {}  # what is lost -> the permissions missing
     for informer, permissions, lost in informers:
         denied = access.denied(permissions)
         if denied:
             informer.disable(f"{_names(denied)} not granted")
-            log.warning("Not granted %s: %s", _names(denied), lost)
+            unread.setdefault(lost, []).extend(denied)
+    for lost, denied in unread.items():
+        log.warning("Not granted %s: %s", _names(denied), lost)
 
 
 def _names(permissions: Iterable[Permission]) -> str:
-    return ", ".join(str(p) for p in permissions)
+    """``list/watch serviceaccounts x in namespace y, patch nodes``: one entry per object."""
+    verbs: dict[str, list[str]] = {}
+    for p in permissions:
+        verbs.setdefault(p.what, []).append(p.verb)
+    return ", ".join(f"{'/'.join(dict.fromkeys(names))} {what}" for what, names in verbs.items())

@@ -52,10 +52,14 @@ class Permission:
     name: str = ""
 
     def __str__(self) -> str:
-        what = self.resource.plural + (f"/{self.subresource}" if self.subresource else "")
+        return f"{self.verb} {self.what}"
+
+    @property
+    def what(self) -> str:
+        """What the verb applies to, as RBAC names it: ``daemonsets.apps in namespace x``."""
+        text = self.resource.plural + (f"/{self.subresource}" if self.subresource else "")
         if self.resource.group:
-            what += f".{self.resource.group}"
-        text = f"{self.verb} {what}"
+            text += f".{self.resource.group}"
         if self.name:
             text += f" {self.name}"
         if self.namespace:
