@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from prometheus_client import CollectorRegistry
 
 from computedomain.config import Settings
+from computedomain.domain import permissions
 from computedomain.domain.caches import Caches, build_caches
 from computedomain.domain.coexistence import CoexistenceMonitor
 from computedomain.domain.keys import CDKey, QueueKey
@@ -32,6 +33,7 @@ from computedomain.observability.health import (
 from computedomain.observability.logging import bind, reconcile_fields
 from computedomain.observability.metrics import DomainMetrics
 from computedomain.observability.server import ObservabilityServer
+from computedomain.runtime.access import Access
 from computedomain.runtime.client import KubeClient, load_client
 from computedomain.runtime.clock import Clock, SystemClock
 from computedomain.runtime.controller import Controller, Result
@@ -94,6 +96,8 @@ class ControllerProcess:
         def standing_by() -> str:
             return self.coexistence.standing_by
 
+        # What this identity may do, reviewed at the start of `run` (domain/permissions.py).
+        self.access = Access()
         self.reconciler = ComputeDomainReconciler(
             self.client.with_write_guard(standing_by),
             self.caches,
@@ -103,6 +107,7 @@ class ControllerProcess:
             self.clock,
             backlog=self.queue.len,
             standing_by=standing_by,
+            access=self.access,
         )
         self.controller = Controller(
             CONTROLLER_NAME,
@@ -161,6 +166,7 @@ class ControllerProcess:
     async def run(self, stop: asyncio.Event) -> None:
         await self.server.start()
         try:
+            await self._review_permissions()
             async with asyncio.TaskGroup() as group:
                 informer_tasks = [group.create_task(inf.run()) for inf in self.caches.all]
                 informer_tasks.append(group.create_task(self._report_missing_crds()))
@@ -174,6 +180,20 @@ class ControllerProcess:
                     task.cancel()
         finally:
             await self.server.stop()
+
+    async def _review_permissions(self) -> None:
+        """Before any informer lists: which writes go by update, whether Events are recorded,
+        which optional informers run, and one line for what is missing (permissions.py)."""
+        s = self.settings
+        await permissions.review(
+            # Reviews are not writes (no fence), and not worth the client's budget.
+            self.client.unfenced().with_rate_limiter(None),
+            self.access,
+            self.caches,
+            self.recorder,
+            s.reconciler.managed_namespaces,
+            s.lease_namespace if s.leader_election else None,
+        )
 
     async def _elect_and_work(self) -> None:
         s = self.settings

@@ -38,15 +38,16 @@ if [ -z "${HELM:-}" ]; then
   export HELM="$helm_dir/helm"
 fi
 # NVIDIA's own code for the tests that run it: its binaries (hack/upstream/build.sh; the
-# differential tests, the swap tests and the tests on NVIDIA's IMEX daemon) and its v0.4.0 chart (hack/upstream/chart.sh; the build
-# brings v0.4.1's). A directory given in NVIDIA_UPSTREAM_BIN / NVIDIA_UPSTREAM_CHART_V040 wins;
+# differential tests, the swap tests and the tests on NVIDIA's IMEX daemon), its v0.4.0 chart and its
+# main (v0.5.0-dev) chart (hack/upstream/chart.sh; the build brings v0.4.1's). A directory given in
+# NVIDIA_UPSTREAM_BIN / NVIDIA_UPSTREAM_CHART_V040 / NVIDIA_UPSTREAM_CHART_MAIN wins;
 # otherwise the pinned source. Under CI=true, or with the source variable set, what cannot be had
 # fails the run (and the tests require it); elsewhere one line says which tests will not run.
-upstream_input() { # script, variable to export, file the path must hold, what, source, tests
-  local script=$1 var=$2 check=$3 what=$4 source=$5 tests=$6 status=0 log dir start
+upstream_input() { # script, variable to export, file the path must hold, what, source, tests, [arg]
+  local script=$1 var=$2 check=$3 what=$4 source=$5 tests=$6 arg=${7:-} status=0 log dir start
   start=$(date +%s)
   log=$(mktemp)
-  dir=$(bash "hack/upstream/$script" 2>"$log" | tail -n 1) || status=$?
+  dir=$(bash "hack/upstream/$script" ${arg:+"$arg"} 2>"$log" | tail -n 1) || status=$?
   if [ "$status" -eq 0 ] && [ -e "$dir/$check" ]; then
     cat "$log" >&2
     echo "test.sh: $what in $dir ($(( $(date +%s) - start ))s)" >&2
@@ -72,6 +73,10 @@ fi
 if [ -z "${NVIDIA_UPSTREAM_CHART_V040:-}" ]; then
   upstream_input chart.sh NVIDIA_UPSTREAM_CHART_V040 Chart.yaml "NVIDIA's v0.4.0 chart" \
     "${NVIDIA_DRA_DRIVER_CHART_SRC:-}" "the swap tests on NVIDIA's v0.4.0 chart"
+fi
+if [ -z "${NVIDIA_UPSTREAM_CHART_MAIN:-}" ]; then
+  upstream_input chart.sh NVIDIA_UPSTREAM_CHART_MAIN Chart.yaml "NVIDIA's main (v0.5.0-dev) chart" \
+    "${NVIDIA_DRA_DRIVER_MAIN_SRC:-}" "the test under NVIDIA's v0.5.0-dev chart's RBAC" main
 fi
 # Integration tests must run, never skip, under this script.
 export COMPUTEDOMAIN_REQUIRE_CONTROL_PLANE=1

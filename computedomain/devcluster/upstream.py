@@ -19,7 +19,7 @@ import fcntl
 import json
 import os
 import subprocess
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,8 +33,10 @@ from computedomain.devcluster.processes import ChildProcess, spawn
 UPSTREAM_BUILD_SCRIPT = REPO_ROOT / "hack" / "upstream" / "build.sh"
 UPSTREAM_RUN_SCRIPT = REPO_ROOT / "hack" / "upstream" / "run.sh"
 UPSTREAM_CHART_SCRIPT = REPO_ROOT / "hack" / "upstream" / "chart.sh"
-# NVIDIA's release whose chart hack/upstream/chart.sh provides (the build brings v0.4.1's).
+# NVIDIA's releases whose charts hack/upstream/chart.sh provides (the build brings v0.4.1's):
+# v0.4.0, and main at 95932046 (v0.5.0-dev).
 OLDER_CHART_VERSION = "v0.4.0"
+MAIN_CHART = "main"
 CONTROLLER = "compute-domain-controller"
 DAEMON = "compute-domain-daemon"
 CHART_NAME = "dra-driver-nvidia-gpu"
@@ -128,20 +130,41 @@ def older_chart_required(env: Mapping[str, str] | None = None) -> bool:
 def find_older_chart(*, fetch: bool = False, env: Mapping[str, str] | None = None) -> Path:
     """NVIDIA's v0.4.0 chart: ``NVIDIA_UPSTREAM_CHART_V040`` (a directory chart.sh filled)
     wins, then hack/upstream/chart.sh's cache (filled first when ``fetch``)."""
+    return _find_chart(OLDER_CHART_VERSION, "NVIDIA_UPSTREAM_CHART_V040", fetch=fetch, env=env)
+
+
+def main_chart_required(env: Mapping[str, str] | None = None) -> bool:
+    """True where the tests on NVIDIA's main (v0.5.0-dev) chart must run: under CI, or with its
+    source given."""
+    env = os.environ if env is None else env
+    return env.get("CI", "").lower() == "true" or bool(env.get("NVIDIA_DRA_DRIVER_MAIN_SRC"))
+
+
+def find_main_chart(*, fetch: bool = False, env: Mapping[str, str] | None = None) -> Path:
+    """NVIDIA's chart of main at 95932046 (v0.5.0-dev): ``NVIDIA_UPSTREAM_CHART_MAIN`` (a
+    directory chart.sh filled) wins, then hack/upstream/chart.sh's cache (filled first when
+    ``fetch``, from ``NVIDIA_DRA_DRIVER_MAIN_SRC`` or GitHub)."""
+    return _find_chart(MAIN_CHART, "NVIDIA_UPSTREAM_CHART_MAIN", fetch=fetch, env=env)
+
+
+def _find_chart(release: str, variable: str, *, fetch: bool, env: Mapping[str, str] | None) -> Path:
     env = os.environ if env is None else env
     chart = (
-        Path(env["NVIDIA_UPSTREAM_CHART_V040"])
-        if env.get("NVIDIA_UPSTREAM_CHART_V040")
-        else _run_script(UPSTREAM_CHART_SCRIPT, build=fetch, env=env)
+        Path(env[variable])
+        if env.get(variable)
+        else _run_script(UPSTREAM_CHART_SCRIPT, build=fetch, env=env, extra=[release])
     )
     if not (chart / "Chart.yaml").is_file():
         raise UpstreamUnavailableError(f"{chart} holds no Chart.yaml")
     return chart
 
 
-def _run_script(script: Path, *, build: bool, env: Mapping[str, str]) -> Path:
-    """What one of the hack/upstream scripts prints last (a path); one build at a time."""
-    args = ["bash", str(script)] + ([] if build else ["--cached"])
+def _run_script(
+    script: Path, *, build: bool, env: Mapping[str, str], extra: Sequence[str] = ()
+) -> Path:
+    """What one of the hack/upstream scripts prints last (a path); one build at a time.
+    ``extra``: the script's arguments after ``--cached``."""
+    args = ["bash", str(script)] + ([] if build else ["--cached"]) + list(extra)
     cache_root = _cache_root(env)
     cache_root.mkdir(parents=True, exist_ok=True)
     with (cache_root / "upstream-build.lock").open("w") as lock:

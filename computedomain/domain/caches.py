@@ -308,7 +308,10 @@ class Caches:
         return True if labelled is None else node_ready(labelled)
 
     def missing_daemon_service_account(self) -> str | None:
-        """``namespace/name`` of the daemon ServiceAccount while it does not exist, else None."""
+        """``namespace/name`` of the daemon ServiceAccount while it does not exist, else None
+        (also when it may not be read: not known missing)."""
+        if self.service_accounts.unavailable:
+            return None
         key = f"{self.service_accounts.namespace}/{c.DAEMON_SERVICE_ACCOUNT}"
         return None if self.service_accounts.store.get(key) is not None else key
 
@@ -320,8 +323,13 @@ class Caches:
         return [
             name
             for informer, name in ((self.crds, CD_CRD_NAME), (self.clique_crds, CLIQUE_CRD_NAME))
-            if informer.has_synced and informer.store.get(name) is None
+            if informer.has_synced and not informer.unavailable and informer.store.get(name) is None
         ]
+
+    @property
+    def crd_readable(self) -> bool:
+        """The CD CRD is watched (else whether it prunes our status fields is not known)."""
+        return self.crds.unavailable is None
 
     def missing_status_fields(self) -> tuple[str, ...]:
         """Our status fields the installed CD CRD would prune; empty when it keeps them."""

@@ -3,18 +3,19 @@ event recorder, metrics, the clock, and what this process remembers per CD."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from computedomain.api.resources import COMPUTE_DOMAINS
 from computedomain.api.v1beta1 import ComputeDomain, Condition
 from computedomain.domain.caches import Caches
 from computedomain.domain.ports import DomainMetricsSink
 from computedomain.domain.settings import ReconcilerSettings
-from computedomain.runtime.client import KubeClient, PatchType
+from computedomain.runtime.client import KubeClient
 from computedomain.runtime.clock import Clock
 from computedomain.runtime.events import EventRecorder
+from computedomain.runtime.updates import Patcher
 
 # How often a CD is looked at again while a child or pod it waits for is going away.
 DELETION_POLL_SECONDS = 2.0
@@ -53,6 +54,14 @@ class ReconcileContext:
     # How many other reconciles wait to start (the work queue's ready keys); none by default.
     backlog: Callable[[], int] = lambda: 0
     memory: dict[str, DomainMemory] = field(default_factory=dict)
+    # Patches, or the same change by update where patch is not granted (docs: permissions).
+    patcher: Patcher = field(init=False)
+    # Our status fields the apiserver dropped from a write, while the CRD cannot be read to
+    # say so (``Caches.crd_readable``): the status is written as for an outdated CRD.
+    pruned_status_fields: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        self.patcher = Patcher(self.client)
 
     def memory_of(self, uid: str) -> DomainMemory:
         return self.memory.setdefault(uid, DomainMemory())
@@ -63,17 +72,20 @@ class ReconcileContext:
     async def patch_cd(
         self,
         cd: ComputeDomain,
+        obj: Mapping[str, Any],
         patch: Any,
         *,
-        patch_type: PatchType,
+        patch_type: Literal["merge", "json"],
         subresource: str | None = None,
     ) -> dict[str, Any]:
-        """Patch the CD itself (or its ``status``)."""
-        return await self.client.patch(
+        """Patch the CD itself (or its ``status``); ``obj`` is the CD as read (whole: the
+        cache keeps CDs whole), which an update changes and sends back."""
+        return await self.patcher.patch(
             COMPUTE_DOMAINS,
             cd.metadata.name,
             patch,
             cd.metadata.namespace,
             patch_type=patch_type,
             subresource=subresource,
+            current=obj,
         )

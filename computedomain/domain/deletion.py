@@ -68,7 +68,10 @@ class Cleanup:
                         child = deleted
                 patch = patches.remove_finalizer(child, c.FINALIZER)
                 if patch is not None:
-                    written = await ctx.client.patch(res, name, patch, namespace, patch_type="json")
+                    # By update (no patch granted), read whole first: the caches trim children.
+                    written = await ctx.patcher.patch(
+                        res, name, patch, namespace, patch_type="json"
+                    )
                     ctx.caches.observe_write(res, written)
             except ApiError as err:
                 if err.is_not_found:
@@ -93,7 +96,8 @@ class Cleanup:
 
         Uses a live, label-selected LIST (the cache may lag a label the plugin just set; names
         are all it needs, so metadata only) and a JSON patch guarded by a ``test``, so a label
-        that moved to another CD is left alone.
+        that moved to another CD is left alone (by update: checked on the Node read, which is
+        PUT with its resourceVersion).
         """
         ctx = self._ctx
         memory = ctx.memory_of(uid)
@@ -109,7 +113,8 @@ class Cleanup:
         for node in listing.get("items") or []:
             patch = patches.remove_label_if(c.CD_LABEL, uid)
             try:
-                written = await ctx.client.patch(
+                # By update (no patch granted): the Node is read whole, its label checked there.
+                written = await ctx.patcher.patch(
                     r.NODES, objects.name(node), patch, patch_type="json"
                 )
             except ApiError as err:
@@ -170,7 +175,7 @@ class Finalizer:
             try:
                 # The CD leaves the cache now, not at its DELETED event: a pass meanwhile
                 # would find it still finalizing and list Nodes and patch it again.
-                written = await ctx.patch_cd(cd, patch, patch_type="json")
+                written = await ctx.patch_cd(cd, obj, patch, patch_type="json")
                 ctx.caches.observe_write(COMPUTE_DOMAINS, written)
             except ApiError as err:
                 if err.is_not_found:

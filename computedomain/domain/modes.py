@@ -37,7 +37,8 @@ class StatusMode:
 
 
 def status_mode(ctx: ReconcileContext, cd: ComputeDomain) -> StatusMode:
-    pruned = ctx.caches.missing_status_fields()
+    # From the CRD; where it cannot be read, from what the apiserver dropped from a write.
+    pruned = ctx.caches.missing_status_fields() or ctx.pruned_status_fields
     if ctx.settings.host_managed:
         return StatusMode(host_managed=True, pruned_fields=pruned)
     daemonsets = ctx.caches.daemonsets_of(cd.metadata.uid)

@@ -37,10 +37,12 @@ from computedomain.domain.settings import ReconcilerSettings
 from computedomain.domain.status import StatusWriter, daemon_pods
 from computedomain.domain.sweeper import OrphanSweeper
 from computedomain.runtime import patches
+from computedomain.runtime.access import Access
 from computedomain.runtime.client import ApiError, KubeClient
 from computedomain.runtime.clock import Clock, SystemClock
 from computedomain.runtime.controller import Result
 from computedomain.runtime.events import EventRecorder
+from computedomain.runtime.updates import Patcher
 
 # A requeue goes behind the keys already waiting (a delay of 0 would mean "no requeue").
 CHILDREN_FIRST_REQUEUE = 0.001
@@ -57,13 +59,16 @@ class ComputeDomainReconciler:
         clock: Clock | None = None,
         backlog: Callable[[], int] | None = None,
         standing_by: Callable[[], str] = lambda: "",
+        access: Access | None = None,
     ) -> None:
         """``backlog``: how many reconciles wait to start (the work queue's ready keys);
-        ``standing_by``: why nothing may be written now (empty: write)."""
+        ``standing_by``: why nothing may be written now (empty: write); ``access``: what this
+        identity may do (``permissions``; where patch is not granted, writes go by update)."""
         self._standing_by = standing_by
         self._ctx = ReconcileContext(
             client, caches, settings, recorder, metrics, clock or SystemClock()
         )
+        self._ctx.patcher = Patcher(client, access)
         if backlog is not None:
             self._ctx.backlog = backlog
         self._children = ChildMaker(self._ctx)
@@ -96,7 +101,7 @@ class ComputeDomainReconciler:
         if patch is not None:
             # Finalizer first: no child may exist that a deletion would not clean up.
             try:
-                obj = await ctx.patch_cd(cd, patch, patch_type="json")
+                obj = await ctx.patch_cd(cd, obj, patch, patch_type="json")
             except ApiError as err:
                 if err.is_not_found:  # deleted since the cache saw it; the watch says so next
                     return Result()

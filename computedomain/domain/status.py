@@ -219,6 +219,10 @@ class StatusWriter:
             # Only now reported: a held or failed write leaves their transitions to the next.
             memory.conditions = conditions
         elif not projection.status_equal(dict(written.get("status") or {}), desired):
+            if not ctx.caches.crd_readable:
+                self._learn_pruned(dict(written.get("status") or {}), desired)
+                memory.conditions = conditions  # reported; they live in memory from now on
+                return Result(requeue=True)
             # Just after a CRD upgrade the apiserver may still prune with the old schema for a
             # moment. Nothing else would requeue this CD (the watch shows our own write), so
             # retry with backoff until the fields stick.
@@ -228,6 +232,23 @@ class StatusWriter:
             )
             return Result(requeue=True)
         return result
+
+    def _learn_pruned(self, written: Mapping[str, Any], desired: Mapping[str, Any]) -> None:
+        """The CRD cannot be read (its list/watch not granted): our fields the apiserver dropped
+        from this write are those it prunes. Every CD's status is written as for an outdated
+        CRD from now on (the next reconcile finds nothing to write), said once."""
+        dropped = tuple(
+            name
+            for name in coexistence.OUR_STATUS_FIELDS
+            if desired.get(name) is not None and name not in written
+        )
+        if dropped and dropped != self._ctx.pruned_status_fields:
+            self._ctx.pruned_status_fields = dropped
+            log.warning(
+                "ComputeDomain CRD is outdated (learned from a status write, the CRD cannot be "
+                "read): %s",
+                coexistence.crd_outdated_message(dropped),
+            )
 
     @staticmethod
     def _previous_conditions(
@@ -245,7 +266,9 @@ class StatusWriter:
         return instead (a conflict requeues; a CD gone meanwhile needs nothing)."""
         patch = {"metadata": {"resourceVersion": objects.resource_version(obj)}, "status": desired}
         try:
-            written = await self._ctx.patch_cd(cd, patch, patch_type="merge", subresource="status")
+            written = await self._ctx.patch_cd(
+                cd, obj, patch, patch_type="merge", subresource="status"
+            )
         except ApiError as err:
             if err.is_conflict:
                 # Someone (a legacy daemon) wrote in between; the watch event requeues us.

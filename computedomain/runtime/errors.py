@@ -3,11 +3,14 @@ logging, the CLI) do not import kubernetes_asyncio, whose import alone takes sec
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 # The reason of the ApiError a fenced client raises instead of sending a write (status 0: the
 # apiserver never saw it): this replica could not prove it holds its leader lease.
 FENCED_REASON = "LeaseNotHeld"
+# The authorizer's words (apiserver's forbiddenMessage): `User "x" cannot patch resource "nodes"`.
+_AUTHORIZER_DENIAL = re.compile(r'User ".*" cannot \S+ (resource|path) ')
 
 
 class ApiError(Exception):
@@ -65,6 +68,12 @@ class ApiError(Exception):
     @property
     def is_forbidden(self) -> bool:
         return self.status == 403
+
+    @property
+    def is_denied(self) -> bool:
+        """A 403 from the authorizer: this identity lacks the verb (RBAC). Not every 403 is one:
+        a namespace being deleted refuses new objects with a 403, and so may admission."""
+        return self.status == 403 and bool(_AUTHORIZER_DENIAL.search(self.message))
 
     @property
     def is_too_many_requests(self) -> bool:

@@ -7,6 +7,11 @@ overflow. ``run`` writes:
 the first occurrence of an isomorphic event creates it, the second PATCHes ``series`` with
 count 2, later counts are flushed periodically, and a series ends after 6 minutes of quiet.
 The note is not part of the isomorphism key.
+
+Where this identity may not create Events (RBAC written for another controller grants none),
+the recorder says so once (``disable``: from the access reviewed at start, or at the first
+create the authorizer refuses) and drops every later event (counted, reason ``forbidden``)
+instead of sending requests that fail.
 """
 
 from __future__ import annotations
@@ -156,8 +161,18 @@ class EventRecorder:
         self._spam: dict[SeriesKey, TokenBucket] = {}
         self._series: dict[SeriesKey, _Series] = {}
         self._last_nanos = 0
-        for reason in ("queue_full", "spam", "write_failed"):
+        # Why Events cannot be written (set once), or None.
+        self.disabled: str | None = None
+        for reason in ("queue_full", "spam", "write_failed", "forbidden"):
             self.metrics.events_dropped_total.labels(reason=reason)
+
+    def disable(self, why: str) -> None:
+        """Events cannot be written (``why``: the permission missing): said once, and every
+        event from now on is dropped without a request."""
+        if self.disabled is not None:
+            return
+        self.disabled = why
+        log.warning("Events are not recorded: %s", why)
 
     # -- producer side ----------------------------------------------------------------------
 
@@ -170,7 +185,11 @@ class EventRecorder:
         note: str,
         related: Mapping[str, Any] | None = None,
     ) -> bool:
-        """Queue an event; never blocks. False when it was dropped (spam bound or full queue)."""
+        """Queue an event; never blocks. False when it was dropped (spam bound, full queue, or
+        Events not granted)."""
+        if self.disabled is not None:
+            self.metrics.events_dropped_total.labels(reason="forbidden").inc()
+            return False
         regarding_ref = object_reference(regarding)
         related_ref = object_reference(related) if related is not None else None
         key: SeriesKey = (
@@ -262,6 +281,9 @@ class EventRecorder:
             self._forget_idle_spam_buckets()
 
     async def _write(self, pending: _Pending) -> None:
+        if self.disabled is not None:  # queued before the first create was refused
+            self.metrics.events_dropped_total.labels(reason="forbidden").inc()
+            return
         series = self._series.get(pending.key)
         now = self.clock.now()
         if series is not None and now - series.last_observed > self.series_quiet:
@@ -296,7 +318,9 @@ class EventRecorder:
         }
         if pending.related:
             body["related"] = pending.related
-        created = await self._attempt(lambda: self.client.create(EVENTS, body, namespace))
+        created = await self._attempt(
+            lambda: self.client.create(EVENTS, body, namespace), creating=True
+        )
         if created is None:
             return
         now = self.clock.now()
@@ -337,7 +361,9 @@ class EventRecorder:
             series.flushed_count = count
             series.flushed_at = self.clock.now()
 
-    async def _attempt(self, call: Any, reraise_not_found: bool = False) -> dict[str, Any] | None:
+    async def _attempt(
+        self, call: Any, reraise_not_found: bool = False, creating: bool = False
+    ) -> dict[str, Any] | None:
         delay = 0.2
         for attempt in range(1, self.write_attempts + 1):
             retry_after = 0.0
@@ -355,6 +381,10 @@ class EventRecorder:
                     # Our own earlier attempt was written before its answer was lost (a 5xx
                     # after the fact, a reset): the names are unique, so this is that Event.
                     return {}
+                if creating and error.is_denied:
+                    self.disable(f"create {EVENTS.plural}.{EVENTS.group} is not granted ({error})")
+                    self.metrics.events_dropped_total.labels(reason="forbidden").inc()
+                    return None
                 if error.is_invalid or error.is_forbidden or error.is_already_exists:
                     log.warning("Event rejected", extra={"err": str(error)})
                     break

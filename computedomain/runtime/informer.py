@@ -189,6 +189,8 @@ class Informer:
         self.relists = 0
         # LIST requests sent, pages included (tests read it).
         self.list_requests = 0
+        # Why this informer does not list or watch (``disable``), or None.
+        self.unavailable: str | None = None
 
     # -- public -----------------------------------------------------------------------------
 
@@ -202,6 +204,13 @@ class Informer:
     def has_synced(self) -> bool:
         return self._synced.is_set()
 
+    def disable(self, why: str) -> None:
+        """Never list or watch (``why``: this identity may not; a 403 would be retried
+        forever). The store stays empty and counts as synced: its readers must ask
+        ``unavailable`` before taking an empty store for "none exist"."""
+        self.unavailable = why
+        self._synced.set()
+
     async def wait_synced(self) -> None:
         await self._synced.wait()
 
@@ -212,8 +221,8 @@ class Informer:
 
     async def run(self) -> None:
         """List then watch until cancelled (or list every ``poll_interval`` seconds). A
-        restarted ``run`` resumes from the last RV."""
-        while True:
+        restarted ``run`` resumes from the last RV. A disabled informer returns at once."""
+        while self.unavailable is None:
             try:
                 if self.poll_interval is not None:
                     await self._list()

@@ -153,12 +153,12 @@ class RuntimeMetrics:
         # Not a controller-runtime family: our recorder drops instead of blocking.
         self.events_dropped_total = Counter(
             "event_recorder_dropped_events_total",
-            "Events the recorder dropped, by reason (queue_full, spam, write_failed)",
+            "Events the recorder dropped, by reason (queue_full, spam, write_failed, forbidden)",
             ["reason"],
             registry=registry,
         )
         # At zero from the start, so "nothing dropped" is a sample and a rate, not a gap.
-        for reason in ("queue_full", "spam", "write_failed"):
+        for reason in ("queue_full", "spam", "write_failed", "forbidden"):
             self.events_dropped_total.labels(reason=reason)
 
     def init_controller(self, controller: str, workers: int) -> None:

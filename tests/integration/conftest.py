@@ -39,8 +39,10 @@ from computedomain.devcluster.rest import request_json
 from computedomain.devcluster.upstream import (
     UpstreamBuild,
     UpstreamUnavailableError,
+    find_main_chart,
     find_older_chart,
     find_upstream,
+    main_chart_required,
     older_chart_required,
     upstream_required,
 )
@@ -191,6 +193,15 @@ def older_chart() -> Path:
     where = "CI or NVIDIA_DRA_DRIVER_CHART_SRC"
     return _required_or_skip(
         lambda fetch: find_older_chart(fetch=fetch), older_chart_required(), where
+    )
+
+
+@pytest.fixture(scope="session")
+def main_chart() -> Path:
+    """NVIDIA's chart of main at 95932046, v0.5.0-dev (hack/upstream/chart.sh main)."""
+    where = "CI or NVIDIA_DRA_DRIVER_MAIN_SRC"
+    return _required_or_skip(
+        lambda fetch: find_main_chart(fetch=fetch), main_chart_required(), where
     )
 
 

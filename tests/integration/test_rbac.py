@@ -397,6 +397,11 @@ async def scenario(
         "caches synced (list/watch)",
         asyncio.gather(*(informer.wait_synced() for informer in process.caches.all)),
     )
+    # An informer the controller can do without is off where its list/watch is not granted
+    # (reviewed at start, no 403): what it tells is lost, a visible break too.
+    off = [f"{inf.name} ({inf.unavailable})" for inf in process.caches.all if inf.unavailable]
+    if off:
+        raise ScenarioBrokenError(f"informers off: {'; '.join(off)}")
 
     # A CD whose children are taken by foreign objects: the create conflicts, then a GET.
     # One Warning names both (the ChildrenReady condition's message).

@@ -3,8 +3,9 @@ apiserver would, and records each call with its body.
 
 Like the apiserver it honours optimistic concurrency: a merge patch or an update that carries a
 ``metadata.resourceVersion`` other than the stored one is answered 409 Conflict, and every write
-moves the stored object's resourceVersion on, except the one that removes the last finalizer of
-an object being deleted: that deletes it and answers with the resourceVersion it had. Tests
+moves the stored object's resourceVersion on, except the one (patch or update) that removes the
+last finalizer of an object being deleted: that deletes it and answers with the
+resourceVersion it had. Tests
 assert on ``calls`` (``(verb, resource[/subresource], namespace/name)``, as
 kubernetes/sample-controller's tests compare actions) and on ``bodies`` (what each call
 sent), and may ``bump`` an object to play a writer that came in between.
@@ -13,7 +14,7 @@ It also lists and watches as an informer needs: LIST pages (``limit``, a ``conti
 ``expire_continue`` makes answer 410 once), PartialObjectMetadata for ``metadata_only``, and a
 WATCH from a resourceVersion that streams every later write (410 Expired from before
 ``compact``'s mark), until ``end_watches`` ends each stream cleanly. ``refuse`` answers any call
-with an error (an outage, a 429 with Retry-After), after recording it.
+with an error (an outage, a 429 with Retry-After, RBAC's 403: ``denied``), after recording it.
 """
 
 from __future__ import annotations
@@ -268,10 +269,41 @@ class FakeApiServer:
     async def replace(
         self, res: Resource, body: Obj, namespace: str | None = None, subresource: str | None = None
     ) -> Obj:
+        """An update: the whole object, refused (409) unless it carries the stored
+        resourceVersion. As the apiserver, a ``status`` update changes only the status, an
+        update of the object keeps the stored status, and an update that removes the last
+        finalizer of an object being deleted deletes it."""
         name = body["metadata"]["name"]
         self._record("replace", res, namespace, name, subresource or "", body=body)
-        self._precondition(res, self._stored(res, name, namespace), body)
-        return self.add(res, {**body, "metadata": {**body["metadata"], "namespace": namespace}})
+        stored = self._stored(res, name, namespace)
+        self._precondition(res, stored, body)
+        if subresource == "status":
+            updated = {**copy.deepcopy(stored), "status": copy.deepcopy(body.get("status"))}
+            for pruned in self.pruned_status_fields:
+                (updated.get("status") or {}).pop(pruned, None)
+        else:
+            updated = {
+                **copy.deepcopy(body),
+                "metadata": {**body["metadata"], "namespace": namespace},
+            }
+            if "status" in stored:
+                updated["status"] = copy.deepcopy(stored["status"])
+        meta = updated["metadata"]
+        if meta.get("deletionTimestamp") and not meta.get("finalizers"):
+            answer = copy.deepcopy(updated)
+            self._stored_as((res.plural, namespace or "", name), "DELETED", updated)
+            return answer
+        return self.add(res, updated)
+
+
+def denied(verb: str, res: Resource) -> ApiError:
+    """The 403 the apiserver's authorizer answers when RBAC does not grant ``verb``."""
+    return ApiError(
+        403,
+        "Forbidden",
+        f'{res.plural}.{res.group} is forbidden: User "system:serviceaccount:ns:sa" cannot '
+        f'{verb} resource "{res.plural}" in API group "{res.group}" at the cluster scope',
+    )
 
 
 def _selected(obj: Obj, ns: str, namespace: str | None, label_selector: str | None) -> bool:

@@ -19,6 +19,7 @@ from computedomain.domain.settings import DaemonSettings, ReconcilerSettings
 from computedomain.observability.metrics import DomainMetrics
 from computedomain.runtime import objects
 from computedomain.runtime import resources as r
+from computedomain.runtime.access import Access
 from computedomain.runtime.controller import Result
 from tests.kit.clock import FakeClock
 from tests.kit.fakeapi import FakeApiServer
@@ -95,10 +96,12 @@ def make_world(
     registry: CollectorRegistry | None = None,
     backlog: Callable[[], int] | None = None,
     standing_by: Callable[[], str] = lambda: "",
+    access: Access | None = None,
 ) -> World:
     """A reconciler over empty caches, one fake client, a recorder and a FakeClock;
     ``backlog`` stands for the work queue's waiting keys (none by default), ``standing_by``
-    for NVIDIA's controller running (never by default)."""
+    for NVIDIA's controller running (never by default), ``access`` for what RBAC grants
+    (everything by default)."""
     client, clock = FakeApiServer(), FakeClock()
     recorder = recorder if recorder is not None else FakeRecorder()
     caches = build_caches(client, driver_namespace=DRIVER_NS)  # type: ignore[arg-type]
@@ -111,6 +114,7 @@ def make_world(
         clock,
         backlog=backlog,
         standing_by=standing_by,
+        access=access,
     )
     return World(client, caches, recorder, clock, reconciler)
 

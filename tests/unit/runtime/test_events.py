@@ -19,7 +19,7 @@ from computedomain.runtime.events import EventRecorder, object_reference
 from computedomain.runtime.metrics import RuntimeMetrics
 from computedomain.runtime.resources import Resource
 from tests.kit.clock import FakeClock, settle
-from tests.kit.fakeapi import FakeApiServer
+from tests.kit.fakeapi import FakeApiServer, denied
 
 CD: dict[str, Any] = {
     "apiVersion": "resource.nvidia.com/v1beta1",
@@ -320,3 +320,57 @@ async def test_an_event_refused_by_the_write_fence_is_dropped_at_once_without_a_
     assert [call[0] for call in setup.calls()] == ["create"]  # no retry
     assert setup.dropped("write_failed") == 1
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+
+
+async def test_events_not_granted_are_said_once_and_never_sent_again(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """RBAC without Events (NVIDIA's charts, GPU Operator): the first create meets the
+    authorizer's 403, one warning names the permission, and no later event sends a request."""
+    setup = Setup()
+    setup.api.refuse = lambda verb, res: denied(verb, res) if verb == "create" else None
+    with caplog.at_level(logging.WARNING, logger="computedomain.runtime.events"):
+        async with running(setup):
+            for index in range(5):
+                setup.recorder.record(CD, "Normal", f"Reason{index}", "Reconciling", "x")
+            await setup.recorder.wait_idle()
+            assert setup.recorder.record(NODE, "Warning", "Late", "Checking", "y") is False
+            await setup.recorder.wait_idle()
+    assert [call[0] for call in setup.calls()] == ["create"]  # one request, no retry
+    warnings = [rec.getMessage() for rec in caplog.records]
+    assert len(warnings) == 1, warnings
+    assert warnings[0].startswith("Events are not recorded: create events.events.k8s.io")
+    assert setup.dropped("forbidden") == 6
+    assert setup.dropped("write_failed") == 0
+
+
+async def test_events_disabled_at_start_send_nothing(caplog: pytest.LogCaptureFixture) -> None:
+    setup = Setup()
+    with caplog.at_level(logging.WARNING, logger="computedomain.runtime.events"):
+        setup.recorder.disable("create events.events.k8s.io in every namespace is not granted")
+        setup.recorder.disable("again")  # said once
+        async with running(setup):
+            assert setup.recorder.record(CD, "Normal", "Created", "Create", "x") is False
+            await setup.recorder.wait_idle()
+    assert setup.calls() == []
+    assert [rec.getMessage() for rec in caplog.records] == [
+        "Events are not recorded: create events.events.k8s.io in every namespace is not granted"
+    ]
+
+
+async def test_a_namespace_being_deleted_does_not_stop_the_events() -> None:
+    """Its 403 is not the authorizer's: that event is dropped, later ones are written."""
+    setup = Setup()
+    terminating = ApiError(
+        403,
+        "Forbidden",
+        "unable to create new content in namespace team because it is being terminated",
+    )
+    setup.api.refuse = lambda verb, res: terminating if len(setup.api.calls) == 1 else None
+    async with running(setup):
+        setup.recorder.record(CD, "Normal", "Deleted", "Delete", "x")
+        await setup.recorder.wait_idle()
+        setup.recorder.record(NODE, "Normal", "Other", "Checking", "y")
+        await setup.recorder.wait_idle()
+    assert [call[0] for call in setup.calls()] == ["create", "create"]
+    assert setup.recorder.disabled is None
