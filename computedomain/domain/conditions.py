@@ -378,6 +378,20 @@ def _nodes_seen(view: DomainView) -> int:
     return len(set(view.members) | {n.name for n in view.nodes} | pods)
 
 
+def _job_size(view: DomainView) -> int:
+    """How many nodes the job needs, as far as is known: spec.numNodes, or the nodes seen
+    when more."""
+    return max(view.num_nodes, _nodes_seen(view))
+
+
+def avoidable_clique_split(view: DomainView) -> bool:
+    """The domain's nodes span more than one NVLink clique although the job fits in one
+    (at most ``clique_size`` nodes): IMEX then shares GPU memory only within each part, and
+    pinning the workload to one clique would mend it. A job larger than a clique spans
+    cliques by design (SingleClique is False all the same, with other advice): not this."""
+    return len(_all_cliques(view)) > 1 and _job_size(view) <= view.clique_size
+
+
 def _single_clique_verdict(view: DomainView) -> _Verdict:
     cliques = sorted(_all_cliques(view))
     if not cliques:
@@ -386,8 +400,7 @@ def _single_clique_verdict(view: DomainView) -> _Verdict:
         return _Verdict(UNKNOWN, "NoNodes", "No nodes yet")
     if len(cliques) == 1:
         return _Verdict(TRUE, ONE_CLIQUE, f"All nodes are in clique {cliques[0]}")
-    room, seen = view.clique_size, _nodes_seen(view)
-    size = max(view.num_nodes, seen)
+    room, size = view.clique_size, _job_size(view)
     spans = f"Nodes span {len(cliques)} NVLink cliques ({listing(cliques)})"
     pin = (
         f"recreate the workload with a required pod affinity on topologyKey "

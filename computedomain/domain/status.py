@@ -319,6 +319,7 @@ class StatusWriter:
             cliques=len(view.cliques),
             global_status=global_status,
             reasons={x.type: x.reason for x in conditions},
+            clique_split=cond.avoidable_clique_split(view),
         )
 
     def _emit_transitions(

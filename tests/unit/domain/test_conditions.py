@@ -11,6 +11,7 @@ from computedomain.domain.conditions import (
     ChildState,
     ChildStatus,
     DomainView,
+    avoidable_clique_split,
     conditions_for,
     daemons_due,
     set_condition,
@@ -439,6 +440,15 @@ def test_multiple_cliques_advice_fits_the_job(
     fits = max(num_nodes, seen) <= clique_size
     # Pinning only when the job can fit one clique; the network when it may not.
     assert (pins, network) == (fits, not fits or num_nodes == 0)
+    # The split worth a page (computedomain_clique_split) is the one pinning would mend.
+    assert avoidable_clique_split(domain) == fits
+
+
+def test_one_clique_or_none_is_no_split() -> None:
+    assert not avoidable_clique_split(view(nodes=(node("n1"), node("n2"))))
+    assert not avoidable_clique_split(view(nodes=(node("n1", clique=""),)))
+    assert not avoidable_clique_split(view())
+    assert avoidable_clique_split(view(nodes=(node("n1"),), cliques=frozenset({"cluster.9"})))
 
 
 # --- host-managed IMEX (contract §18) -------------------------------------------------------
