@@ -28,6 +28,7 @@ from datetime import datetime
 from computedomain.api import constants as c
 from computedomain.api.v1beta1 import ComputeDomainNode, Condition, ConditionStatus
 from computedomain.domain.projection import DaemonPod, plural
+from computedomain.domain.workload import WorkloadPodProblem
 
 TRUE: ConditionStatus = "True"
 FALSE: ConditionStatus = "False"
@@ -49,6 +50,9 @@ INVALID_SPEC = "InvalidSpec"
 DAEMONS_STARTING = "DaemonsStarting"
 DAEMONS_NOT_READY = "DaemonsNotReady"
 WAITING_FOR_WORKLOAD = "WaitingForWorkload"
+# Waiting for the workload, and workload pods of the channel template have been Pending past
+# the grace period: what they say is why no daemon joins.
+WORKLOAD_PODS_NOT_STARTING = "WorkloadPodsNotStarting"
 TOO_FEW_NODES = "TooFewNodes"
 DELETING = "Deleting"
 MULTIPLE_CLIQUES = "MultipleCliques"
@@ -140,6 +144,10 @@ class DomainView:
     host_managed: bool = False
     # hostManaged only: "<Kind> <namespace>/<name>" of children driverManaged made, left alone.
     leftovers: Sequence[str] = ()
+    # The channel ResourceClaimTemplate's name, and its workload pods Pending past the grace
+    # period with why (``workload``); only looked for while the CD waits for its workload.
+    workload_template: str = ""
+    workload_problems: Sequence[WorkloadPodProblem] = ()
 
     @property
     def invalid(self) -> str | None:
@@ -348,6 +356,8 @@ def _ready_verdict(view: DomainView, children: _Verdict, daemons: _Verdict) -> _
     if children.status != TRUE:
         return _Verdict(FALSE, "ChildrenNotReady", children.message)
     if not view.nodes and not view.pods:
+        if view.workload_problems:
+            return _Verdict(FALSE, WORKLOAD_PODS_NOT_STARTING, _workload_message(view))
         return _Verdict(
             FALSE,
             WAITING_FOR_WORKLOAD,
@@ -365,6 +375,27 @@ def _ready_verdict(view: DomainView, children: _Verdict, daemons: _Verdict) -> _
     daemons_text = plural(len(view.nodes), "daemon")
     cliques_text = plural(len(_all_cliques(view)), "clique")
     return _Verdict(TRUE, ALL_NODES_JOINED, f"{daemons_text} ready in {cliques_text}")
+
+
+def waits_for_workload(view: DomainView) -> bool:
+    """Ready says ``WaitingForWorkload`` (or ``WorkloadPodsNotStarting``): the children are
+    fine and no daemon pod or node exists yet. Only then are workload pods worth a look."""
+    if view.host_managed or view.deleting or view.nodes or view.pods:
+        return False
+    return _children_verdict(view).status == TRUE
+
+
+def _workload_message(view: DomainView) -> str:
+    """The first stuck workload pod in its own words, then how many more."""
+    problems = view.workload_problems
+    first, more = problems[0], len(problems) - 1
+    count = plural(len(problems), "workload pod")
+    verb = "has" if len(problems) == 1 else "have"
+    rest = f"; and {more} more" if more else ""
+    return (
+        f"No IMEX daemon has joined: {count} using ResourceClaimTemplate "
+        f"{view.workload_template} {verb} not started: pod {first.pod}: {first.words}{rest}"
+    )
 
 
 def _all_cliques(view: DomainView) -> set[str]:
