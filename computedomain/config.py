@@ -615,6 +615,18 @@ SETTINGS: Sequence[Setting] = (
             "costs a few status writes per CD, not several per daemon; a Ready flip and "
             "deletion are never delayed; 0 writes every change at once)",
             "reconciler.status_coalesce_window", check=seconds_at_least(0, 60)),
+    Setting("--workload-start-grace-period", "WORKLOAD_START_GRACE_PERIOD", "5m", parse_duration,
+            "how long a ComputeDomain may wait for its workload (no IMEX daemon yet), and a pod "
+            "using its channel ResourceClaimTemplate stay Pending, before the controller lists "
+            "the Pending pods of the ComputeDomain's namespace and Ready says "
+            "WorkloadPodsNotStarting with the first such pod and its own words (unschedulable, "
+            "image pull back-off, stuck in ContainerCreating); no workload pod is watched",
+            "reconciler.workload_start_grace_period", check=seconds_at_least(1)),
+    Setting("--workload-pod-check-interval", "WORKLOAD_POD_CHECK_INTERVAL", "1m", parse_duration,
+            "the shortest time between two LISTs of the Pending pods for one ComputeDomain that "
+            "waits for its workload past WORKLOAD_START_GRACE_PERIOD; while a LIST finds none of "
+            "its pods the next waits twice as long, up to 8 times this",
+            "reconciler.workload_pod_check_interval", check=seconds_at_least(1)),
 )
 # fmt: on
 

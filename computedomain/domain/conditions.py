@@ -28,6 +28,7 @@ from datetime import datetime
 from computedomain.api import constants as c
 from computedomain.api.v1beta1 import ComputeDomainNode, Condition, ConditionStatus
 from computedomain.domain.projection import DaemonPod, plural
+from computedomain.domain.workload import WorkloadPodProblem
 
 TRUE: ConditionStatus = "True"
 FALSE: ConditionStatus = "False"
@@ -49,6 +50,9 @@ INVALID_SPEC = "InvalidSpec"
 DAEMONS_STARTING = "DaemonsStarting"
 DAEMONS_NOT_READY = "DaemonsNotReady"
 WAITING_FOR_WORKLOAD = "WaitingForWorkload"
+# Waiting for the workload, and workload pods of the channel template have been Pending past
+# the grace period: what they say is why no daemon joins.
+WORKLOAD_PODS_NOT_STARTING = "WorkloadPodsNotStarting"
 TOO_FEW_NODES = "TooFewNodes"
 DELETING = "Deleting"
 MULTIPLE_CLIQUES = "MultipleCliques"
@@ -140,6 +144,10 @@ class DomainView:
     host_managed: bool = False
     # hostManaged only: "<Kind> <namespace>/<name>" of children driverManaged made, left alone.
     leftovers: Sequence[str] = ()
+    # The channel ResourceClaimTemplate's name, and its workload pods Pending past the grace
+    # period with why (``workload``); only looked for while the CD waits for its workload.
+    workload_template: str = ""
+    workload_problems: Sequence[WorkloadPodProblem] = ()
 
     @property
     def invalid(self) -> str | None:
@@ -348,6 +356,8 @@ def _ready_verdict(view: DomainView, children: _Verdict, daemons: _Verdict) -> _
     if children.status != TRUE:
         return _Verdict(FALSE, "ChildrenNotReady", children.message)
     if not view.nodes and not view.pods:
+        if view.workload_problems:
+            return _Verdict(FALSE, WORKLOAD_PODS_NOT_STARTING, _workload_message(view))
         return _Verdict(
             FALSE,
             WAITING_FOR_WORKLOAD,
@@ -367,6 +377,27 @@ def _ready_verdict(view: DomainView, children: _Verdict, daemons: _Verdict) -> _
     return _Verdict(TRUE, ALL_NODES_JOINED, f"{daemons_text} ready in {cliques_text}")
 
 
+def waits_for_workload(view: DomainView) -> bool:
+    """Ready says ``WaitingForWorkload`` (or ``WorkloadPodsNotStarting``): the children are
+    fine and no daemon pod or node exists yet. Only then are workload pods worth a look."""
+    if view.host_managed or view.deleting or view.nodes or view.pods:
+        return False
+    return _children_verdict(view).status == TRUE
+
+
+def _workload_message(view: DomainView) -> str:
+    """The first stuck workload pod in its own words, then how many more."""
+    problems = view.workload_problems
+    first, more = problems[0], len(problems) - 1
+    count = plural(len(problems), "workload pod")
+    verb = "has" if len(problems) == 1 else "have"
+    rest = f"; and {more} more" if more else ""
+    return (
+        f"No IMEX daemon has joined: {count} using ResourceClaimTemplate "
+        f"{view.workload_template} {verb} not started: pod {first.pod}: {first.words}{rest}"
+    )
+
+
 def _all_cliques(view: DomainView) -> set[str]:
     return set(view.cliques) | {n.clique_id for n in view.nodes if n.clique_id}
 
@@ -378,6 +409,20 @@ def _nodes_seen(view: DomainView) -> int:
     return len(set(view.members) | {n.name for n in view.nodes} | pods)
 
 
+def _job_size(view: DomainView) -> int:
+    """How many nodes the job needs, as far as is known: spec.numNodes, or the nodes seen
+    when more."""
+    return max(view.num_nodes, _nodes_seen(view))
+
+
+def avoidable_clique_split(view: DomainView) -> bool:
+    """The domain's nodes span more than one NVLink clique although the job fits in one
+    (at most ``clique_size`` nodes): IMEX then shares GPU memory only within each part, and
+    pinning the workload to one clique would mend it. A job larger than a clique spans
+    cliques by design (SingleClique is False all the same, with other advice): not this."""
+    return len(_all_cliques(view)) > 1 and _job_size(view) <= view.clique_size
+
+
 def _single_clique_verdict(view: DomainView) -> _Verdict:
     cliques = sorted(_all_cliques(view))
     if not cliques:
@@ -386,8 +431,7 @@ def _single_clique_verdict(view: DomainView) -> _Verdict:
         return _Verdict(UNKNOWN, "NoNodes", "No nodes yet")
     if len(cliques) == 1:
         return _Verdict(TRUE, ONE_CLIQUE, f"All nodes are in clique {cliques[0]}")
-    room, seen = view.clique_size, _nodes_seen(view)
-    size = max(view.num_nodes, seen)
+    room, size = view.clique_size, _job_size(view)
     spans = f"Nodes span {len(cliques)} NVLink cliques ({listing(cliques)})"
     pin = (
         f"recreate the workload with a required pod affinity on topologyKey "

@@ -12,6 +12,7 @@ from computedomain.api.v1beta1 import ComputeDomain, Condition
 from computedomain.domain.caches import Caches
 from computedomain.domain.ports import DomainMetricsSink
 from computedomain.domain.settings import ReconcilerSettings
+from computedomain.domain.workload import WorkloadPodProblem
 from computedomain.runtime.client import KubeClient
 from computedomain.runtime.clock import Clock
 from computedomain.runtime.events import EventRecorder
@@ -41,6 +42,12 @@ class DomainMemory:
     # while longer), and whether a live LIST found no Node labelled for the CD any more.
     children_gone: set[str] = field(default_factory=set)
     node_labels_cleared: bool = False
+    # While the CD waits for its workload (workload_check): when this process may next LIST
+    # its namespace's Pending pods, the interval while none of its pods are found (doubling),
+    # and the pods the last LIST found not starting.
+    workload_check_at: float | None = None
+    workload_idle_interval: float | None = None
+    workload_problems: tuple[WorkloadPodProblem, ...] = ()
 
 
 @dataclass

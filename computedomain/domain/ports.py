@@ -21,6 +21,7 @@ class DomainMetricsSink(Protocol):
         cliques: int,
         global_status: str,
         reasons: Mapping[str, str] | None = None,
+        clique_split: bool = False,
     ) -> None: ...
 
     def forget_domain(self, namespace: str, name: str) -> None: ...

@@ -106,14 +106,14 @@ class DaemonPod:
             detail = None
         detail = detail or (self.message if reason in ("Unschedulable", self.phase) else None)
         if detail:
-            text += f": {_shorten(detail)}"
+            text += f": {shorten(detail)}"
         if exited and reason != self.terminated_reason:
             code = f" (exit code {self.exit_code})" if self.exit_code is not None else ""
             text += f"; last exit {self.terminated_reason or 'Error'}{code}"
         elif exited and self.exit_code is not None:
             text += f" (exit code {self.exit_code})"
         if exited and self.terminated_message:
-            text += f": {_shorten(self.terminated_message)}"
+            text += f": {shorten(self.terminated_message)}"
         return text
 
 
@@ -126,7 +126,7 @@ def plural(count: int, word: str) -> str:
     return f"{count} {word}" if count == 1 else f"{count} {word}s"
 
 
-def _shorten(text: str, limit: int = MESSAGE_LIMIT) -> str:
+def shorten(text: str, limit: int = MESSAGE_LIMIT) -> str:
     text = " ".join(text.split())
     return text if len(text) <= limit else text[: limit - 1] + "…"
 

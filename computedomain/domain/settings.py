@@ -43,6 +43,11 @@ class ReconcilerSettings:
     # Status changes this soon after the CD's last status write wait for the window's end and
     # go out as one write (0: no waiting).
     status_coalesce_window: float = 1.0
+    # How long a CD may wait for its workload, and a workload pod stay Pending, before the
+    # controller reads the CD's Pending workload pods and says why they do not start
+    # (WorkloadPodsNotStarting); and the shortest time between two such reads of one CD.
+    workload_start_grace_period: float = 300.0
+    workload_pod_check_interval: float = 60.0
 
     @property
     def driver_namespace(self) -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from computedomain.api import constants as c
@@ -26,6 +27,7 @@ from computedomain.domain.context import DomainMemory, ReconcileContext
 from computedomain.domain.keys import CDKey
 from computedomain.domain.modes import StatusMode, status_mode
 from computedomain.domain.transitions import ONCE_PER_DOMAIN, WARNING, transition_events
+from computedomain.domain.workload_check import WorkloadCheck
 from computedomain.runtime import objects
 from computedomain.runtime.client import ApiError
 from computedomain.runtime.clock import parse_time
@@ -85,6 +87,7 @@ def daemon_pods(ctx: ReconcileContext, cd: ComputeDomain) -> list[projection.Dae
 class StatusWriter:
     def __init__(self, ctx: ReconcileContext) -> None:
         self._ctx = ctx
+        self._workload = WorkloadCheck(ctx)
 
     def domain_view(
         self,
@@ -179,6 +182,11 @@ class StatusWriter:
         mode = mode or status_mode(ctx, cd)
         pods = daemon_pods(ctx, cd) if pods is None else pods
         view, nodes = self.domain_view(cd, children, mode, pods, deleting)
+        # A CD waiting for its workload past the grace period: why its pods do not start.
+        stuck, look_again = await self._workload.look(cd, cond.waits_for_workload(view))
+        if stuck:
+            template = cd.spec.channel.resource_claim_template.name if cd.spec else ""
+            view = replace(view, workload_template=template, workload_problems=stuck)
         memory = ctx.memory_of(cd.metadata.uid)
         previous = self._previous_conditions(cd, memory, mode)
         now, grace = ctx.clock.wall(), ctx.settings.daemon_ready_grace_period
@@ -188,6 +196,8 @@ class StatusWriter:
         if due is not None:
             # Look again when a starting daemon outlives its grace period: then it is late.
             result = Result(requeue_after=due + GRACE_MARGIN_SECONDS)
+        if look_again is not None:
+            result = result.sooner(look_again + GRACE_MARGIN_SECONDS)
         desired = desired_status(cd, view, nodes, conditions, children, mode)
         self._observe_metrics(cd, view, conditions, nodes, desired["status"])
         if mode.upstream_only:
@@ -342,6 +352,7 @@ class StatusWriter:
             cliques=len(view.cliques),
             global_status=global_status,
             reasons={x.type: x.reason for x in conditions},
+            clique_split=cond.avoidable_clique_split(view),
         )
 
     def _emit_transitions(

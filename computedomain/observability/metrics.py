@@ -67,6 +67,7 @@ class _DomainState:
     reasons: dict[str, str] = field(default_factory=dict)
     nodes_by_status: dict[str, int] = field(default_factory=dict)
     cliques: int = 0
+    clique_split: bool = False
     global_status: str = ""
 
 
@@ -99,7 +100,7 @@ class _DomainStateCollector:
     def collect(self) -> Iterable[Metric]:
         with self._lock:
             families = self._families()
-            condition, reason, nodes, cliques, clique_nodes, info, deleting = families
+            condition, reason, nodes, cliques, split, clique_nodes, info, deleting = families
             global_counts: TallyCounter[str] = TallyCounter({s: 0 for s in GLOBAL_STATUSES})
             for (namespace, name), state in sorted(self.domains.items()):
                 for ctype, cstatus in sorted(state.conditions.items()):
@@ -113,6 +114,7 @@ class _DomainStateCollector:
                 for status, count in sorted(statuses.items()):
                     nodes.add_metric([namespace, name, status], float(count))
                 cliques.add_metric([namespace, name], float(state.cliques))
+                split.add_metric([namespace, name], 1.0 if state.clique_split else 0.0)
                 if state.global_status:
                     global_counts[state.global_status] += 1
             for clique, by_state in sorted(self.clique_nodes.items()):
@@ -146,6 +148,14 @@ class _DomainStateCollector:
             GaugeMetricFamily(
                 PREFIX + "cliques",
                 "Number of NVLink cliques the nodes of a ComputeDomain span.",
+                labels=["namespace", "name"],
+            ),
+            GaugeMetricFamily(
+                PREFIX + "clique_split",
+                "1 while the nodes of a ComputeDomain span more than one NVLink clique although "
+                "the job (spec.numNodes, or the nodes seen when more) fits in one "
+                "(MAX_NODES_PER_IMEX_DOMAIN): IMEX shares GPU memory only within a clique. 0 "
+                "otherwise, also for a job larger than a clique, which spans cliques by design.",
                 labels=["namespace", "name"],
             ),
             GaugeMetricFamily(
@@ -255,16 +265,19 @@ class DomainMetrics:
         cliques: int,
         global_status: str,
         reasons: Mapping[str, str] | None = None,
+        clique_split: bool = False,
     ) -> None:
         """Replace everything known about one domain; conditions absent now lose their series.
 
-        `reasons` maps a condition type to its current reason (the `reason` gauge).
+        `reasons` maps a condition type to its current reason (the `reason` gauge);
+        `clique_split`: the domain spans cliques although its job fits one.
         """
         state = _DomainState(
             conditions=dict(conditions),
             reasons=dict(reasons or {}),
             nodes_by_status=dict(nodes_by_status),
             cliques=cliques,
+            clique_split=clique_split,
             global_status=global_status,
         )
         with self._state.lock():

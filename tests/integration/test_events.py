@@ -210,3 +210,51 @@ async def test_two_domains_sharing_a_clique_are_each_told_once(e2e: EndToEnd) ->
         assert f"{e2e.namespace}/{other}" in warning["note"]
         assert "give it a clique of its own" in warning["note"]
         assert [e["reason"] for e in warnings(events)] == ["CliqueShared"]
+
+
+async def test_a_workload_pod_that_cannot_schedule_is_named_in_ready_and_one_warning(
+    e2e: EndToEnd,
+) -> None:
+    """Issue 29.6: the CD's only workload pod asks for a node no one has, so no daemon ever
+    joins. Past the grace period the controller reads the pod and says so in Ready, with the
+    scheduler's words, and in one Warning (the alert ComputeDomainWorkloadNotStarting's signal)."""
+    grace = 3.0
+    await e2e.start_controller(
+        WORKLOAD_START_GRACE_PERIOD=f"{grace:g}s", WORKLOAD_POD_CHECK_INTERVAL="1s"
+    )
+    cd = await e2e.create_cd("nowhere")
+    await e2e.run_workload(workload("nowhere", 1, hostnames=["gb200-no-such-node"]))
+    (pod,) = (
+        await e2e.workload_pods(
+            "nowhere",
+            lambda pods: any(
+                condition(p, "PodScheduled").get("status") == "False" for p in pods.values()
+            ),
+            "unschedulable",
+        )
+    ).values()
+    name = pod["metadata"]["name"]
+
+    def names_the_pod(obj: dict[str, Any] | None) -> bool:
+        ready = condition(obj, "Ready")
+        return ready.get("reason") == "WorkloadPodsNotStarting" and f"pod {name}: " in str(
+            ready.get("message")
+        )
+
+    # Within the grace period and a few check intervals of the pod's creation.
+    found = await e2e.cd_until("nowhere", names_the_pod, "Ready names the pod", within=grace + 20)
+    ready = condition(found, "Ready")
+    print(f"Ready: {ready['reason']}: {ready['message']}")
+    assert ready["status"] == "False"
+    assert (
+        f"ResourceClaimTemplate {cd['spec']['channel']['resourceClaimTemplate']['name']}"
+        in (ready["message"])
+    )
+    assert f"pod {name}: Unschedulable: " in ready["message"]
+    created = parse_time(pod["metadata"]["creationTimestamp"])
+
+    await e2e.events_for("nowhere", told("WorkloadPodsNotStarting"), "its Warning")
+    warning = exactly_one(await settled_events(e2e, "nowhere"), "WorkloadPodsNotStarting")
+    assert f"pod {name}: Unschedulable: " in warning["note"]
+    late_by = (parse_time(warning["eventTime"]) - created).total_seconds()
+    assert late_by >= grace - 1, late_by  # not before the grace period (whole seconds)

@@ -184,6 +184,8 @@ class FakeApiServer:
         await asyncio.sleep(0)  # a round trip, as the watch's
         query = {"limit": limit, "continue_token": continue_token, "metadata_only": metadata_only}
         query["resource_version"] = more.get("resource_version")
+        if more.get("field_selector"):  # recorded, not applied: the caller filters again
+            query["field_selector"] = more["field_selector"]
         self._record("list", res, namespace, label_selector or "", params=query)
         if continue_token in self.expire_continue:
             self.expire_continue.remove(continue_token)

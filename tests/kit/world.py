@@ -16,6 +16,7 @@ from computedomain.domain.caches import Caches, build_caches
 from computedomain.domain.keys import QueueKey
 from computedomain.domain.reconciler import ComputeDomainReconciler
 from computedomain.domain.settings import DaemonSettings, ReconcilerSettings
+from computedomain.domain.status import GRACE_MARGIN_SECONDS
 from computedomain.observability.metrics import DomainMetrics
 from computedomain.runtime import objects
 from computedomain.runtime import resources as r
@@ -36,6 +37,14 @@ SETTINGS = ReconcilerSettings(
 )
 Obj = dict[str, Any]
 Call = tuple[str, str, str]
+
+
+def waiting_for_workload(waited: float = 0.0) -> Result:
+    """What a reconcile of a CD waiting for its workload returns, ``waited`` seconds after the
+    first: look again when WORKLOAD_START_GRACE_PERIOD is over, at its workload pods."""
+    return Result(
+        requeue_after=SETTINGS.workload_start_grace_period - waited + GRACE_MARGIN_SECONDS
+    )
 
 
 @dataclass

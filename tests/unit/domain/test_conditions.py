@@ -11,16 +11,23 @@ from computedomain.domain.conditions import (
     ChildState,
     ChildStatus,
     DomainView,
+    avoidable_clique_split,
     conditions_for,
     daemons_due,
     set_condition,
     status_counts,
+    waits_for_workload,
 )
 from computedomain.domain.projection import DaemonPod
+from computedomain.domain.workload import WorkloadPodProblem
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 T1 = T0 + timedelta(minutes=5)
 CLIQUE = "cluster.1"
+STUCK = (
+    WorkloadPodProblem("job-0", "Unschedulable: 0/4 nodes are available"),
+    WorkloadPodProblem("job-1", "Unschedulable: 0/4 nodes are available"),
+)
 OK_CHILDREN = {
     ChildKind.DAEMON_CLAIM_TEMPLATE: ChildState(ChildStatus.OK),
     ChildKind.DAEMON_SET: ChildState(ChildStatus.OK),
@@ -90,6 +97,7 @@ def test_set_condition_moves_transition_time_on_flip() -> None:
 # One verdict per reason the condition rules can give, driver- and host-managed.
 EVERY_VERDICT = [
     view(),
+    view(workload_template="channel", workload_problems=STUCK),
     view(nodes=(node("n1"),), pods=(pod("n1"),)),
     view(nodes=(node("n1"),), pods=(pod("n1"),), num_nodes=2),
     view(nodes=(node("n1"),), pods=(pod("n1", ready=False),)),
@@ -123,6 +131,32 @@ def test_no_reason_is_a_condition_type_or_a_status_word() -> None:
     ("domain", "status", "reason", "in_message"),
     [
         (view(), "False", "WaitingForWorkload", "workload pod"),
+        (
+            view(workload_template="channel", workload_problems=STUCK[:1]),
+            "False",
+            "WorkloadPodsNotStarting",
+            "No IMEX daemon has joined: 1 workload pod using ResourceClaimTemplate channel has "
+            "not started: pod job-0: Unschedulable: 0/4 nodes are available",
+        ),
+        (
+            view(workload_template="channel", workload_problems=STUCK),
+            "False",
+            "WorkloadPodsNotStarting",
+            "2 workload pods using ResourceClaimTemplate channel have not started: pod job-0: "
+            "Unschedulable: 0/4 nodes are available; and 1 more",
+        ),
+        (
+            # Once a daemon exists the workload pods are no longer why: the daemons say.
+            view(
+                nodes=(node("n1"),),
+                pods=(pod("n1"),),
+                workload_template="channel",
+                workload_problems=STUCK,
+            ),
+            "True",
+            "AllNodesJoined",
+            "1 daemon ready",
+        ),
         (
             view(nodes=(node("n1"),), pods=(pod("n1"),)),
             "True",
@@ -202,6 +236,22 @@ def test_ready_condition(domain: DomainView, status: str, reason: str, in_messag
     assert (ready.status, ready.reason) == (status, reason)
     assert in_message in ready.message
     assert ready.observed_generation == 7
+
+
+def test_only_a_cd_waiting_for_its_workload_looks_at_workload_pods() -> None:
+    assert waits_for_workload(view())
+    assert waits_for_workload(view(workload_problems=STUCK))
+    assert not waits_for_workload(view(pods=(pod(None, ready=False),)))
+    assert not waits_for_workload(view(nodes=(node("n1"),)))
+    assert not waits_for_workload(view(deleting=True))
+    assert not waits_for_workload(view(children={}))
+    assert not waits_for_workload(view(missing_service_account="nvidia/sa"))
+    foreign = {**OK_CHILDREN, ChildKind.DAEMON_SET: ChildState(ChildStatus.FOREIGN, "x")}
+    assert not waits_for_workload(view(children=foreign))
+    host = DomainView(
+        children={ChildKind.WORKLOAD_CLAIM_TEMPLATE: ChildState(ChildStatus.OK)}, host_managed=True
+    )
+    assert not waits_for_workload(host)
 
 
 def test_ready_with_zero_nodes_is_false_even_though_status_is_ready() -> None:
@@ -439,6 +489,15 @@ def test_multiple_cliques_advice_fits_the_job(
     fits = max(num_nodes, seen) <= clique_size
     # Pinning only when the job can fit one clique; the network when it may not.
     assert (pins, network) == (fits, not fits or num_nodes == 0)
+    # The split worth a page (computedomain_clique_split) is the one pinning would mend.
+    assert avoidable_clique_split(domain) == fits
+
+
+def test_one_clique_or_none_is_no_split() -> None:
+    assert not avoidable_clique_split(view(nodes=(node("n1"), node("n2"))))
+    assert not avoidable_clique_split(view(nodes=(node("n1", clique=""),)))
+    assert not avoidable_clique_split(view())
+    assert avoidable_clique_split(view(nodes=(node("n1"),), cliques=frozenset({"cluster.9"})))
 
 
 # --- host-managed IMEX (contract §18) -------------------------------------------------------

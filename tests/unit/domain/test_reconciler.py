@@ -25,6 +25,7 @@ from tests.kit.world import (
     labelled,
     make_world,
     service_account,
+    waiting_for_workload,
     with_children,
 )
 
@@ -46,7 +47,7 @@ async def test_new_cd_gets_finalizer_children_and_status(world: World) -> None:
     cd = world.client.add(COMPUTE_DOMAINS, compute_domain())
     world.fill(cds=[cd], service_accounts=[service_account()])
 
-    assert await world.reconcile(CDKey(NS, "cd")) == Result()
+    assert await world.reconcile(CDKey(NS, "cd")) == waiting_for_workload()
 
     assert world.client.calls == NEW_CD_CALLS
     # One Event lists the three children (one write, not three); the first verdict (waiting for
@@ -89,7 +90,7 @@ async def test_in_a_burst_children_come_before_the_first_status() -> None:
 
     # Its turn again (the children are in the caches): the status, and nothing else.
     world.client.forget_calls()
-    assert await world.reconcile(CDKey(NS, "cd")) == Result()
+    assert await world.reconcile(CDKey(NS, "cd")) == waiting_for_workload()
     assert world.client.calls == NEW_CD_CALLS[-1:]
     stored = world.client.objects[("computedomains", NS, "cd")]
     assert stored["status"]["status"] == c.STATUS_READY
@@ -102,7 +103,8 @@ async def test_steady_state_makes_no_calls(world: World) -> None:
     world.recorder.events.clear()
     await world.clock.advance(30)
 
-    assert await world.reconcile(CDKey(NS, "cd")) == Result()
+    # Only the timer that looks at its workload pods after the grace period (no call now).
+    assert await world.reconcile(CDKey(NS, "cd")) == waiting_for_workload(waited=30)
 
     assert world.client.calls == []
     assert world.recorder.events == []

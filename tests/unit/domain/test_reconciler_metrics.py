@@ -8,7 +8,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from computedomain.api import constants as c
-from computedomain.api.resources import COMPUTE_DOMAINS
+from computedomain.api.resources import CLIQUES, COMPUTE_DOMAINS
 from computedomain.domain.keys import CDKey
 from computedomain.runtime import resources as r
 from computedomain.runtime.clock import format_time, parse_time
@@ -16,11 +16,15 @@ from tests.kit.world import (
     DAEMON,
     DRIVER_NS,
     NS,
+    UID,
     World,
+    clique_of_cd,
     compute_domain,
+    daemon_entry,
     labelled,
     make_world,
     service_account,
+    with_children,
 )
 
 Series = dict[tuple[str, frozenset[tuple[str, str]]], float]
@@ -97,3 +101,38 @@ async def test_a_deletion_is_exported_from_the_first_pass_until_the_domain_is_go
     assert world.series(deletion) == {}
     assert world.series("computedomain_status_condition") == {}
     assert world.series("computedomain_status_condition_reason") == {}
+
+
+def split_world(world: MeteredWorld, num_nodes: int) -> None:
+    """The CD's daemons joined in two cliques: n1 in rack0.0, m1 in rack1.0."""
+    stores = with_children(world)
+    stores["cds"][0]["spec"]["numNodes"] = num_nodes
+    cliques = [
+        world.client.add(CLIQUES, clique_of_cd(clique, [daemon_entry(node, ip, "Ready", clique)]))
+        for clique, node, ip in (("rack0.0", "n1", "10.0.0.1"), ("rack1.0", "m1", "10.0.0.2"))
+    ]
+    nodes = [
+        {
+            "metadata": {
+                "name": node,
+                "labels": {c.GPU_CLIQUE_NODE_LABEL: clique, c.CD_LABEL: UID},
+            },
+            "status": {"conditions": [{"type": "Ready", "status": "True"}]},
+        }
+        for clique, node in (("rack0.0", "n1"), ("rack1.0", "m1"))
+    ]
+    world.fill(**stores, cliques=cliques, nodes=nodes, service_accounts=[service_account()])
+
+
+@pytest.mark.parametrize(("num_nodes", "split"), [(2, 1.0), (0, 1.0), (24, 0.0)])
+async def test_a_split_one_clique_could_hold_is_exported(
+    world: MeteredWorld, num_nodes: int, split: float
+) -> None:
+    """Two cliques for a job that fits one (18 nodes by default) is a split worth a page; a
+    job larger than a clique spans cliques by design."""
+    split_world(world, num_nodes)
+    await world.reconcile(CDKey(NS, "cd"))
+    cliques = world.series("computedomain_cliques")
+    assert cliques == {("computedomain_cliques", labels(namespace=NS, name="cd")): 2}
+    gauge = "computedomain_clique_split"
+    assert world.series(gauge) == {(gauge, labels(namespace=NS, name="cd")): split}

@@ -28,6 +28,7 @@ from tests.kit.world import (
     labelled,
     make_world,
     service_account,
+    waiting_for_workload,
     with_children,
 )
 from tests.unit.domain.test_reconciler import NEW_CD_CALLS
@@ -71,7 +72,7 @@ async def test_a_new_cd_gets_nothing_while_standing_by_and_everything_after(
     assert world.recorder.events == []  # a cluster's state: said once, on the CRD
 
     nvidia.running = False
-    assert await world.reconcile(CDKey(NS, "cd")) == Result()
+    assert await world.reconcile(CDKey(NS, "cd")) == waiting_for_workload()
     assert world.client.calls == NEW_CD_CALLS
     assert ("Normal", "Resumed") not in world.recorder.events
 

@@ -22,6 +22,7 @@ PER_DOMAIN = frozenset(
         "computedomain_status_condition_reason",
         "computedomain_nodes",
         "computedomain_cliques",
+        "computedomain_clique_split",
         "computedomain_deletion_started_timestamp_seconds",
     }
 )

@@ -87,6 +87,22 @@ def test_nodes_by_status_always_has_ready_and_not_ready(
     assert series(s, "computedomain_cliques", namespace="team", name="cd") == 1
 
 
+def test_clique_split_is_one_series_per_domain_at_0_or_1(
+    registry: CollectorRegistry, metrics: DomainMetrics
+) -> None:
+    observe_ready_domain(metrics, name="whole")
+    metrics.observe_domain(
+        "team", "split", conditions={"Ready": "True"}, nodes_by_status={"Ready": 2},
+        cliques=2, global_status="Ready", clique_split=True,
+    )  # fmt: skip
+    s = scrape(registry)
+    assert series(s, "computedomain_clique_split", namespace="team", name="whole") == 0
+    assert series(s, "computedomain_clique_split", namespace="team", name="split") == 1
+    metrics.forget_domain("team", "split")
+    gone = series(scrape(registry), "computedomain_clique_split", namespace="team", name="split")
+    assert gone is None
+
+
 def test_a_new_observation_replaces_the_old_one(
     registry: CollectorRegistry, metrics: DomainMetrics
 ) -> None:
