@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from computedomain.api import constants as c
@@ -35,7 +35,7 @@ from computedomain.domain.topology import clique_of
 from computedomain.runtime import objects
 from computedomain.runtime import resources as r
 from computedomain.runtime.client import ApiError, KubeClient
-from computedomain.runtime.informer import Informer, strip_managed_fields
+from computedomain.runtime.informer import FunctionHandler, Informer, strip_managed_fields
 from computedomain.runtime.resources import Resource
 from computedomain.runtime.store import Store
 
@@ -223,6 +223,10 @@ class Caches:
     # IMEX daemon DaemonSets outside the driver and additional namespaces (a field selector
     # leaves ours out, so this is empty unless another controller made daemons), by CD UID.
     foreign_daemonsets: Informer
+    # Those listed before the first sync: made before this process ran (by a controller since
+    # gone, or in a namespace being torn down), so no sign that another controller makes them
+    # now. One appearing later is (the other two signs cover a controller that stays idle).
+    foreign_before_start: set[str] = field(default_factory=set)
 
     @property
     def all(self) -> list[Informer]:
@@ -258,13 +262,14 @@ class Caches:
         await asyncio.gather(*(informer.wait_synced() for informer in self.all))
 
     def foreign_daemonsets_of_live_cds(self) -> list[dict[str, Any]]:
-        """IMEX daemon DaemonSets outside our namespaces whose CD exists and is not being
-        deleted: what is left of a CD deleted while no controller ran, or of one going away, is
-        no sign of a second controller at work."""
+        """IMEX daemon DaemonSets outside our namespaces, made while this process runs, whose
+        CD exists and is not being deleted: what is left of a CD deleted while no controller
+        ran, or of one going away, is no sign of a second controller at work."""
         return [
             ds
             for ds in self.foreign_daemonsets.store.list()
             if not objects.meta(ds).get("deletionTimestamp")
+            and objects.uid(ds) not in self.foreign_before_start
             and (uid := cd_uid_of(ds))
             and any(not objects.meta(cd).get("deletionTimestamp") for cd in self.cds_of(uid))
         ]
@@ -505,4 +510,10 @@ def build_caches(
     )
     # First handler of the labelled watch: the inventory is current before any CD is woken.
     caches.labelled_nodes.add_handler(LabelledNodeFeed(client, caches.nodes))
+
+    def listed_before_start(ds: dict[str, Any]) -> None:
+        if not caches.foreign_daemonsets.has_synced and (uid := objects.uid(ds)):
+            caches.foreign_before_start.add(uid)
+
+    caches.foreign_daemonsets.add_handler(FunctionHandler(add=listed_before_start))
     return caches

@@ -583,7 +583,7 @@ class CoexistenceMonitor:
                 )
             for reason, problem in (
                 ("DriverNamespaceMismatch", self._namespace_problem),
-                ("ConcurrentController", self._foreign_problem),
+                ("ForeignDaemonSets", self._foreign_problem),
             ):
                 if problem and problem not in self._reported_problems:
                     self._reported_problems.add(problem)

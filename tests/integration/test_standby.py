@@ -241,7 +241,7 @@ async def make_sign(kube: KubeClient, sign: str, elsewhere: str, kept: dict[str,
         },
     }
     await kube.create(r.DAEMONSETS, body, elsewhere)
-    return "DriverNamespaceMismatch" if sign == "kubelet plugin" else "ConcurrentController"
+    return "DriverNamespaceMismatch" if sign == "kubelet plugin" else "ForeignDaemonSets"
 
 
 async def crd_warning_naming(kube: KubeClient, reason: str, text: str) -> dict[str, Any]:

@@ -48,7 +48,7 @@ def run(env: dict[str, str], home: Path) -> tuple[int, list[str]]:
         ("LEADER_ELECTION_RETRY_PERIOD", "0", "at least 0.1s"),
         ("METRICS_PATH", "metrics", "must start with '/'"),
         ("WORKERS", "0", "must be 1 to 256"),
-        ("IMAGE_NAME", "", "must not be empty"),
+        ("IMAGE_NAME", "registry/x: v1", "contains white space"),
         ("KUBECONFIG", "/nonexistent/kubeconfig", "/nonexistent/kubeconfig is not a file"),
     ],
 )

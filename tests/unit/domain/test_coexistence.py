@@ -538,7 +538,7 @@ def test_daemons_of_a_live_cd_outside_our_namespaces_make_ours_stand_by() -> Non
     assert (metrics.standing_by, metrics.concurrent) == (True, 1)
     monitor.foreign_daemonsets_changed([theirs])
     crd = OUR_CRD["metadata"]["name"]
-    assert recorder.events == [(crd, "Warning", "ConcurrentController")]
+    assert recorder.events == [(crd, "Warning", "ForeignDaemonSets")]
     monitor.foreign_daemonsets_changed([])
     assert (monitor.standing_by, metrics.concurrent) == ("", 0)
     assert recorder.events[-1] == (crd, "Normal", "Resumed")
@@ -556,7 +556,10 @@ def test_the_caches_watch_nvidias_install_and_foreign_daemons_in_every_namespace
         f"metadata.namespace!={OURS_NS},metadata.namespace!=old-driver-ns"
     )
     assert caches.foreign_daemonsets.label_selector == c.CD_LABEL
-    # Only those of live CDs count: what is left of a CD deleted meanwhile is no controller.
+    # Those listed at start were made before this process ran: no sign of a controller now.
+    caches.foreign_daemonsets.feed_list([daemon_daemonset("torn-down", "live")])
+    # Of those made later, only those of live CDs count: what is left of a CD deleted
+    # meanwhile is no controller at work.
     caches.foreign_daemonsets.feed("ADDED", daemon_daemonset(PLUGIN_NS, "gone"))
     caches.foreign_daemonsets.feed("ADDED", daemon_daemonset(PLUGIN_NS, "live"))
     cd = {"apiVersion": f"{c.GROUP}/{c.VERSION}", "kind": "ComputeDomain"}
