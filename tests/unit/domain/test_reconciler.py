@@ -4,6 +4,8 @@ key, and asserts the exact API calls (verb, resource, namespace/name) the reconc
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from computedomain.api import constants as c
 from computedomain.api.resources import CLIQUES, COMPUTE_DOMAINS
 from computedomain.domain.keys import CDKey, OrphanKey
@@ -414,3 +416,29 @@ async def test_one_live_pod_list_serves_every_clique_of_a_pass(world: World) -> 
         ("replace", "computedomaincliques", f"{DRIVER_NS}/{c.clique_name(UID, 'rack1.0')}"),
         ("patch", "computedomains/status", f"{NS}/cd"),
     ]
+
+
+async def test_without_image_name_new_daemons_get_the_kubelet_plugins_image() -> None:
+    """IMAGE_NAME unset: the IMEX daemons run the driver image NVIDIA's kubelet plugin runs in
+    the driver namespace (one release for both), not a release written into the controller."""
+    unset = replace(SETTINGS, daemon=replace(SETTINGS.daemon, image=""))
+    world = make_world(settings=unset)
+    cd = world.client.add(COMPUTE_DOMAINS, compute_domain())
+    world.fill(cds=[cd], service_accounts=[service_account()])
+    upgraded = "registry.k8s.io/dra-driver-nvidia/dra-driver-nvidia-gpu:v0.4.1"
+    plugin = {
+        "metadata": {"name": "dra-driver-nvidia-gpu-kubelet-plugin", "namespace": DRIVER_NS},
+        "spec": {
+            "selector": {"matchLabels": {"dra-driver-nvidia-gpu-component": "kubelet-plugin"}},
+            "template": {"spec": {"containers": [{"name": "compute-domains", "image": upgraded}]}},
+        },
+    }
+    world.caches.nvidia_daemonsets.feed_list([plugin])
+
+    await world.reconcile(CDKey(NS, "cd"))
+
+    (daemonset,) = [
+        b for b in world.client.bodies if isinstance(b, dict) and b.get("kind") == "DaemonSet"
+    ]
+    (container,) = daemonset["spec"]["template"]["spec"]["containers"]
+    assert container["image"] == upgraded
