@@ -31,7 +31,7 @@ from computedomain.domain.coexistence import (
 )
 from computedomain.domain.keys import CDKey
 from computedomain.domain.labels import cd_uid_of, cd_uids_of_clique
-from computedomain.domain.topology import clique_of
+from computedomain.domain.topology import clique_of, reported_cliques
 from computedomain.runtime import objects
 from computedomain.runtime import resources as r
 from computedomain.runtime.client import ApiError, KubeClient
@@ -44,6 +44,9 @@ log = logging.getLogger(__name__)
 BY_UID = "uid"
 BY_CD = "cd"
 BY_GPU_CLIQUE = "gpuClique"
+# CDs by the cliques their daemons report (status.nodes): who uses a clique while the clique
+# label is missing from the nodes (NVIDIA's kubelet plugin removes it while it restarts).
+BY_REPORTED_CLIQUE = "reportedClique"
 CD_LABEL_EXISTS = c.CD_LABEL
 DEFAULT_NODE_INVENTORY_INTERVAL = 300.0
 
@@ -63,6 +66,10 @@ def uids_of_labelled(obj: Mapping[str, Any]) -> list[str]:
 
 def _by_gpu_clique(obj: Mapping[str, Any]) -> Iterable[str]:
     return _listed(clique_of(obj))
+
+
+def _by_reported_clique(cd: Mapping[str, Any]) -> Iterable[str]:
+    return sorted(set(reported_cliques([cd]).values()))
 
 
 def node_ready(node: Mapping[str, Any]) -> bool:
@@ -348,6 +355,15 @@ class Caches:
         """The cached CDs with this UID (none, or one)."""
         return self.cds.by_index(BY_UID, uid)
 
+    def reported_in(self, clique: str) -> dict[tuple[str, str], str]:
+        """(node, CD UID) -> ``clique`` for every daemon of any CD reporting ``clique``."""
+        return {
+            key: found
+            for cd in self.cds.by_index(BY_REPORTED_CLIQUE, clique)
+            for key, found in reported_cliques([cd]).items()
+            if found == clique
+        }
+
     def known_uids(self) -> set[str]:
         return {uid for cd in self.cds.list() if (uid := objects.uid(cd))}
 
@@ -407,7 +423,7 @@ def build_caches(
             client,
             COMPUTE_DOMAINS,
             transform=strip_managed_fields,
-            indexers={BY_UID: _by_uid},
+            indexers={BY_UID: _by_uid, BY_REPORTED_CLIQUE: _by_reported_clique},
             name="computedomains",
         ),
         daemonsets=[

@@ -127,7 +127,8 @@ class DomainView:
     num_nodes: int = 0
     # What was checked (the spec, each child) → its state.
     children: Mapping[ChildKind, ChildState] = field(default_factory=dict)
-    # GFD cliques the domain's nodes span.
+    # Cliques the domain's nodes span by their clique labels (set by GPU Feature Discovery
+    # or NVIDIA's kubelet plugin; missing for a while when the plugin restarts).
     cliques: Collection[str] = frozenset()
     # Clique → other CDs (namespace/name) using nodes of that clique.
     shared_cliques: Mapping[str, Collection[str]] = field(default_factory=dict)
@@ -373,7 +374,7 @@ def _ready_verdict(view: DomainView, children: _Verdict, daemons: _Verdict) -> _
             f"{len(view.nodes)} of {view.num_nodes} expected nodes joined (spec.numNodes)",
         )
     daemons_text = plural(len(view.nodes), "daemon")
-    cliques_text = plural(len(_all_cliques(view)), "clique")
+    cliques_text = plural(len(all_cliques(view)), "clique")
     return _Verdict(TRUE, ALL_NODES_JOINED, f"{daemons_text} ready in {cliques_text}")
 
 
@@ -398,7 +399,9 @@ def _workload_message(view: DomainView) -> str:
     )
 
 
-def _all_cliques(view: DomainView) -> set[str]:
+def all_cliques(view: DomainView) -> set[str]:
+    """The cliques the domain uses: its nodes' labels, and what its daemons report (which
+    stays while a node's label is missing; ``status.cliqueCount``, the clique gauge)."""
     return set(view.cliques) | {n.clique_id for n in view.nodes if n.clique_id}
 
 
@@ -420,11 +423,11 @@ def avoidable_clique_split(view: DomainView) -> bool:
     (at most ``clique_size`` nodes): IMEX then shares GPU memory only within each part, and
     pinning the workload to one clique would mend it. A job larger than a clique spans
     cliques by design (SingleClique is False all the same, with other advice): not this."""
-    return len(_all_cliques(view)) > 1 and _job_size(view) <= view.clique_size
+    return len(all_cliques(view)) > 1 and _job_size(view) <= view.clique_size
 
 
 def _single_clique_verdict(view: DomainView) -> _Verdict:
-    cliques = sorted(_all_cliques(view))
+    cliques = sorted(all_cliques(view))
     if not cliques:
         if view.nodes:
             return _Verdict(UNKNOWN, "NoCliqueLabels", "The domain's nodes carry no NVLink clique")
@@ -475,7 +478,7 @@ def _exclusive_clique_verdict(view: DomainView) -> _Verdict:
             f"anti-affinity on topologyKey {c.GPU_CLIQUE_NODE_LABEL} against the other jobs' "
             "pods",
         )
-    if not _all_cliques(view):
+    if not all_cliques(view):
         return _Verdict(UNKNOWN, "NoNodes", "No clique in use yet")
     return _Verdict(TRUE, CLIQUE_NOT_SHARED, "No other ComputeDomain uses these cliques")
 

@@ -7,6 +7,7 @@ writes ``status`` and reports metrics.
 
 from __future__ import annotations
 
+import itertools
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
@@ -112,12 +113,28 @@ class StatusWriter:
             objects.name(node) for node in node_store.by_index(BY_CD, uid)
         }
         spanned = topology.cliques_spanned(members, node_store.get)
-        # Only the nodes of the cliques this CD spans: the whole fleet is not read per reconcile.
+        # The cliques it uses: by its nodes' labels and by its daemons' reports, which stay
+        # while a label is missing (NVIDIA's kubelet plugin removes it while it restarts).
+        in_use = spanned | {n.clique_id for n in nodes if n.clique_id}
+        # Only the nodes of those cliques: the whole fleet is not read per reconcile. Nodes
+        # whose label is missing now count in the clique their holder's daemon reports.
+        reported: dict[tuple[str, str], str] = {}
+        for clique in in_use:
+            reported.update(caches.reported_in(clique))
+        unlabelled = (
+            node
+            for node_name, _ in reported
+            if (node := node_store.get(node_name)) is not None and topology.clique_of(node) is None
+        )
         inventory = topology.CliqueInventory.from_nodes(
-            node for clique in spanned for node in node_store.by_index(BY_GPU_CLIQUE, clique)
+            itertools.chain(
+                (node for clique in in_use for node in node_store.by_index(BY_GPU_CLIQUE, clique)),
+                unlabelled,
+            ),
+            reported,
         )
         shared: dict[str, frozenset[str]] = {}
-        for clique in spanned:
+        for clique in in_use:
             names = frozenset(
                 str(CDKey.of(other_cd))
                 for other in inventory.domains_in(clique) - {uid}
@@ -349,7 +366,7 @@ class StatusWriter:
             cd.metadata.name,
             conditions=by_type,
             nodes_by_status=by_status,
-            cliques=len(view.cliques),
+            cliques=len(cond.all_cliques(view)),
             global_status=global_status,
             reasons={x.type: x.reason for x in conditions},
             clique_split=cond.avoidable_clique_split(view),

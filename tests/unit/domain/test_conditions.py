@@ -1,5 +1,6 @@
 """Conditions tell the truth status.status cannot (#289, #767, #804, #892)."""
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -11,6 +12,7 @@ from computedomain.domain.conditions import (
     ChildState,
     ChildStatus,
     DomainView,
+    all_cliques,
     avoidable_clique_split,
     conditions_for,
     daemons_due,
@@ -343,8 +345,11 @@ def test_missing_daemon_service_account_ranks_after_foreign_and_deletion() -> No
         ((node("n1", clique=""),), frozenset(), "Unknown", "NoCliqueLabels"),
         ((node("n1"), node("n2")), frozenset({CLIQUE}), "True", "OneClique"),
         ((node("n1"), node("n2", clique="cluster.2")), frozenset(), "False", "MultipleCliques"),
-        # Labelled nodes without a joined daemon yet still count (GFD labels).
+        # Labelled nodes without a joined daemon yet still count (their clique labels).
         ((node("n1"),), frozenset({CLIQUE, "cluster.9"}), "False", "MultipleCliques"),
+        # No label (NVIDIA's kubelet plugin removes it while it restarts): the daemons' reports
+        # are the truth, as with the labels.
+        ((node("n1"), node("n2")), frozenset(), "True", "OneClique"),
     ],
 )
 def test_single_clique(
@@ -390,6 +395,23 @@ def test_status_counts() -> None:
     nodes = [node("a"), node("b", "NotReady", clique="cluster.2"), node("c", clique="")]
     assert status_counts(nodes, {CLIQUE}) == (3, 2, 2)
     assert status_counts([], ()) == (0, 0, 0)
+
+
+def test_a_missing_label_changes_no_clique_finding_the_daemons_report() -> None:
+    """NVIDIA's kubelet plugin (v0.5) removes the clique label while it restarts: with the
+    label gone from every node, the cliques the joined daemons report are the same answer
+    (cliqueCount, the clique gauge, SingleClique, ExclusiveClique, the split)."""
+    nodes = (node("n1"), node("n2"))
+    labelled = view(nodes=nodes, pods=(pod("n1"), pod("n2")), cliques=frozenset({CLIQUE}))
+    gap = view(nodes=nodes, pods=(pod("n1"), pod("n2")), cliques=frozenset())
+    assert all_cliques(gap) == all_cliques(labelled) == {CLIQUE}
+    assert status_counts(nodes, gap.cliques) == status_counts(nodes, labelled.cliques)
+    assert conditions_for(gap, 1, T0) == conditions_for(labelled, 1, T0)
+    assert not avoidable_clique_split(gap)
+    shared = {CLIQUE: ("team-b/train",)}
+    assert conditions_for(replace(gap, shared_cliques=shared), 1, T0) == conditions_for(
+        replace(labelled, shared_cliques=shared), 1, T0
+    )
 
 
 # --- issue 12.1: late, not starting; advice that fits the job ------------------------------------

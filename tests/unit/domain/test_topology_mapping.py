@@ -13,9 +13,12 @@ from computedomain.domain.labels import (
     split_clique_name,
 )
 from computedomain.domain.topology import (
+    LABEL_MISSING,
     CliqueInventory,
     clique_of,
     cliques_spanned,
+    missing_label_clique,
+    reported_cliques,
     shared_cliques,
 )
 from computedomain.domain.watches import uids_of_change
@@ -95,6 +98,92 @@ def test_the_metric_and_kubectl_cdom_cliques_count_alike() -> None:
             "held": row.held,
             "free": row.free,
         }, clique
+
+
+def domain(uid: str, *entries: tuple[str, str]) -> dict[str, Any]:
+    """A CD whose daemons report (node, clique) in status.nodes."""
+    nodes = [
+        {"name": n, "ipAddress": "10.0.0.1", "cliqueID": cl, "index": 0, "status": "Ready"}
+        for n, cl in entries
+    ]
+    return {"metadata": {"uid": uid, "name": uid, "namespace": "ns"}, "status": {"nodes": nodes}}
+
+
+def test_reported_cliques_are_the_daemons_entries_with_a_clique() -> None:
+    domains = [
+        domain("cd1", ("a1", "rack.a"), ("x", "")),  # x: no NVLink fabric, no clique
+        domain("cd2", ("a1", "rack.a"), ("b1", "rack.b")),
+        {"metadata": {"name": "no-uid"}, "status": {"nodes": [{"name": "z", "cliqueID": "r"}]}},
+        {"metadata": {"uid": "cd3"}},  # no status yet
+    ]
+    assert reported_cliques(domains) == {
+        ("a1", "cd1"): "rack.a",
+        ("a1", "cd2"): "rack.a",
+        ("b1", "cd2"): "rack.b",
+    }
+
+
+def test_a_node_whose_label_is_missing_keeps_the_clique_its_holders_daemon_reports() -> None:
+    reported = reported_cliques([domain("cd1", ("a1", "rack.a"), ("a2", "rack.a"))])
+    # Held by cd1, whose daemon on it reports rack.a: label-missing, in rack.a.
+    assert missing_label_clique(k8s_node("a1", None, cd="cd1"), reported) == "rack.a"
+    # Labelled: nothing is missing.
+    assert missing_label_clique(k8s_node("a1", "rack.a", cd="cd1"), reported) is None
+    # Held by another domain than the one whose (stale) entry names it: not its report.
+    assert missing_label_clique(k8s_node("a2", None, cd="cd9"), reported) is None
+    # Held by no domain: only a label seen before says it is in a clique.
+    assert missing_label_clique(k8s_node("a2", None), reported) is None
+    assert missing_label_clique(k8s_node("a2", None), reported, {"a2": "rack.a"}) == "rack.a"
+    # Never labelled, never reported: a node without NVLink, not a missing label.
+    assert missing_label_clique(k8s_node("cpu", None), reported, {"a2": "rack.a"}) is None
+
+
+def test_label_missing_nodes_are_counted_apart_not_dropped() -> None:
+    """NVIDIA's kubelet plugin removed the label from a1 (held by cd1) and a3 (free) while it
+    restarts; cpu never had one."""
+    labelled = CliqueInventory.from_nodes(
+        [
+            k8s_node("a1", "rack.a", cd="cd1"),
+            k8s_node("a2", "rack.a", cd="cd2"),
+            k8s_node("a3", "rack.a"),
+            k8s_node("cpu", None),
+        ]
+    )
+    before = labelled.known_cliques()
+    assert before == {"a1": "rack.a", "a2": "rack.a", "a3": "rack.a"}
+    reported = reported_cliques([domain("cd1", ("a1", "rack.a")), domain("cd2", ("a2", "rack.a"))])
+    gap = [
+        k8s_node("a1", None, cd="cd1"),
+        k8s_node("a2", "rack.a", cd="cd2"),
+        k8s_node("a3", None),
+        k8s_node("cpu", None),
+    ]
+    inventory = CliqueInventory.from_nodes(gap, reported, before)
+    assert inventory.label_missing == {"a1": "rack.a", "a3": "rack.a"}
+    assert inventory.usage() == {
+        "rack.a": {"total": 1, "ready": 1, "held": 1, "free": 0},
+        LABEL_MISSING: {"total": 2, "ready": 2, "held": 1, "free": 1},
+    }
+    # Still in their clique for the sharing findings; no room for a job pinned by the label.
+    assert inventory.members("rack.a") == frozenset({"a1", "a2", "a3"})
+    assert inventory.domains_in("rack.a") == {"cd1", "cd2"}
+    assert inventory.domain_cliques() == {"cd1": {"rack.a"}, "cd2": {"rack.a"}}
+    assert inventory.free_nodes("rack.a") == frozenset()
+    # Remembered from one inventory to the next, also without a report (a3), as long as the
+    # node is listed; the first inventory of a process knows only the reports.
+    assert inventory.known_cliques() == before
+    assert CliqueInventory.from_nodes(gap, reported).label_missing == {"a1": "rack.a"}
+    assert CliqueInventory.from_nodes(gap[1:], reported, before).known_cliques() == {
+        "a2": "rack.a",
+        "a3": "rack.a",
+    }
+    # The label is back: all as before.
+    back = CliqueInventory.from_nodes(
+        [k8s_node("a1", "rack.a", cd="cd1"), *gap[1:2], k8s_node("a3", "rack.a"), gap[3]],
+        reported,
+        inventory.known_cliques(),
+    )
+    assert back == labelled
 
 
 def test_cliques_spanned_accepts_mapping_or_lookup() -> None:
