@@ -21,7 +21,7 @@ from computedomain.domain.caches import Caches, build_caches
 from computedomain.domain.coexistence import CoexistenceMonitor
 from computedomain.domain.keys import CDKey, QueueKey
 from computedomain.domain.reconciler import ComputeDomainReconciler
-from computedomain.domain.topology import CliqueInventory
+from computedomain.domain.topology import CliqueInventory, reported_cliques
 from computedomain.domain.watches import EventRouter, wire
 from computedomain.observability.health import (
     CheckFailedError,
@@ -258,12 +258,20 @@ class ControllerProcess:
 
     async def _inventory_forever(self) -> None:
         """Clique inventory gauges from node labels, on a short period; recomputed only when
-        the Node store changed (a poll that found nothing new, or idle, costs nothing)."""
-        store, seen = self.caches.nodes.store, -1
+        the Node or ComputeDomain store changed (a poll that found nothing new, or idle, costs
+        nothing). A node whose clique label went missing (NVIDIA's kubelet plugin removes it
+        while it restarts) is counted as label-missing while its domain's daemon reports its
+        clique or since this process saw it labelled, not dropped."""
+        nodes, cds = self.caches.nodes.store, self.caches.cds
+        seen: tuple[int, int] | None = None
+        known: dict[str, str] = {}
         while True:
-            if store.generation != seen:
-                seen = store.generation
-                inventory = CliqueInventory.from_nodes(store.list())
+            if (nodes.generation, cds.generation) != seen:
+                seen = (nodes.generation, cds.generation)
+                inventory = CliqueInventory.from_nodes(
+                    nodes.list(), reported_cliques(cds.list()), known
+                )
+                known = inventory.known_cliques()
                 self.domain_metrics.set_clique_inventory(inventory.usage())
             await self.clock.sleep(INVENTORY_INTERVAL)
 

@@ -1,6 +1,8 @@
 """Per NVLink clique: nodes in total, Ready, held by a ComputeDomain, and free; which domains hold
 which; and whether an N-node job fits in one clique now. Pure: built from listed Nodes and
-ComputeDomains (the node label the kubelet plugin sets says which domain holds a node)."""
+ComputeDomains (the node label the kubelet plugin sets says which domain holds a node, and a
+domain's ``status.nodes`` says which clique its daemon on a node reports).
+"""
 
 from __future__ import annotations
 
@@ -9,10 +11,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from computedomain.api import constants as c
-from computedomain.domain.topology import ready_and_schedulable
+from computedomain.domain.topology import (
+    LABEL_MISSING,
+    missing_label_clique,
+    ready_and_schedulable,
+    reported_cliques,
+)
 
 # How nodes without the clique label (no NVLink fabric, or fabric not ready) are shown.
 NO_CLIQUE = "<none>"
+# Rows that are no NVLink clique: never offered to a job, listed after the cliques.
+NOT_CLIQUES = (LABEL_MISSING, NO_CLIQUE)
 
 
 @dataclass
@@ -44,18 +53,24 @@ class CliqueCapacity:
 def clique_capacity(
     nodes: Iterable[Mapping[str, Any]], domains: Iterable[Mapping[str, Any]]
 ) -> list[CliqueCapacity]:
-    """One row per clique (by name), then the nodes without a clique label, if any. A node is
-    free when it is Ready, schedulable and held by no domain."""
+    """One row per clique (by name), then the nodes whose clique label is missing now although
+    the daemon of the domain holding them reports a clique (NVIDIA's kubelet plugin removes the
+    label while it restarts), then the nodes without a clique label, if any. A node is free
+    when it is Ready, schedulable and held by no domain."""
+    domains = list(domains)
     names = {
         str(
             cd["metadata"].get("uid")
         ): f"{cd['metadata'].get('namespace')}/{cd['metadata']['name']}"
         for cd in domains
     }
+    reported = reported_cliques(domains)
     rows: dict[str, CliqueCapacity] = {}
     for node in nodes:
         labels = node["metadata"].get("labels") or {}
-        clique = labels.get(c.GPU_CLIQUE_NODE_LABEL) or NO_CLIQUE
+        clique = labels.get(c.GPU_CLIQUE_NODE_LABEL) or (
+            LABEL_MISSING if missing_label_clique(node, reported) else NO_CLIQUE
+        )
         row = rows.setdefault(clique, CliqueCapacity(clique))
         row.nodes += 1
         ready = ready_and_schedulable(node)
@@ -67,15 +82,16 @@ def clique_capacity(
             row.domains[key] = row.domains.get(key, 0) + 1
         elif ready:
             row.free_nodes.append(node["metadata"]["name"])
-    ordered = sorted((r for k, r in rows.items() if k != NO_CLIQUE), key=lambda r: r.clique)
-    return ordered + ([rows[NO_CLIQUE]] if NO_CLIQUE in rows else [])
+    ordered = sorted((r for k, r in rows.items() if k not in NOT_CLIQUES), key=lambda r: r.clique)
+    return ordered + [rows[k] for k in NOT_CLIQUES if k in rows]
 
 
 def fitting(rows: Sequence[CliqueCapacity], size: int) -> list[CliqueCapacity]:
     """The cliques with ``size`` free nodes, tightest first (a job should not take the clique a
-    larger one needs). Nodes without a clique never form one NVLink domain."""
+    larger one needs). Nodes without a clique label never form one NVLink domain (those whose
+    label is missing for now do again once it is back)."""
     return sorted(
-        (r for r in rows if r.clique != NO_CLIQUE and r.free >= size),
+        (r for r in rows if r.clique not in NOT_CLIQUES and r.free >= size),
         key=lambda r: (r.free, r.clique),
     )
 
@@ -107,7 +123,7 @@ def fits_message(rows: Sequence[CliqueCapacity], size: int) -> tuple[bool, str]:
         return True, (
             f"a {size}-node job fits: clique {best.clique} has {best.free} free nodes{more}"
         )
-    cliques = [r for r in rows if r.clique != NO_CLIQUE]
+    cliques = [r for r in rows if r.clique not in NOT_CLIQUES]
     if not cliques:
         return False, f"a {size}-node job does not fit: no node has an NVLink clique label"
     largest = max(cliques, key=lambda r: (r.free, r.clique))

@@ -80,10 +80,13 @@ def build_parser() -> argparse.ArgumentParser:
         "cliques",
         help="per NVLink clique: nodes, Ready, held by a domain, free; which domains hold them",
         description=(
-            "One row per NVLink clique (node label nvidia.com/gpu.clique), then nodes without "
-            "one: nodes in total, Ready, held by a ComputeDomain (node label "
-            "resource.nvidia.com/computeDomain), free (Ready, schedulable, held by none), and "
-            "the domains holding nodes there. One LIST of Nodes and one of ComputeDomains."
+            "One row per NVLink clique (node label nvidia.com/gpu.clique), then <label "
+            "missing>: nodes whose label is gone for now while the daemon of the domain holding "
+            "them reports a clique (NVIDIA's kubelet plugin removes the label while it "
+            "restarts), then <none>: nodes without one. Per row: nodes in total, Ready, held by "
+            "a ComputeDomain (node label resource.nvidia.com/computeDomain), free (Ready, "
+            "schedulable, held by none), and the domains holding nodes there. One LIST of Nodes "
+            "and one of ComputeDomains."
         ),
     )
     cliques.add_argument(

@@ -147,7 +147,8 @@ class _DomainStateCollector:
             ),
             GaugeMetricFamily(
                 PREFIX + "cliques",
-                "Number of NVLink cliques the nodes of a ComputeDomain span.",
+                "Number of NVLink cliques the nodes of a ComputeDomain span (by their clique "
+                "labels and by what its daemons report, which stays while a label is missing).",
                 labels=["namespace", "name"],
             ),
             GaugeMetricFamily(
@@ -162,7 +163,8 @@ class _DomainStateCollector:
                 PREFIX + "clique_nodes",
                 "Nodes carrying an nvidia.com/gpu.clique label, per clique and state: total, "
                 "ready (Ready and schedulable), held (by a ComputeDomain), free (ready, held by "
-                "none).",
+                'none). clique="<label missing>": nodes in a clique whose label is missing for '
+                "now (NVIDIA's kubelet plugin removes it while it restarts), counted alike.",
                 labels=["clique", "state"],
             ),
             GaugeMetricFamily(

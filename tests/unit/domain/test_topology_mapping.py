@@ -186,6 +186,26 @@ def test_label_missing_nodes_are_counted_apart_not_dropped() -> None:
     assert back == labelled
 
 
+def test_the_metric_and_kubectl_cdom_cliques_count_label_missing_nodes_alike() -> None:
+    domains = [domain("uid-1", ("a1", "rack.a"), ("a2", "rack.a"))]
+    nodes = [
+        k8s_node("a1", None, cd="uid-1"),
+        k8s_node("a2", None, ready=False, cd="uid-1"),
+        k8s_node("a3", "rack.a"),
+    ]
+    rows = {row.clique: row for row in clique_capacity(nodes, domains)}
+    usage = CliqueInventory.from_nodes(nodes, reported_cliques(domains)).usage()
+    assert set(usage) == {"rack.a", LABEL_MISSING}
+    for clique, counts in usage.items():
+        row = rows[clique]
+        assert counts == {
+            "total": row.nodes,
+            "ready": row.ready,
+            "held": row.held,
+            "free": row.free,
+        }, clique
+
+
 def test_cliques_spanned_accepts_mapping_or_lookup() -> None:
     nodes = {
         "a": k8s_node("a", "rack.a"),

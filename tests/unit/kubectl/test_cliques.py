@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from computedomain.api import constants as c
+from computedomain.domain.topology import LABEL_MISSING
 from computedomain.kubectl.cliques import NO_CLIQUE, clique_capacity, fits_message, table
 
 
@@ -89,3 +90,46 @@ def test_the_table_has_a_header_and_a_row_per_clique() -> None:
     assert lines[0].split() == ["CLIQUE", "NODES", "READY", "HELD", "FREE", "DOMAINS"]
     assert lines[1].split() == ["A.0", "4", "3", "2", "1", "team/training(2)"]
     assert lines[3].split() == [NO_CLIQUE, "1", "1", "0", "1", "-"]
+
+
+def reporting(uid: str, namespace: str, name: str, *entries: tuple[str, str]) -> dict[str, Any]:
+    """A domain whose daemons report (node, clique) in status.nodes."""
+    cd = domain(uid, namespace, name)
+    cd["status"] = {
+        "nodes": [
+            {"name": n, "ipAddress": "10.0.0.1", "cliqueID": cl, "index": 0, "status": "Ready"}
+            for n, cl in entries
+        ]
+    }
+    return cd
+
+
+def test_nodes_whose_label_is_missing_have_a_row_of_their_own() -> None:
+    """NVIDIA's kubelet plugin (v0.5) removes the label while it restarts: a1 and a2 lose it;
+    their domain's daemons still report clique A.0. x1 never had one: still <none>."""
+    domains = [reporting("uid-1", "team", "training", ("a1", "A.0"), ("a2", "A.0"))]
+    gap = [node("a1", None, held="uid-1"), node("a2", None, held="uid-1"), *NODES[2:]]
+    rows = {row.clique: row.as_dict() for row in clique_capacity(gap, domains)}
+    assert list(rows) == ["A.0", "B.0", LABEL_MISSING, NO_CLIQUE]
+    assert rows[LABEL_MISSING] == {
+        "clique": LABEL_MISSING,
+        "nodes": 2,
+        "ready": 2,
+        "held": 2,
+        "free": 0,
+        "domains": {"team/training": 2},
+        "freeNodes": [],
+    }
+    assert (rows["A.0"]["nodes"], rows[NO_CLIQUE]["nodes"]) == (2, 1)
+    lines = table(clique_capacity(gap, domains)).splitlines()
+    assert lines[3].split() == ["<label", "missing>", "2", "2", "2", "0", "team/training(2)"]
+    # Label-missing nodes are never where a job fits (a pod pinned by the label cannot land).
+    free = [node("f1", None), node("f2", None)]
+    domains.append(reporting("uid-2", "team", "done", ("f1", "C.0"), ("f2", "C.0")))
+    rows_free = clique_capacity([node("f1", None, held="uid-2"), node("f2", None)], domains)
+    assert [r.clique for r in rows_free] == [LABEL_MISSING, NO_CLIQUE]
+    assert fits_message(rows_free, 1) == (
+        False,
+        "a 1-node job does not fit: no node has an NVLink clique label",
+    )
+    assert [r.clique for r in clique_capacity(free, [])] == [NO_CLIQUE]
