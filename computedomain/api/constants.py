@@ -26,7 +26,8 @@ TARGET_LABEL: Final = "resource.nvidia.com/computeDomainTarget"
 TARGET_DAEMON: Final = "Daemon"
 TARGET_WORKLOAD: Final = "Workload"
 
-# Set by GPU Feature Discovery on each node: "<clusterUUID>.<cliqueID>".
+# "<clusterUUID>.<cliqueID>" on each NVLink node: set by GPU Feature Discovery, or since
+# NVIDIA's v0.5 by its kubelet plugin (GPU_CLIQUE_LABEL_ENABLED), which removes it when it stops.
 GPU_CLIQUE_NODE_LABEL: Final = "nvidia.com/gpu.clique"
 # Set by GPU Feature Discovery on every node with an NVIDIA GPU.
 GPU_PRESENT_NODE_LABEL: Final = "nvidia.com/gpu.present"

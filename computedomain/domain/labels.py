@@ -2,7 +2,7 @@
 
 Children live in another namespace than their CD, so no ownerReference links them; the CD
 label (value = CD UID) does, and clique object names carry the UID as their first dotted part.
-(A node's NVLink clique, from GPU Feature Discovery's label, is ``topology.clique_of``.)
+(A node's NVLink clique, from its ``nvidia.com/gpu.clique`` label, is ``topology.clique_of``.)
 """
 
 from __future__ import annotations

@@ -365,8 +365,11 @@ def check_fabric(install: Install) -> Check:
             "fabric",
             "warn",
             f"{len(without)} GPU node(s) without {c.GPU_CLIQUE_NODE_LABEL}: {_names(without)} "
-            "(no NVLink fabric, or its manager not ready): they join no multi-node domain",
-            "on GB200/GB300: check nvidia-fabricmanager and GPU Feature Discovery on them",
+            "(no NVLink fabric, its manager not ready, or what sets the label not running "
+            "there): they join no new multi-node domain",
+            "on GB200/GB300: check nvidia-fabricmanager on them, and what sets the label: GPU "
+            "Feature Discovery, or since v0.5 NVIDIA's kubelet plugin with "
+            "GPU_CLIQUE_LABEL_ENABLED, which removes it while it restarts",
         )
     return Check("fabric", "ok", f"every GPU node has {c.GPU_CLIQUE_NODE_LABEL}")
 

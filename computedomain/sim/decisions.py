@@ -129,7 +129,7 @@ def classify_pod(
 
 
 def node_clique_id(node: Mapping[str, Any] | None) -> str:
-    """The node's clique from the GFD label; ``""`` means no NVLink fabric."""
+    """The node's clique from its clique label; ``""`` means no NVLink fabric."""
     return str(objects.labels(node).get(c.GPU_CLIQUE_NODE_LABEL, ""))
 
 
