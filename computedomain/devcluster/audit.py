@@ -34,6 +34,8 @@ class AuditedWrite:
     pod: str = ""
     received: float = 0.0
     completed: float = 0.0
+    # A server-side dry run (`?dryRun=All`): admitted and validated, but nothing was stored.
+    dry_run: bool = False
 
     @property
     def target(self) -> str:
@@ -90,6 +92,7 @@ class AuditLog:
                     pod=str(pods[0]),
                     received=_epoch(event.get("requestReceivedTimestamp")),
                     completed=_epoch(event.get("stageTimestamp")),
+                    dry_run="dryRun=All" in str(event.get("requestURI", "")),
                 )
             )
         return found

@@ -574,12 +574,20 @@ class CoexistenceMonitor:
                 self._recorder.record(self._crd, "Warning", "CRDOutdated", "Detect", message)
         if self._crd is not None:
             # Cluster-wide problems go on the CRD, once each: one per NVIDIA pod, not one per CD.
+            # The pod is the Event's `related` object: Events about the same object with the
+            # same reason are one series whatever their note, so without it a second pod (or
+            # NVIDIA's controller back after a swap) would only count up the first pod's Event.
             for uid, pod in self._running.items():
                 if uid in self._reported_pods:
                     continue
                 self._reported_pods.add(uid)
                 self._recorder.record(
-                    self._crd, "Warning", "ConcurrentController", "Detect", self._message(pod)
+                    self._crd,
+                    "Warning",
+                    "ConcurrentController",
+                    "Detect",
+                    self._message(pod),
+                    related=pod,
                 )
             for reason, problem in (
                 ("DriverNamespaceMismatch", self._namespace_problem),

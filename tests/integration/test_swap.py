@@ -16,9 +16,11 @@ import asyncio
 import json
 import logging
 import os
+import re
 import shlex
 import time
-from collections.abc import AsyncIterator
+import uuid
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -45,6 +47,7 @@ from computedomain.runtime.client import KubeClient
 from computedomain.runtime.objects import condition
 from computedomain.runtime.resources import CONFIG_MAPS, Resource
 from tests.integration import nvidia_install as nvidia
+from tests.integration.conftest import IdentityFactory
 from tests.integration.e2e_harness import EndToEnd, end_to_end, pod_ready, pod_running, workload
 from tests.kit.controllers import controllers_for, create_cd, stop_after_cleanup, wait_children
 from tests.kit.kubectl_plugin import cdom, doctor, lease_held
@@ -56,6 +59,7 @@ OUR_SA = "computedomain-controller"
 OUR_FIELD_MANAGER = "computedomain-controller"
 METHODS = ("helm", "kustomize", "helm-beside")
 OUR_PODS = "app.kubernetes.io/name=computedomain-controller"
+PROBE_PODS = "app.kubernetes.io/name=computedomain-swap-probe"
 CHILD_RESOURCES = ("daemonsets", "resourceclaimtemplates")
 
 
@@ -63,6 +67,46 @@ CHILD_RESOURCES = ("daemonsets", "resourceclaimtemplates")
 IMAGE = "computedomain-controller:0.1.0"
 # NVIDIA's driver namespace where a test installs NVIDIA's chart in the default shape.
 NVIDIA_NS = nvidia.FRESH.namespace
+
+
+async def swap_sh(
+    action: str,
+    method: str | None,
+    kubeconfig: Path,
+    wait_namespace: str,
+    *,
+    args: Sequence[str] = (),
+    nvidia_ns: str | None = NVIDIA_NS,
+    env: dict[str, str] | None = None,
+) -> tuple[int, str, str]:
+    """hack/swap.sh, with NS=``nvidia_ns`` (None: the script finds NVIDIA's namespace): its
+    exit code, what it said (stderr) and its plan (stdout, written by --dry-run only)."""
+    environ = {
+        **{k: v for k, v in os.environ.items() if k != "NS"},
+        **({"NS": nvidia_ns} if nvidia_ns else {}),
+        "KUBECONFIG": str(kubeconfig),
+        "KUBECTL": str(find_assets()["kubectl"]),
+        "HELM": str(find_helm()),
+        "WAIT_NAMESPACES": wait_namespace,
+        "TIMEOUT": "120s",
+        "IMAGE": IMAGE,
+        **(env or {}),
+    }
+    argv = ([action] if method is None else [action, method]) + list(args)
+    process = await asyncio.create_subprocess_exec(
+        "bash",
+        str(REPO_ROOT / "hack" / "swap.sh"),
+        *argv,
+        env=environ,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await process.communicate()
+    said, plan = err.decode(errors="replace"), out.decode(errors="replace")
+    print(f"--- hack/swap.sh {' '.join(argv)}\n{said}{plan}")
+    code = process.returncode
+    assert code is not None
+    return code, said, plan
 
 
 async def run_script(
@@ -75,35 +119,13 @@ async def run_script(
     env: dict[str, str] | None = None,
     check: bool = True,
 ) -> tuple[int, str]:
-    """hack/swap.sh, with NS=``nvidia_ns`` (None: the script finds NVIDIA's namespace)."""
-    environ = {
-        **{k: v for k, v in os.environ.items() if k != "NS"},
-        **({"NS": nvidia_ns} if nvidia_ns else {}),
-        "KUBECONFIG": str(kubeconfig),
-        "KUBECTL": str(find_assets()["kubectl"]),
-        "HELM": str(find_helm()),
-        "WAIT_NAMESPACES": wait_namespace,
-        "TIMEOUT": "120s",
-        "IMAGE": IMAGE,
-        **(env or {}),
-    }
-    args = [action] if method is None else [action, method]
-    process = await asyncio.create_subprocess_exec(
-        "bash",
-        str(REPO_ROOT / "hack" / "swap.sh"),
-        *args,
-        env=environ,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.STDOUT,
+    """hack/swap.sh (see swap_sh): its exit code and what it said."""
+    code, said, _ = await swap_sh(
+        action, method, kubeconfig, wait_namespace, nvidia_ns=nvidia_ns, env=env
     )
-    out, _ = await process.communicate()
-    text = out.decode(errors="replace")
-    print(f"--- hack/swap.sh {' '.join(args)}\n{text}")
-    code = process.returncode
-    assert code is not None
     if check:
-        assert code == 0, f"hack/swap.sh {' '.join(args)} failed:\n{text}"
-    return code, text
+        assert code == 0, f"hack/swap.sh {action} {method or ''} failed:\n{said}"
+    return code, said
 
 
 def projected(cd: dict[str, Any]) -> tuple[str, list[tuple[Any, ...]]]:
@@ -254,12 +276,15 @@ async def test_swap_in_and_back_out_leaves_running_imex_domains_alone(
     api_client: ApiClient,
     control_plane: ControlPlane,
     nvidia_install: NvidiaInstall,
+    identities: IdentityFactory,
     tmp_path: Path,
 ) -> None:
     assert control_plane.audit_log is not None
     audit = AuditLog(control_plane.audit_log)
     ns = e2e.namespace
     shape = nvidia_install.shape
+    # The script runs as a ServiceAccount of its own, so the audit log has its writes too.
+    script_kubeconfig, script_user = await identities("swap")
     nvidia_ns = shape.namespace
     ours_ns = "computedomain-system" if method == "helm-beside" else nvidia_ns
     our_user = service_account_user(ours_ns, OUR_SA)
@@ -313,14 +338,25 @@ async def test_swap_in_and_back_out_leaves_running_imex_domains_alone(
     await watch.start()
     mark = audit.mark()
     started = time.monotonic()
+    handover = asyncio.create_task(watch_the_handover(kube, shape, ours_ns, kubelet, e2e))
     try:
         # No NS: the script finds NVIDIA's namespace, whichever the shape.
-        await run_script("in", method, control_plane.kubeconfig, ns, nvidia_ns=None)
+        await run_script("in", method, script_kubeconfig, ns, nvidia_ns=None)
         print(f"swap in: every CD Ready=True {time.monotonic() - started:.1f}s after the start")
+        async with asyncio.timeout(60):
+            at_scale = await handover
         swap_in = audit.writes(since=mark, user=our_user)
         print(f"writes by {our_user} during swap-in: {tally(swap_in)}")
-        assert child_writes(swap_in, ns, nvidia_ns) == []
+        assert_no_gap(audit, mark, method, shape, script_user, our_user, at_scale)
+        # The CD made during the handover got its children from whichever controller ran.
+        assert [
+            w
+            for w in child_writes(swap_in, ns, nvidia_ns)
+            if at_scale.handover_uid not in w and "handover" not in w
+        ] == []
         assert await snapshot(kube, uids, nvidia_ns) == before
+        await kube.delete(COMPUTE_DOMAINS, "handover", ns)
+        await e2e.cd_until("handover", lambda cd: cd is None, "handover gone", within=60)
         # Status is ours now: conditions, and printer columns' counts.
         for name in jobs:
             cd = await kube.get(COMPUTE_DOMAINS, name, ns)
@@ -417,6 +453,8 @@ async def test_swap_in_and_back_out_leaves_running_imex_domains_alone(
             "out did not restore what in changed"
         )
     finally:
+        handover.cancel()
+        await asyncio.gather(handover, return_exceptions=True)
         await watch.stop()
         await kubelet.stop()
         # Whatever a failed run left behind goes; then the CDs are ours to finalize (e2e
@@ -428,6 +466,135 @@ async def test_swap_in_and_back_out_leaves_running_imex_domains_alone(
         await nvidia.scale_controller(kube, 0, shape=shape)
         await nvidia_kubelet.stop()
         await e2e.start_controller()
+
+
+# What a controller writes for ComputeDomains: while ours stands by, none of these.
+DOMAIN_RESOURCES = ("computedomains", "computedomaincliques", *CHILD_RESOURCES)
+# The longest time from the last write of NVIDIA's controller to the first write of ours to a
+# ComputeDomain or what belongs to it, when there is work waiting (the CD `handover`). Ours is
+# up before NVIDIA's stops: it resumes as NVIDIA's pods terminate, or takes the Lease NVIDIA's
+# releases on its next try (LEADER_ELECTION_RETRY_PERIOD 2 s, jitter up to 1.2 x).
+GAP_BOUND = 5.0
+
+
+@dataclass(frozen=True)
+class AtTheScale:
+    """How ours stood the moment NVIDIA's controller Deployment said 0 replicas."""
+
+    ours_ready: int
+    ours_replicas: int
+    ours_running: int  # processes of our pods (the stand-in kubelet's)
+    standby_notes: list[str]  # ConcurrentController Warnings on the CRD from our pods
+    handover_uid: str  # the CD made once NVIDIA's pods were gone
+    handover_created: float  # when (time.time())
+
+
+async def watch_the_handover(
+    kube: KubeClient, shape: nvidia.Shape, ours_ns: str, kubelet: Kubelet, e2e: EndToEnd
+) -> AtTheScale:
+    """Waits for the swap to scale NVIDIA's controller to 0 and notes how ours stood then; once
+    NVIDIA's pods are gone, creates the CD `handover`, work for whichever controller runs."""
+
+    def scaled(deployment: dict[str, Any] | None) -> bool:
+        return deployment is not None and deployment["spec"]["replicas"] == 0
+
+    await watch_object(
+        kube,
+        nvidia.DEPLOYMENTS,
+        shape.deployment,
+        scaled,
+        namespace=shape.namespace,
+        within=600,
+        what="NVIDIA's controller scaled to 0",
+    )
+    ours = await kube.get(nvidia.DEPLOYMENTS, OUR_SA, ours_ns)
+    running = kubelet.running()
+    instances = {f"{OUR_SA}-{pod.name}" for pod in running}
+    events = await kube.list(r.EVENTS, "default", field_selector="reason=ConcurrentController")
+    notes = [
+        e.get("note", "")
+        for e in events["items"]
+        if e.get("reportingInstance") in instances
+        and (e.get("regarding") or {}).get("name") == CD_CRD_NAME
+    ]
+    await watch_objects(
+        kube,
+        r.PODS,
+        lambda pods: not pods,
+        namespace=shape.namespace,
+        label_selector=shape.selector,
+        within=600,
+        what="NVIDIA's controller pods gone",
+    )
+    cd = await e2e.create_cd("handover", rct_name="handover-channel", num_nodes=2)
+    return AtTheScale(
+        ours_ready=(ours.get("status") or {}).get("readyReplicas") or 0,
+        ours_replicas=ours["spec"]["replicas"],
+        ours_running=len(running),
+        standby_notes=notes,
+        handover_uid=cd["metadata"]["uid"],
+        handover_created=time.time(),
+    )
+
+
+def assert_no_gap(
+    audit: AuditLog,
+    mark: int,
+    method: str,
+    shape: nvidia.Shape,
+    script_user: str,
+    our_user: str,
+    at: AtTheScale,
+) -> None:
+    """From the audit log: ours ran and stood by before the script scaled NVIDIA's controller
+    to 0 (it wrote nothing for ComputeDomains until then), and took over within GAP_BOUND of
+    NVIDIA's controller's last write."""
+    nvidia_user = service_account_user(shape.namespace, shape.controller_sa)
+    scale = [
+        w
+        for w in audit.writes(since=mark, user=script_user)
+        if (w.resource, w.subresource, w.name) == ("deployments", "scale", shape.deployment)
+        and not w.dry_run
+    ]
+    assert scale, f"no scale of deployment/{shape.deployment} by {script_user}"
+    scaled_at = scale[0].received
+    ours = audit.writes(since=mark, user=our_user)
+    theirs = audit.writes(since=mark, user=nvidia_user)
+    assert theirs, f"no write by NVIDIA's controller ({nvidia_user}) during the swap"
+    nvidia_last = max(w.received for w in theirs)
+    after = [w for w in ours if w.resource in DOMAIN_RESOURCES and w.received >= scaled_at]
+    assert after, "ours wrote nothing for ComputeDomains after NVIDIA's controller stopped"
+    first = min(after, key=lambda w: w.received)
+    gap = first.received - nvidia_last
+    handover = [
+        w.received
+        for w in (*ours, *theirs)
+        if w.resource == "computedomains" and w.name == "handover"
+    ]
+    waited = min(handover) - at.handover_created if handover else float("inf")
+    nvidia_leases = [w.received for w in theirs if (w.resource, w.name) == ("leases", shape.lease)]
+    our_leases = [w.received for w in ours if (w.resource, w.name) == ("leases", shape.lease)]
+    print(
+        f"handover: when NVIDIA's controller was scaled to 0, ours had {at.ours_ready} of "
+        f"{at.ours_replicas} pods Ready, {at.ours_running} running, and said "
+        f"{[n[:70] for n in at.standby_notes]}; NVIDIA's last write "
+        f"{nvidia_last - scaled_at:+.2f}s after the scale, ours' first for ComputeDomains "
+        f"{first.received - scaled_at:+.2f}s ({first.target}): gap {gap:.2f}s; the CD made "
+        f"once NVIDIA's pods were gone waited {waited:.2f}s for a controller"
+    )
+    ready = f"{at.ours_ready} of {at.ours_replicas} pods Ready, {at.ours_running} running"
+    assert at.ours_replicas >= 1, f"when NVIDIA's controller was scaled to 0, ours had {ready}"
+    assert at.ours_ready == at.ours_replicas, f"when NVIDIA's was scaled to 0, ours had {ready}"
+    assert at.ours_running >= 1, f"when NVIDIA's was scaled to 0, ours had {ready}"
+    early = [w.target for w in ours if w.resource in DOMAIN_RESOURCES and w.received < scaled_at]
+    assert early == [], f"ours wrote beside NVIDIA's controller: {early}"
+    if method == "helm-beside":  # its own Lease: it leads, sees NVIDIA's pods, stands by
+        assert any("so this one stands by" in note for note in at.standby_notes), at
+    else:  # NVIDIA's Lease: NVIDIA's controller held it until it stopped; ours waited
+        assert [t for t in nvidia_leases if t < scaled_at], "NVIDIA's controller held no Lease"
+        assert our_leases, "ours never took the Lease"
+        assert min(our_leases) >= max(nvidia_leases), "ours took the Lease before NVIDIA's gave it"
+    assert gap <= GAP_BOUND, f"{gap:.2f}s between NVIDIA's last write and ours' first"
 
 
 async def nvidias_upgrade_leaves_one_writer(
@@ -942,26 +1109,120 @@ async def test_in_refuses_a_second_swap(
     assert await install_state(kube, NVIDIA_NS) == before
 
 
-# Step of `swap.sh in` -> (method, the fault; None: ours never runs, so never takes the Lease).
+@pytest.mark.usefixtures("nvidia_install")
+async def test_an_image_no_node_can_pull_fails_the_preflight_in_one_line(
+    kube: KubeClient, control_plane: ControlPlane, namespace: str
+) -> None:
+    """The image probe on a node whose kubelet cannot pull the image. kwok marks pods Running
+    without pulling anything, so the probe goes (PROBE_NODE) to a Node of this test that kwok
+    does not manage, and this test plays its kubelet: it writes the pod's status through the
+    status subresource as a kubelet does when the registry says no. The script says so in one
+    line, deletes the probe pod and changes nothing else."""
+    await nvidia.scale_controller(kube, NVIDIA_REPLICAS)
+    node = f"swap-probe-{uuid.uuid4().hex[:6]}"
+    await kube.create(r.NODES, {"apiVersion": "v1", "kind": "Node", "metadata": {"name": node}})
+    image = "registry.example.com/acme/computedomain-controller:no-such-tag"
+    refusal = (
+        f'failed to pull and unpack image "{image}": failed to resolve reference "{image}": '
+        f"{image}: not found"
+    )
+
+    async def kubelet() -> str:
+        def on_node(pods: Objects) -> list[dict[str, Any]] | None:
+            return [p for p in pods.values() if p["spec"].get("nodeName") == node] or None
+
+        (pod,) = await watch_objects(
+            kube,
+            r.PODS,
+            on_node,
+            namespace=NVIDIA_NS,
+            label_selector=PROBE_PODS,
+            within=60,
+            what=f"the probe pod on {node}",
+        )
+        not_ready = {"reason": "ContainersNotReady", "message": "containers with unready status"}
+        status = {
+            "phase": "Pending",
+            "conditions": [
+                {"type": "PodScheduled", "status": "True"},
+                {"type": "Initialized", "status": "True"},
+                {"type": "Ready", "status": "False", **not_ready},
+                {"type": "ContainersReady", "status": "False", **not_ready},
+            ],
+            "containerStatuses": [
+                {
+                    "name": "probe",
+                    "image": image,
+                    "imageID": "",
+                    "ready": False,
+                    "restartCount": 0,
+                    "started": False,
+                    "state": {"waiting": {"reason": "ErrImagePull", "message": refusal}},
+                }
+            ],
+        }
+        name = pod["metadata"]["name"]
+        await kube.patch(r.PODS, name, {"status": status}, NVIDIA_NS, subresource="status")
+        return str(name)
+
+    before = await install_state(kube, NVIDIA_NS, versions=True)
+    playing = asyncio.create_task(kubelet())
+    try:
+        env = {"IMAGE": image, "PROBE_NODE": node, "TIMEOUT": "60s"}
+        code, text = await run_script(
+            "in", "helm", control_plane.kubeconfig, namespace, env=env, check=False
+        )
+        async with asyncio.timeout(5):
+            probe = await playing
+    finally:
+        playing.cancel()
+        await asyncio.gather(playing, return_exceptions=True)
+        await kube.delete(r.NODES, node)
+    assert code != 0
+    lines = text.splitlines()
+    assert lines[-1] == (
+        f"swap.sh: preflight: image {image} cannot be pulled on node {node}: ErrImagePull: "
+        f"{refusal}"
+    ), text
+    assert len(lines) == 2, text  # NVIDIA's controller as found, then the one line
+    assert await install_state(kube, NVIDIA_NS, versions=True) == before
+    left = await kube.list(r.PODS, NVIDIA_NS, field_selector=f"metadata.name={probe}")
+    assert left["items"] == [], "the probe pod outlived the preflight"
+
+
+# Step of `swap.sh in` -> (method, the fault; None: nothing runs our pods).
 ROLLBACKS = {
     "1-record": (
         "helm",
         Fault("kubectl", r" annotate deployment \S+ computedomain\.dev/swap-replicas="),
     ),
-    "2-crds": ("helm", Fault("kubectl", r"^apply --server-side --force-conflicts -f crds/$")),
-    "3-install-helm": ("helm", Fault("helm", r"^upgrade --install .* --wait ")),
-    "3-install-kustomize": ("kustomize", Fault("kubectl", r"^apply -f \S+/ours\.yaml$")),
+    "2-install-helm": ("helm", Fault("helm", r"^upgrade --install .* --wait ")),
+    # helm-beside: `in` created OWN_NS, and the roll-back deletes it.
+    "2-install-beside": ("helm-beside", Fault("helm", r"^upgrade --install .* --wait ")),
+    "2-install-kustomize": ("kustomize", Fault("kubectl", r"^apply -f \S+/ours\.yaml$")),
+    # Ours on a Lease of its own never leads (nothing runs it), so it never says it stands by.
+    "3-no-standby": ("helm-beside", None),
     "4-scale-nvidia": ("helm", Fault("kubectl", r" scale deployment \S+ --replicas=0$")),
     "4-nvidia-pods": (
         "helm",
         Fault("kubectl", r" wait --for=delete pod -l dra-driver-nvidia-gpu-"),
     ),
-    "5-ours-up-helm": ("helm", Fault("helm", r"^upgrade --install .* --wait ", nth=2)),
-    "5-ours-up-beside": ("helm-beside", Fault("helm", r"^upgrade --install .* --wait ", nth=2)),
-    "5-ours-up-kustomize": ("kustomize", Fault("kubectl", r"^apply -f \S+/ours\.yaml$", nth=2)),
-    "6-no-lease": ("helm", None),
-    "6-not-reconciled": ("helm", Fault("kubectl", r" wait computedomains --all ")),
+    # On NVIDIA's Lease, held by NVIDIA's controller: step 3 sees ours' pods Ready (kwok says
+    # so) and waiting; once NVIDIA's controller is gone nothing of ours takes the Lease.
+    "5-no-lease": ("helm", None),
+    "6-crds": ("helm", Fault("kubectl", r"^apply --server-side --force-conflicts -f crds/$")),
+    # After the CRDs were applied: the roll-back puts NVIDIA's back.
+    "7-not-reconciled": ("helm", Fault("kubectl", r" wait computedomains --all ")),
 }
+
+
+async def crd_state(kube: KubeClient) -> dict[str, tuple[str, Any]]:
+    """Each of our CRDs: its resourceVersion and spec."""
+    state = {}
+    for crd in (await kube.list(nvidia.CRDS))["items"]:
+        if crd["spec"]["group"] == c.GROUP:
+            state[crd["metadata"]["name"]] = (crd["metadata"]["resourceVersion"], crd["spec"])
+    return state
 
 
 @pytest.mark.parametrize("case", list(ROLLBACKS))
@@ -992,14 +1253,15 @@ async def test_a_failure_at_any_step_puts_nvidia_back_as_recorded(
     # Its Lease is part of the state the roll-back must leave as it was.
     await eventually(nvidia_leads, within=60, what="NVIDIA's controller running and leading")
     before = await install_state(kube, ours_ns)
+    crds = await crd_state(kube)
     env = {"TIMEOUT": "60s"}
     if fault is None:
-        env["TIMEOUT"] = "15s"  # the Lease wait: nothing runs our pods
+        env["TIMEOUT"] = "15s"  # the wait for ours: nothing runs our pods
     else:
         env.update(fault.install(tmp_path))
     kubelet = Kubelet(api_client, control_plane, ours_ns, OUR_PODS, tmp_path)
     factory = controllers_for(control_plane.kubeconfig, NVIDIA_NS)
-    if case == "6-not-reconciled":
+    if case == "7-not-reconciled":
         await create_cd(kube, namespace, "idle", num_nodes=2)  # something to wait for
     if fault is not None:
         kubelet.start()
@@ -1011,6 +1273,15 @@ async def test_a_failure_at_any_step_puts_nvidia_back_as_recorded(
         # NVIDIA's controller as recorded (and running: the script waited for its rollout),
         # nothing of ours left, the record gone; then the one line that says so.
         assert await install_state(kube, ours_ns) == before
+        # The CRDs: untouched before step 6; after it, NVIDIA's put back as they were.
+        after = await crd_state(kube)
+        assert {name: spec for name, (_, spec) in after.items()} == {
+            name: spec for name, (_, spec) in crds.items()
+        }
+        if int(step) < 7:  # at step 6 the apply itself failed
+            assert after == crds, "a CRD was written although the swap never applied ours"
+        probes = await kube.list(r.PODS, label_selector=PROBE_PODS)
+        assert probes["items"] == [], "the probe pod outlived the swap"
         deployment = await kube.get(nvidia.DEPLOYMENTS, c.NVIDIA_CONTROLLER_DEPLOYMENT, NVIDIA_NS)
         assert deployment["status"].get("readyReplicas") == NVIDIA_REPLICAS
         last = text.splitlines()[-1]
@@ -1025,11 +1296,24 @@ async def test_a_failure_at_any_step_puts_nvidia_back_as_recorded(
         await kubelet.stop()
         # A failed assertion above may leave a swap behind: `out` undoes it (or finds none).
         await run_script("out", None, control_plane.kubeconfig, namespace, check=False)
-        if case == "6-not-reconciled":
+        if case == "7-not-reconciled":
             await finalize_with_ours(kube, factory)
         await stop_after_cleanup(factory, kube, namespace)
         await nvidia.scale_controller(kube, 0)  # its pods go while its kubelet still runs
         await nvidia_kubelet.stop()
+
+
+# Requests that are writes to the audit log but store nothing: `kubectl auth can-i`.
+ACCESS_REVIEWS = ("selfsubjectaccessreviews", "selfsubjectrulesreviews", "subjectaccessreviews")
+
+
+def stored_writes(audit: AuditLog, mark: int, user: str) -> list[str]:
+    """What ``user`` wrote since ``mark``, server-side dry runs and access reviews aside."""
+    return [
+        w.target
+        for w in audit.writes(since=mark, user=user)
+        if not w.dry_run and w.resource not in ACCESS_REVIEWS
+    ]
 
 
 @pytest.mark.usefixtures("nvidia_install")
@@ -1040,11 +1324,18 @@ async def test_an_idle_compute_domain_is_a_good_swap_and_out_restores_it_exactly
     api_client: ApiClient,
     control_plane: ControlPlane,
     namespace: str,
+    identities: IdentityFactory,
     tmp_path: Path,
 ) -> None:
-    """Step 6 waits for our Ready condition, not for Ready=True: an idle CD (no workload yet)
+    """Step 7 waits for our Ready condition, not for Ready=True: an idle CD (no workload yet)
     is Ready=False WaitingForWorkload, and that is a good swap; so is one with no CD where
-    it waits. `out` takes our conditions off again."""
+    it waits. `out` takes our conditions off again. With the idle CD, before each, its
+    --dry-run prints the steps and writes nothing (the audit log of the ServiceAccount it runs
+    as)."""
+    assert control_plane.audit_log is not None
+    audit = AuditLog(control_plane.audit_log)
+    # Made before what `out` must restore is noted: its ClusterRoleBinding is the test's.
+    dry_kubeconfig, dry_user = await identities("swap-dry-run")
     if idle:
         await create_cd(kube, namespace, "idle", num_nodes=2)
     await nvidia.scale_controller(kube, NVIDIA_REPLICAS)
@@ -1052,15 +1343,36 @@ async def test_an_idle_compute_domain_is_a_good_swap_and_out_restores_it_exactly
     kubelet = Kubelet(api_client, control_plane, NVIDIA_NS, OUR_PODS, tmp_path)
     kubelet.start()
     factory = controllers_for(control_plane.kubeconfig, NVIDIA_NS)
+    env = {"TIMEOUT": "60s"}
     try:
-        _, text = await run_script(
-            "in", "helm", control_plane.kubeconfig, namespace, env={"TIMEOUT": "60s"}
-        )
+        if idle:  # one case is enough for the dry runs (CI's time)
+            versions = await install_state(kube, NVIDIA_NS, versions=True)
+            mark = audit.mark()
+            code, said, plan = await swap_sh(
+                "in", "helm", dry_kubeconfig, namespace, args=["--dry-run"], env=env
+            )
+            assert code == 0, said
+            assert stored_writes(audit, mark, dry_user) == []
+            assert await install_state(kube, NVIDIA_NS, versions=True) == versions
+            assert_in_plan(plan, namespace)
+
+        _, text = await run_script("in", "helm", control_plane.kubeconfig, namespace, env=env)
         if idle:
             ready = condition(await kube.get(COMPUTE_DOMAINS, "idle", namespace), "Ready")
             assert (ready["status"], ready["reason"]) == ("False", "WaitingForWorkload")
         assert "ComputeDomains reconciled: " in text
         assert text.splitlines()[-1].endswith("--set controller.replicas=0"), text
+
+        if idle:
+            mark = audit.mark()
+            code, said, plan = await swap_sh(
+                "out", None, dry_kubeconfig, namespace, args=["--dry-run"], env=env
+            )
+            assert code == 0, said
+            assert stored_writes(audit, mark, dry_user) == []
+            assert_out_plan(plan)
+            assert len(kubelet.running()) == 2, "ours stopped by a dry run"
+
         _, text = await run_script("out", None, control_plane.kubeconfig, namespace)
         assert await install_state(kube, NVIDIA_NS) == before, "out did not restore what in changed"
         assert text.splitlines()[-1].endswith(f"--set controller.replicas={NVIDIA_REPLICAS}"), text
@@ -1072,6 +1384,64 @@ async def test_an_idle_compute_domain_is_a_good_swap_and_out_restores_it_exactly
         await run_script("out", None, control_plane.kubeconfig, namespace, check=False)
         await finalize_with_ours(kube, factory)
         await stop_after_cleanup(factory, kube, namespace)
+
+
+def assert_in_plan(plan: str, cd_namespace: str) -> None:
+    """`in helm --dry-run`: every step in order, with the commands it would run."""
+    lines = plan.splitlines()
+    print(f"plan of in --dry-run: {len(lines)} lines")
+    steps = [m[1] for line in lines if (m := re.match(r"# (\d)\. ", line))]
+    assert steps == [str(n) for n in range(1, 8)], plan
+    deployment = c.NVIDIA_CONTROLLER_DEPLOYMENT
+    # The Lease is recorded if `in` creates it: whether it exists depends on earlier tests.
+    record = re.compile(
+        rf"kubectl -n {NVIDIA_NS} annotate deployment {deployment} "
+        rf"computedomain\.dev/swap-replicas={NVIDIA_REPLICAS} computedomain\.dev/swap-method=helm "
+        rf"computedomain\.dev/swap-namespace={NVIDIA_NS} computedomain\.dev/swap-lease=\S* "
+        r"computedomain\.dev/swap-created-namespace=false "
+        r"computedomain\.dev/swap-release=computedomain$"
+    )
+    assert [line for line in lines if record.match(line)], plan
+    expected = [
+        "kubectl create -f - <<'EOF'",
+        f'    image: "{IMAGE}"',
+        '    args: ["--version"]',
+        f"kubectl -n {NVIDIA_NS} scale deployment {deployment} --replicas=0",
+        f"kubectl -n {NVIDIA_NS} wait --for=delete pod -l {nvidia.SELECTOR} --timeout=60s",
+        "kubectl apply --server-side --force-conflicts -f crds/",
+    ]
+    for line in expected:
+        assert line in lines, f"{line!r} not in the plan:\n{plan}"
+    install = [line for line in lines if line.startswith("helm upgrade --install computedomain ")]
+    assert len(install) == 1, plan
+    assert f"--namespace {NVIDIA_NS} --skip-crds" in install[0], install
+    assert install[0].endswith("--wait --timeout 60s"), install
+    assert "controller.replicas" not in install[0], "ours goes in at its full replicas"
+    assert any("deployment.apps/computedomain-controller" in line for line in lines), plan
+    waits = [
+        line for line in lines if line.startswith("kubectl -n ") and " wait computedomains" in line
+    ]
+    assert [w.split()[2] for w in waits] == [cd_namespace], waits
+    # The order: ours up and standing by before NVIDIA's controller goes.
+    assert lines.index(install[0]) < lines.index(expected[3]) < lines.index(expected[5])
+
+
+def assert_out_plan(plan: str) -> None:
+    """`out --dry-run` after `in helm`: ours stopped and removed, NVIDIA's back, the record off."""
+    lines = plan.splitlines()
+    expected = [
+        f"kubectl -n {NVIDIA_NS} scale deployment computedomain-controller --replicas=0",
+        f"helm uninstall computedomain --namespace {NVIDIA_NS} --wait --timeout 60s",
+        f"kubectl -n {NVIDIA_NS} scale deployment {c.NVIDIA_CONTROLLER_DEPLOYMENT} "
+        f"--replicas={NVIDIA_REPLICAS}",
+    ]
+    for line in expected:
+        assert line in lines, f"{line!r} not in the plan:\n{plan}"
+    assert [lines.index(line) for line in expected] == sorted(lines.index(x) for x in expected)
+    assert lines[-1].startswith(
+        f"kubectl -n {NVIDIA_NS} annotate deployment {c.NVIDIA_CONTROLLER_DEPLOYMENT} "
+        "computedomain.dev/swap-replicas-"
+    ), plan
 
 
 async def finalize_with_ours(kube: KubeClient, factory: Controllers) -> None:

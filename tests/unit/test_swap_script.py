@@ -87,6 +87,9 @@ def test_well_formed_images_pass_the_image_check(tmp_path: Path, image: str) -> 
         ((), "usage: "),
         (("sideways",), "usage: "),
         (("in", "operator"), "unknown method 'operator'"),
+        (("in", "helm", "--dry"), "unknown option '--dry'"),
+        (("in", "helm", "kustomize"), "usage: "),
+        (("out", "--dry-run", "--force"), "unknown option '--force'"),
     ],
 )
 def test_bad_arguments_are_one_line(tmp_path: Path, args: tuple[str, ...], says: str) -> None:
@@ -94,6 +97,21 @@ def test_bad_arguments_are_one_line(tmp_path: Path, args: tuple[str, ...], says:
     assert code != 0
     assert len(lines) == 1, lines
     assert says in lines[0], lines
+    assert calls == []
+
+
+@pytest.mark.parametrize("timeout", ["abc", "3min", "1.5m", "-1s"])
+def test_a_timeout_the_script_cannot_wait_is_one_line_before_the_cluster(
+    tmp_path: Path, timeout: str
+) -> None:
+    """TIMEOUT bounds kubectl's waits and the script's own (the stand-by, the probe pod)."""
+    code, lines, calls = run(
+        tmp_path, "in", "helm", IMAGE="computedomain-controller:0.1.0", TIMEOUT=timeout
+    )
+    assert code != 0
+    assert lines == [
+        f"swap.sh: preflight: TIMEOUT={timeout} is not a duration like 180s, 3m or 1h"
+    ], lines
     assert calls == []
 
 

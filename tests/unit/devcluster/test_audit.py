@@ -9,7 +9,7 @@ from pathlib import Path
 from computedomain.devcluster.audit import POD_NAME_EXTRA, AuditLog
 
 
-def event(user: str, pod: str | None, received: str, completed: str) -> str:
+def event(user: str, pod: str | None, received: str, completed: str, uri: str = "") -> str:
     info: dict[str, object] = {"username": user}
     if pod is not None:
         info["extra"] = {POD_NAME_EXTRA: [pod], "authentication.kubernetes.io/pod-uid": ["u"]}
@@ -22,6 +22,7 @@ def event(user: str, pod: str | None, received: str, completed: str) -> str:
             "responseStatus": {"code": 200},
             "requestReceivedTimestamp": received,
             "stageTimestamp": completed,
+            "requestURI": uri or "/apis/coordination.k8s.io/v1/namespaces/ns/leases/lock",
         }
     )
 
@@ -55,3 +56,14 @@ def test_writes_between_two_marks(tmp_path: Path) -> None:
         out.write(event("after", None, stamp, stamp) + "\n")
     assert [w.user for w in audit.writes(since=start, until=end)] == ["within"]
     assert [w.user for w in audit.writes(since=start)] == ["within", "after"]
+
+
+def test_a_server_side_dry_run_is_told_apart(tmp_path: Path) -> None:
+    """`kubectl ... --dry-run=server` is logged as a write; nothing was stored."""
+    log = tmp_path / "audit.log"
+    stamp = "2026-12-04T11:00:00.000000Z"
+    uri = "/apis/coordination.k8s.io/v1/namespaces/ns/leases/lock?dryRun=All&fieldManager=kubectl"
+    log.write_text(
+        event("sa", None, stamp, stamp, uri) + "\n" + event("sa", None, stamp, stamp) + "\n"
+    )
+    assert [w.dry_run for w in AuditLog(log).writes()] == [True, False]

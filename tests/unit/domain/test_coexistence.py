@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import copy
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,9 @@ from computedomain.domain.coexistence import (
 )
 from computedomain.domain.selectors import matches, parse_selector
 from computedomain.domain.watches import EventRouter, wire
+from computedomain.runtime.events import EventRecorder
+from tests.kit.clock import FakeClock
+from tests.kit.fakeapi import FakeApiServer
 
 ROOT = Path(__file__).resolve().parents[3]
 OUR_CRD = yaml.safe_load((ROOT / "crds/resource.nvidia.com_computedomains.yaml").read_text())
@@ -174,10 +178,20 @@ class Recorder:
     def __init__(self) -> None:
         self.events: list[tuple[str, str, str]] = []
         self.notes: list[str] = []
+        self.related: list[str | None] = []
 
-    def record(self, regarding: Any, type: str, reason: str, action: str, note: str) -> bool:
+    def record(
+        self,
+        regarding: Any,
+        type: str,
+        reason: str,
+        action: str,
+        note: str,
+        related: Any = None,
+    ) -> bool:
         self.events.append((regarding["metadata"]["name"], type, reason))
         self.notes.append(note)
+        self.related.append(None if related is None else related["metadata"]["name"])
         return True
 
 
@@ -230,12 +244,41 @@ def test_monitor_reports_on_the_crd_only_while_leading_once_per_pod(
     assert recorder.events == [(CD_CRD_NAME, "Warning", "ConcurrentController")] * 2
     assert "(pod nvidia-dra-driver-gpu/a)" in recorder.notes[0]
     assert "(pod nvidia-dra-driver-gpu/b)" in recorder.notes[1]
+    # Each pod its own Event (the recorder makes Events about one object and reason one series).
+    assert recorder.related == ["a", "b"]
     monitor.controller_pods_changed([])
     assert metrics.concurrent == 0
     assert recorder.events[2:] == [(CD_CRD_NAME, "Normal", "Resumed")]
     monitor.controller_pods_changed([])
     monitor.crd_changed(OUR_CRD)
     assert len(recorder.events) == 3  # each said once
+
+
+async def test_each_pod_of_nvidias_controller_is_an_event_of_its_own() -> None:
+    """With the real recorder, which makes Events about one object with one reason a series
+    whatever their note: a second pod, or NVIDIA's controller back later (a new pod), is a new
+    Event naming it, not a count on the first one's."""
+    api = FakeApiServer()
+    recorder = EventRecorder(api, "example.com/controller", "ours-1", clock=FakeClock())
+    monitor = CoexistenceMonitor(recorder, Metrics(), requeue_all=lambda: None)
+    task = asyncio.create_task(recorder.run())
+    try:
+        monitor.set_leading(True)
+        monitor.crd_changed(OUR_CRD)
+        monitor.controller_pods_changed([pod("a")])
+        monitor.controller_pods_changed([])
+        monitor.controller_pods_changed([pod("b")])
+        await recorder.wait_idle()
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+    warnings = [
+        body
+        for (verb, _, _), body in zip(api.calls, api.bodies, strict=True)
+        if verb == "create" and body["reason"] == "ConcurrentController"
+    ]
+    assert [w["related"]["name"] for w in warnings] == ["a", "b"]
+    assert "(pod nvidia-dra-driver-gpu/b)" in warnings[1]["note"]
 
 
 def test_monitor_stands_by_while_a_pod_of_nvidias_controller_runs(
