@@ -8,6 +8,7 @@ the controller (nothing here needs it to).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import subprocess
 import uuid
@@ -353,12 +354,12 @@ async def test_an_install_in_its_own_namespace_manages_nvidias_driver_namespace(
         "--set", f"fullnameOverride={fullname}",
     ]  # fmt: skip
     daemonsets = "/apis/apps/v1/namespaces/{}/daemonsets"
+    plugin = plugin_daemonset("dra-driver-nvidia-gpu-kubelet-plugin")
     try:
         alone = await asyncio.to_thread(run_helm, helm, *base)
         assert alone.returncode == 0, alone.stderr
         assert env_value(alone.stdout, "NAMESPACE") == {"valueFrom": namespace_ref()}
 
-        plugin = plugin_daemonset("dra-driver-nvidia-gpu-kubelet-plugin")
         await request_json(api_client, "POST", daemonsets.format(nvidia_ns), plugin)
         found = await asyncio.to_thread(run_helm, helm, *base)
         assert found.returncode == 0, found.stderr
@@ -382,7 +383,13 @@ async def test_an_install_in_its_own_namespace_manages_nvidias_driver_namespace(
         assert chosen.returncode == 0, chosen.stderr
         assert env_value(chosen.stdout, "NAMESPACE") == {"value": second_ns}
     finally:
+        # The plugin DaemonSets go at once (a namespace is torn down slowly): a later test's
+        # install must not find them.
         for ns in (nvidia_ns, second_ns):
+            with contextlib.suppress(ApiException):
+                await request_json(
+                    api_client, "DELETE", f"{daemonsets.format(ns)}/{plugin['metadata']['name']}"
+                )
             await request_json(api_client, "DELETE", f"/api/v1/namespaces/{ns}")
 
 

@@ -82,8 +82,10 @@ class InstallPath:
 
 
 PATHS = [
-    # README.md: the chart's defaults in a namespace of its own.
-    InstallPath("helm", OUR_NS, helm=("--create-namespace",), daemon_subject=OUR_NS),
+    # README.md: the chart's defaults in a namespace of its own. The chart finds NVIDIA's
+    # driver namespace from its kubelet plugin, so ours manages that one, and our binding grants
+    # NVIDIA's daemon ServiceAccount there (left alone itself).
+    InstallPath("helm", OUR_NS, helm=("--create-namespace",), daemon_subject=NVIDIA_NS),
     # docs/operations.md, the two install modes beside NVIDIA's chart.
     InstallPath(
         "helm-beside-nvidia",

@@ -43,15 +43,19 @@ def not_events(writes: list[AuditedWrite]) -> list[str]:
     return [w.target for w in writes if w.resource != "events"]
 
 
-async def events_on_the_crd(kube: KubeClient, reason: str) -> list[dict[str, Any]]:
+async def events_on_the_crd(
+    kube: KubeClient, reason: str, excluding: frozenset[str] | set[str] = frozenset()
+) -> list[dict[str, Any]]:
     """Until the ComputeDomain CRD has an Event with ``reason`` (Events about a cluster-scoped
-    object live in ``default``); every such Event."""
+    object live in ``default``) not named in ``excluding``; every such Event."""
 
     def about(events: Objects) -> list[dict[str, Any]]:
         return [
             e
             for e in events.values()
-            if e.get("reason") == reason and (e.get("regarding") or {}).get("name") == CD_CRD_NAME
+            if e.get("reason") == reason
+            and (e.get("regarding") or {}).get("name") == CD_CRD_NAME
+            and e["metadata"]["name"] not in excluding
         ]
 
     found: list[dict[str, Any]] = await watch_objects(
@@ -93,6 +97,8 @@ async def test_ours_writes_nothing_while_nvidias_controller_runs_and_resumes_aft
 
         # -- NVIDIA's controller comes back ----------------------------------------------
         mark = audit.mark()
+        # Events earlier tests left on the CRD (the cluster is shared) are not this one's.
+        earlier = {e["metadata"]["name"] for e in (await kube.list(r.EVENTS, "default"))["items"]}
         account = {
             "apiVersion": "v1",
             "kind": "ServiceAccount",
@@ -108,7 +114,7 @@ async def test_ours_writes_nothing_while_nvidias_controller_runs_and_resumes_aft
             label_selector=SELECTOR,
             what="NVIDIA's controller pod Running",
         )
-        (warned,) = await events_on_the_crd(kube, "ConcurrentController")
+        (warned,) = await events_on_the_crd(kube, "ConcurrentController", excluding=earlier)
         assert "so this one stands by" in warned["note"], warned["note"]
         assert running.registry.get_sample_value("computedomain_controller_standing_by") == 1.0
         about_cds = await ours_about_cds(kube, namespace)
@@ -150,6 +156,7 @@ async def test_ours_writes_nothing_while_nvidias_controller_runs_and_resumes_aft
         # -- NVIDIA's controller goes -------------------------------------------------------
         # The window ends as its deletion is asked for: a terminating pod no longer counts.
         end = audit.mark()
+        earlier |= {e["metadata"]["name"] for e in (await kube.list(r.EVENTS, "default"))["items"]}
         await kube.delete(nvidia.DEPLOYMENTS, c.NVIDIA_CONTROLLER_DEPLOYMENT, driver_namespace)
         await watch_objects(
             kube,
@@ -184,7 +191,7 @@ async def test_ours_writes_nothing_while_nvidias_controller_runs_and_resumes_aft
             within=60,
             what="kept's finalizer back",
         )
-        (resumed_event,) = await events_on_the_crd(kube, "Resumed")
+        (resumed_event,) = await events_on_the_crd(kube, "Resumed", excluding=earlier)
         assert resumed_event["type"] == "Normal"
         assert running.registry.get_sample_value("computedomain_controller_standing_by") == 0.0
         resumed = audit.writes(since=end, user=our_user)

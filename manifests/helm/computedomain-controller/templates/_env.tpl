@@ -12,9 +12,10 @@ controller.containers.computeDomain.env into it by name.
 {{- define "computedomain-controller.env" -}}
 - name: POD_NAME
   valueFrom: {fieldRef: {fieldPath: metadata.name}}
+{{- $driverNs := include "computedomain-controller.driverNamespace" . }}
 - name: NAMESPACE
-  {{- if .Values.driverNamespace }}
-  value: {{ .Values.driverNamespace | quote }}
+  {{- if or .Values.driverNamespace (ne $driverNs (include "computedomain-controller.namespace" .)) }}
+  value: {{ $driverNs | quote }}
   {{- else }}
   valueFrom: {fieldRef: {fieldPath: metadata.namespace}}
   {{- end }}

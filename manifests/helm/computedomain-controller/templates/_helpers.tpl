@@ -88,7 +88,15 @@ manage NVIDIA's namespace, or two controllers would write), else the controller'
 {{- if and .Values.driverNamespace $fromEnv (ne $fromEnv .Values.driverNamespace) }}
 {{- fail (printf "driverNamespace=%s and env NAMESPACE=%s disagree: set one of them" .Values.driverNamespace $fromEnv) }}
 {{- end }}
-{{- .Values.driverNamespace | default $fromEnv | default (include "computedomain-controller.nvidiaNamespace" .) | default (include "computedomain-controller.namespace" .) }}
+{{- /* if/else, not `default`: a pipeline runs every argument, and the cluster is asked (and two
+plugins' namespaces fail) only when nothing names the namespace. */}}
+{{- if .Values.driverNamespace }}
+{{- .Values.driverNamespace }}
+{{- else if $fromEnv }}
+{{- $fromEnv }}
+{{- else }}
+{{- include "computedomain-controller.nvidiaNamespace" . | default (include "computedomain-controller.namespace" .) }}
+{{- end }}
 {{- end }}
 
 {{/*
