@@ -347,7 +347,7 @@ def foreign_daemonsets_problem(
     there = objects.namespace(foreign[0]) or ""
     return (
         f"IMEX daemon DaemonSet {objects.object_key(foreign[0])} of a live ComputeDomain "
-        f"({len(foreign)} in all) is outside this controller's namespaces "
+        "is outside this controller's namespaces "
         f"({', '.join(namespaces)}): another ComputeDomain controller manages them from {there} "
         "(NVIDIA's, or a second install of this one), so this one stands by and writes nothing "
         f"to ComputeDomains. Remove the other controller, or install this one with driver "
@@ -589,10 +589,13 @@ class CoexistenceMonitor:
                     self._message(pod),
                     related=pod,
                 )
-            for reason, problem in (
+            problems = (
                 ("DriverNamespaceMismatch", self._namespace_problem),
                 ("ForeignDaemonSets", self._foreign_problem),
-            ):
+            )
+            # Said again should one come back after it ended.
+            self._reported_problems &= {problem for _, problem in problems}
+            for reason, problem in problems:
                 if problem and problem not in self._reported_problems:
                     self._reported_problems.add(problem)
                     self._recorder.record(self._crd, "Warning", reason, "Detect", problem)

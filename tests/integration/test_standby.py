@@ -64,6 +64,30 @@ async def events_on_the_crd(
     return found
 
 
+async def start_nvidia_controller(kube: KubeClient, namespace: str) -> None:
+    """NVIDIA's controller Deployment (the stand-in of nvidia_install) and its ServiceAccount."""
+    account = {
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": {"name": nvidia.FRESH.controller_sa},
+    }
+    await kube.create(r.SERVICE_ACCOUNTS, account, namespace)
+    await kube.create(nvidia.DEPLOYMENTS, nvidia.controller_deployment(), namespace)
+
+
+async def remove_nvidia_controller(kube: KubeClient, namespace: str) -> None:
+    """Its Deployment deleted, until its last pod is gone."""
+    await kube.delete(nvidia.DEPLOYMENTS, c.NVIDIA_CONTROLLER_DEPLOYMENT, namespace)
+    await watch_objects(
+        kube,
+        r.PODS,
+        lambda pods: not pods,
+        namespace=namespace,
+        label_selector=SELECTOR,
+        what="NVIDIA's controller pods gone",
+    )
+
+
 async def ours_about_cds(kube: KubeClient, namespace: str) -> list[str]:
     """The Events of ours about a ComputeDomain in ``namespace``."""
     events = (await kube.list(r.EVENTS, namespace))["items"]
@@ -99,13 +123,7 @@ async def test_ours_writes_nothing_while_nvidias_controller_runs_and_resumes_aft
         mark = audit.mark()
         # Events earlier tests left on the CRD (the cluster is shared) are not this one's.
         earlier = {e["metadata"]["name"] for e in (await kube.list(r.EVENTS, "default"))["items"]}
-        account = {
-            "apiVersion": "v1",
-            "kind": "ServiceAccount",
-            "metadata": {"name": nvidia.FRESH.controller_sa},
-        }
-        await kube.create(r.SERVICE_ACCOUNTS, account, driver_namespace)
-        await kube.create(nvidia.DEPLOYMENTS, nvidia.controller_deployment(), driver_namespace)
+        await start_nvidia_controller(kube, driver_namespace)
         await watch_objects(
             kube,
             r.PODS,
@@ -157,15 +175,7 @@ async def test_ours_writes_nothing_while_nvidias_controller_runs_and_resumes_aft
         # The window ends as its deletion is asked for: a terminating pod no longer counts.
         end = audit.mark()
         earlier |= {e["metadata"]["name"] for e in (await kube.list(r.EVENTS, "default"))["items"]}
-        await kube.delete(nvidia.DEPLOYMENTS, c.NVIDIA_CONTROLLER_DEPLOYMENT, driver_namespace)
-        await watch_objects(
-            kube,
-            r.PODS,
-            lambda pods: not pods,
-            namespace=driver_namespace,
-            label_selector=SELECTOR,
-            what="NVIDIA's controller pods gone",
-        )
+        await remove_nvidia_controller(kube, driver_namespace)
         standing = audit.writes(since=mark, user=our_user, until=end)
         print(f"writes by ours while NVIDIA's controller ran: {tally(standing)}")
         assert not_events(standing) == []
@@ -219,10 +229,7 @@ async def make_sign(kube: KubeClient, sign: str, elsewhere: str, kept: dict[str,
     """Puts one sign of a second ComputeDomain controller in namespace ``elsewhere``; the
     reason of the Warning ours must record on the CRD."""
     if sign == "controller pod":  # NVIDIA's controller, as its chart labels it
-        account: dict[str, Any] = {"apiVersion": "v1", "kind": "ServiceAccount"}
-        account["metadata"] = {"name": nvidia.FRESH.controller_sa}
-        await kube.create(r.SERVICE_ACCOUNTS, account, elsewhere)
-        await kube.create(nvidia.DEPLOYMENTS, nvidia.controller_deployment(), elsewhere)
+        await start_nvidia_controller(kube, elsewhere)
         return "ConcurrentController"
     if sign == "kubelet plugin":  # NVIDIA's kubelet plugin, as its chart renders it
         select = {f"{c.NVIDIA_CHART_NAME}-component": c.NVIDIA_KUBELET_PLUGIN_COMPONENT}
@@ -314,15 +321,7 @@ async def test_a_second_controller_in_any_namespace_makes_ours_stand_by(
 
         # -- the sign goes: ours gets back to work by itself ---------------------------------
         if sign == "controller pod":
-            await kube.delete(nvidia.DEPLOYMENTS, c.NVIDIA_CONTROLLER_DEPLOYMENT, elsewhere)
-            await watch_objects(
-                kube,
-                r.PODS,
-                lambda pods: not pods,
-                namespace=elsewhere,
-                label_selector=SELECTOR,
-                what="NVIDIA's controller pods gone",
-            )
+            await remove_nvidia_controller(kube, elsewhere)
         else:
             for ds in (await kube.list(r.DAEMONSETS, elsewhere))["items"]:
                 await kube.delete(r.DAEMONSETS, ds["metadata"]["name"], elsewhere)

@@ -542,6 +542,10 @@ def test_a_kubelet_plugin_in_another_namespace_makes_ours_stand_by_said_once() -
     monitor.plugin_daemonsets_changed([plugin_daemonset(V041, component="webhook")])
     assert monitor.standing_by == ""
     assert recorder.events[-1] == (crd, "Normal", "Resumed")
+    # Back again later: said again.
+    monitor.plugin_daemonsets_changed([elsewhere])
+    assert recorder.events[-1] == (crd, "Warning", "DriverNamespaceMismatch")
+    assert len(recorder.events) == 3
 
 
 def test_a_kubelet_plugin_in_the_driver_namespace_or_none_at_all_is_no_reason() -> None:
