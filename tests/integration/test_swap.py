@@ -18,6 +18,7 @@ import logging
 import os
 import re
 import shlex
+import subprocess
 import time
 import uuid
 from collections.abc import AsyncIterator, Sequence
@@ -27,6 +28,7 @@ from typing import Any
 
 import aiohttp
 import pytest
+import yaml
 from kubernetes_asyncio.client import ApiClient
 
 from computedomain.api import constants as c
@@ -1449,3 +1451,132 @@ async def finalize_with_ours(kube: KubeClient, factory: Controllers) -> None:
     scaled to 0, whether its pods ran its binary or were only kwok's) finalizes them."""
     await nvidia.scale_controller(kube, 0)
     await factory.start()
+
+
+# -- Issue 29: the README's install paths over NVIDIA's running install ---------------------------
+README_PATHS = ("helm", "kustomize")
+
+
+def install_readme_path(path: str, kubeconfig: Path) -> None:
+    """Ours as the README installs it, in computedomain-system, with nothing said about NVIDIA."""
+    if path == "helm":
+        done = subprocess_run(
+            [str(find_helm()), "install", "computedomain",
+             str(REPO_ROOT / "manifests/helm/computedomain-controller"),
+             "-n", "computedomain-system", "--create-namespace", "--kubeconfig", str(kubeconfig),
+             "--set", "controllerImage.repository=computedomain-controller",
+             "--set", "controllerImage.tag=0.1.0"]
+        )  # fmt: skip
+    else:
+        done = subprocess_run(
+            [str(find_assets()["kubectl"]), "--kubeconfig", str(kubeconfig), "apply", "-k",
+             str(REPO_ROOT / "manifests/default")]
+        )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+
+
+def remove_readme_path(path: str, kubeconfig: Path) -> None:
+    if path == "helm":
+        subprocess_run(
+            [str(find_helm()), "uninstall", "computedomain", "-n", "computedomain-system",
+             "--kubeconfig", str(kubeconfig), "--wait", "--ignore-not-found"]
+        )  # fmt: skip
+    else:  # everything but the CRDs, which this session's other tests share
+        kubectl = str(find_assets()["kubectl"])
+        rendered = subprocess_run([kubectl, "kustomize", str(REPO_ROOT / "manifests/default")])
+        ours = [
+            d
+            for d in yaml.safe_load_all(rendered.stdout)
+            if d and d["kind"] != "CustomResourceDefinition"
+        ]
+        subprocess_run(
+            [kubectl, "--kubeconfig", str(kubeconfig), "delete", "--ignore-not-found",
+             "--wait=false", "-f", "-"],
+            stdin=yaml.safe_dump_all(ours),
+        )  # fmt: skip
+    subprocess_run(
+        [str(find_assets()["kubectl"]), "--kubeconfig", str(kubeconfig), "delete", "namespace",
+         "computedomain-system", "--ignore-not-found", "--wait=true", "--timeout=120s"]
+    )  # fmt: skip
+
+
+def subprocess_run(args: list[str], stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        args, input=stdin, capture_output=True, text=True, timeout=180, check=False
+    )
+
+
+@pytest.mark.parametrize("path", README_PATHS)
+async def test_the_readme_install_beside_nvidias_running_install_writes_nothing(
+    path: str,
+    e2e: EndToEnd,
+    kube: KubeClient,
+    api_client: ApiClient,
+    control_plane: ControlPlane,
+    nvidia_install: NvidiaInstall,
+    tmp_path: Path,
+) -> None:
+    """NVIDIA's v0.4.1 chart runs its real controller and domains with running workloads; ours
+    is installed by the README's first command (helm, or kustomize's manifests/default) in a
+    namespace of its own. Ours runs, says why it stands by, and from the audit log writes
+    nothing to any ComputeDomain, child, clique or Node, while a new CD is made and served by
+    NVIDIA's controller; NVIDIA's daemons keep their pods (UIDs) throughout."""
+    assert control_plane.audit_log is not None
+    audit = AuditLog(control_plane.audit_log)
+    shape = nvidia_install.shape
+    nvidia_kubelet = nvidia.controller_kubelet(
+        api_client, control_plane, nvidia_install.build, tmp_path / "nvidia", shape
+    )
+    nvidia_kubelet.start()
+    kubelet = Kubelet(api_client, control_plane, "computedomain-system", OUR_PODS, tmp_path)
+    try:
+        await e2e.start_simulator()
+        await e2e.create_cd("job-a", rct_name="job-a-channel", num_nodes=2)
+        await e2e.run_workload(workload("job-a", 2, rct_name="job-a-channel", racks=["r00"]))
+        job_a = await e2e.cd_until(
+            "job-a",
+            lambda cd: ((cd or {}).get("status") or {}).get("status") == c.STATUS_READY,
+            "Ready by NVIDIA's controller",
+            within=120,
+        )
+        assert job_a is not None
+        uids = [job_a["metadata"]["uid"]]
+        before = await snapshot(kube, uids, shape.namespace)
+
+        mark = audit.mark()
+        await asyncio.to_thread(install_readme_path, path, control_plane.kubeconfig)
+        kubelet.start()
+        our_user = service_account_user("computedomain-system", OUR_SA)
+        reason = "ConcurrentController" if path == "helm" else "DriverNamespaceMismatch"
+
+        def said(events: Objects) -> list[dict[str, Any]] | None:
+            found = [
+                e
+                for e in events.values()
+                if e.get("reason") == reason
+                and (e.get("regarding") or {}).get("name") == CD_CRD_NAME
+                and "stands by" in (e.get("note") or "")
+                and str(e.get("reportingInstance", "")).endswith(
+                    tuple(pod.name for pod in kubelet.pods.values())
+                )
+            ]
+            return found or None
+
+        (warned, *_) = await watch_objects(
+            kube, r.EVENTS, said, namespace="default", within=90, what=f"ours says {reason}"
+        )
+        print(f"{path}: ours says: {warned['note']}")
+        # A new CD meanwhile: NVIDIA's controller alone makes its children.
+        fresh = await e2e.create_cd("job-b", rct_name="job-b-channel")
+        await wait_children(kube, fresh, shape.namespace, "job-b-channel", within=60)
+        writes = audit.writes(since=mark, user=our_user)
+        domain_writes = [w.target for w in writes if w.resource in (*DOMAIN_RESOURCES, "nodes")]
+        print(f"{path}: writes by ours: {tally(writes)}")
+        assert domain_writes == [], f"ours wrote beside NVIDIA's controller: {domain_writes}"
+        assert await snapshot(kube, uids, shape.namespace) == before
+    finally:
+        await kubelet.stop()
+        await asyncio.to_thread(remove_readme_path, path, control_plane.kubeconfig)
+        await nvidia.scale_controller(kube, 0, shape=shape)
+        await nvidia_kubelet.stop()
+        await e2e.start_controller()
