@@ -34,6 +34,10 @@ SELF_SUBJECT_ACCESS_REVIEWS = Resource(
 )
 
 
+# SelfSubjectAccessReviews sent at once at start (see Access.review).
+REVIEWS_IN_FLIGHT = 4
+
+
 class ReviewClient(Protocol):
     async def create(
         self, res: Resource, body: dict[str, Any], namespace: str | None = None
@@ -105,10 +109,18 @@ class Access:
         return not known
 
     async def review(self, client: ReviewClient, permissions: Iterable[Permission]) -> None:
-        """Ask for each permission at once; one that cannot be asked stays unknown (granted)."""
+        """Ask for each permission, a few at a time; one that cannot be asked stays unknown
+        (granted)."""
         wanted = list(dict.fromkeys(permissions))
+        # A few at a time: all at once opened a connection each (~45), and the process kept
+        # their ~8 MiB for its life (bench: RSS at first reconcile 58.9 -> 66.8 MiB).
+        in_flight = asyncio.Semaphore(REVIEWS_IN_FLIGHT)
 
         async def ask(permission: Permission) -> bool | None:
+            async with in_flight:
+                return await ask_one(permission)
+
+        async def ask_one(permission: Permission) -> bool | None:
             body = {
                 "apiVersion": SELF_SUBJECT_ACCESS_REVIEWS.api_version,
                 "kind": SELF_SUBJECT_ACCESS_REVIEWS.kind,

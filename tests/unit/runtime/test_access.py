@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from typing import Any
 
 import pytest
 
 from computedomain.runtime import resources as r
-from computedomain.runtime.access import Access, Permission
+from computedomain.runtime.access import REVIEWS_IN_FLIGHT, Access, Permission
 from computedomain.runtime.client import ApiError
 from tests.kit.rbac import Reviewer
 
@@ -83,3 +85,26 @@ def test_only_the_authorizers_403_is_a_denial() -> None:
     assert rbac.is_denied
     assert not terminating.is_denied
     assert not ApiError(404, "NotFound", rbac.message).is_denied
+
+
+async def test_reviews_are_sent_a_few_at_a_time() -> None:
+    """All at once opened a connection each and the process kept their memory for its life."""
+    in_flight, most = 0, 0
+    release = asyncio.Event()
+
+    class Slow:
+        async def create(self, res: Any, body: dict[str, Any], namespace: str | None = None) -> Any:
+            nonlocal in_flight, most
+            in_flight += 1
+            most = max(most, in_flight)
+            await release.wait()
+            in_flight -= 1
+            return {"status": {"allowed": True}}
+
+    wanted = [Permission("get", r.NODES, namespace=f"ns-{index}") for index in range(20)]
+    review = asyncio.create_task(Access().review(Slow(), wanted))
+    for _ in range(5):
+        await asyncio.sleep(0)  # let every review that may start, start
+    assert most == REVIEWS_IN_FLIGHT
+    release.set()
+    await review
