@@ -308,15 +308,17 @@ def daemon_image(explicit: str, daemonsets: Iterable[Mapping[str, Any]], namespa
     return c.NVIDIA_DRIVER_IMAGE
 
 
-def driver_namespace_problem(daemonsets: Iterable[Mapping[str, Any]], driver_namespace: str) -> str:
-    """Why this controller must not write while NVIDIA's kubelet plugin runs, but not in its
-    driver namespace; empty when the plugin runs there, or nowhere.
+def driver_namespace_problem(
+    plugins: Sequence[tuple[Mapping[str, Any], str]], driver_namespace: str
+) -> str:
+    """Why this controller must not write while NVIDIA's kubelet plugin (``plugins``, from
+    ``kubelet_plugins``) runs, but not in its driver namespace; empty when the plugin runs
+    there, or nowhere.
 
     The plugin finds IMEX daemons and cliques in its own namespace only: daemons created
     elsewhere never make a workload ready, and NVIDIA's install manages ComputeDomains from
     there (a README install in a namespace of its own, beside NVIDIA's chart, did exactly that).
     """
-    plugins = kubelet_plugins(daemonsets)
     if not plugins or any(objects.namespace(ds) == driver_namespace for ds, _ in plugins):
         return ""
     namespaces = sorted({objects.namespace(ds) or "" for ds, _ in plugins})
@@ -534,9 +536,9 @@ class CoexistenceMonitor:
         """NVIDIA's kubelet plugin, in any namespace: it must run in our driver namespace; and
         after an upgrade of NVIDIA's release it runs the new driver image, while an IMAGE_NAME
         given explicitly still names the old: new IMEX daemons would run another release."""
-        daemonsets = list(daemonsets)
+        plugins = kubelet_plugins(daemonsets)
         drift: dict[str, tuple[Mapping[str, Any], str]] = {}
-        for ds, image in kubelet_plugins(daemonsets):
+        for ds, image in plugins:
             if objects.namespace(ds) != self._driver_namespace:
                 continue
             if self._daemon_image and image != self._daemon_image:
@@ -549,7 +551,7 @@ class CoexistenceMonitor:
             log.info("The kubelet plugin and IMAGE_NAME name the same driver image again")
         self._drift = drift
         self._metrics.set_daemon_image_drift(len(drift))
-        problem = driver_namespace_problem(daemonsets, self._driver_namespace)
+        problem = driver_namespace_problem(plugins, self._driver_namespace)
         if problem != self._namespace_problem:
             if problem:
                 log.warning("Driver namespace: %s", problem)
