@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # THE test command (README, CI): from a fresh clone, installs uv if missing, syncs the locked
 # environment, builds or reuses the local control plane (hack/controlplane/build.sh, cached in
-# ~/.cache/computedomain) and helm (hack/helm/build.sh), and NVIDIA's controller and daemon
-# (hack/upstream/build.sh, from NVIDIA_DRA_DRIVER_SRC: see README) for the differential tests, then
+# ~/.cache/computedomain) and helm (hack/helm/build.sh), and NVIDIA's controller, daemon and kubelet
+# plugin of v0.4.1 and of main (hack/upstream/build.sh, from NVIDIA_DRA_DRIVER_SRC and
+# NVIDIA_DRA_DRIVER_MAIN_SRC: see README) for the tests that run NVIDIA's code, then
 # runs the unit and integration tests against the real binaries.
 # Extra arguments go to pytest. Fails when the binaries cannot be had or when no test ran.
 set -euo pipefail
@@ -37,10 +38,12 @@ if [ -z "${HELM:-}" ]; then
   echo "test.sh: helm in $helm_dir ($(( $(date +%s) - start ))s)" >&2
   export HELM="$helm_dir/helm"
 fi
-# NVIDIA's own code for the tests that run it: its binaries (hack/upstream/build.sh; the
-# differential tests, the swap tests and the tests on NVIDIA's IMEX daemon), its v0.4.0 chart and its
-# main (v0.5.0-dev) chart (hack/upstream/chart.sh; the build brings v0.4.1's). A directory given in
-# NVIDIA_UPSTREAM_BIN / NVIDIA_UPSTREAM_CHART_V040 / NVIDIA_UPSTREAM_CHART_MAIN wins;
+# NVIDIA's own code for the tests that run it: its binaries of two targets, v0.4.1 and main
+# (v0.5.0-dev) (hack/upstream/build.sh; the differential tests, the swap tests, the tests on
+# NVIDIA's IMEX daemon and kubelet plugin), its v0.4.0 chart and its main chart
+# (hack/upstream/chart.sh; the v0.4.1 build brings v0.4.1's). A directory given in
+# NVIDIA_UPSTREAM_BIN / NVIDIA_UPSTREAM_BIN_MAIN / NVIDIA_UPSTREAM_CHART_V040 /
+# NVIDIA_UPSTREAM_CHART_MAIN wins;
 # otherwise the pinned source. Under CI=true, or with the source variable set, what cannot be had
 # fails the run (and the tests require it); elsewhere one line says which tests will not run.
 upstream_input() { # script, variable to export, file the path must hold, what, source, tests, [arg]
@@ -63,11 +66,18 @@ upstream_input() { # script, variable to export, file the path must hold, what, 
   rm -f "$log"
 }
 if [ -z "${NVIDIA_UPSTREAM_BIN:-}" ]; then
-  upstream_input build.sh NVIDIA_UPSTREAM_BIN compute-domain-controller "NVIDIA's binaries" \
+  upstream_input build.sh NVIDIA_UPSTREAM_BIN compute-domain-kubelet-plugin "NVIDIA's v0.4.1 binaries" \
     "${NVIDIA_DRA_DRIVER_SRC:-}" \
-    "tests/integration/test_upstream_controller.py, test_swap.py and test_nvidia_daemon.py (NVIDIA's controller and IMEX daemon)"
+    "tests/integration/test_upstream_controller.py, test_swap.py and test_nvidia_daemon.py (NVIDIA's controller and IMEX daemon)" \
+    v0.4.1
 fi
-if [ "${CI:-}" = "true" ] || [ -n "${NVIDIA_DRA_DRIVER_SRC:-}" ]; then
+if [ -z "${NVIDIA_UPSTREAM_BIN_MAIN:-}" ]; then
+  upstream_input build.sh NVIDIA_UPSTREAM_BIN_MAIN compute-domain-kubelet-plugin \
+    "NVIDIA's main (v0.5.0-dev) binaries" "${NVIDIA_DRA_DRIVER_MAIN_SRC:-}" \
+    "the tests on NVIDIA's v0.5.0-dev controller, daemon and kubelet plugin" main
+fi
+if [ "${CI:-}" = "true" ] || [ -n "${NVIDIA_DRA_DRIVER_SRC:-}" ] \
+    || [ -n "${NVIDIA_DRA_DRIVER_MAIN_SRC:-}" ]; then
   export COMPUTEDOMAIN_REQUIRE_UPSTREAM=1
 fi
 if [ -z "${NVIDIA_UPSTREAM_CHART_V040:-}" ]; then

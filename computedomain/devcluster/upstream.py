@@ -2,12 +2,14 @@
 differential tests: find the build, and run NVIDIA's controller against a local control plane with
 the environment its Helm chart's Deployment gives it.
 
-Resolution order of the build:
+Two pinned targets (``TARGETS``): release v0.4.1 and main at 95932046 (v0.5.0-dev). Resolution
+order of a target's build:
 
-1. ``NVIDIA_UPSTREAM_BIN``, a directory ``hack/upstream/build.sh`` filled (hack/test.sh exports
-   it),
-2. the build cache of ``hack/upstream/build.sh`` for ``NVIDIA_DRA_DRIVER_SRC`` (or, unset, the
-   pinned tarball); with ``build=True`` the script builds it when missing (about 2.5 min once).
+1. its directory variable (``NVIDIA_UPSTREAM_BIN`` for v0.4.1, ``NVIDIA_UPSTREAM_BIN_MAIN`` for
+   main), a directory ``hack/upstream/build.sh`` filled (hack/test.sh exports both),
+2. the build cache of ``hack/upstream/build.sh <target>`` for its source variable
+   (``NVIDIA_DRA_DRIVER_SRC`` / ``NVIDIA_DRA_DRIVER_MAIN_SRC``, or, unset, the pinned tarball);
+   with ``build=True`` the script builds it when missing (about 5 min once: three binaries).
 
 The controller reads its templates from ``/templates``; ``hack/upstream/run.sh`` starts it in a
 private mount namespace where that path holds the build's copy of the tree's ``templates/``.
@@ -39,6 +41,15 @@ OLDER_CHART_VERSION = "v0.4.0"
 MAIN_CHART = "main"
 CONTROLLER = "compute-domain-controller"
 DAEMON = "compute-domain-daemon"
+KUBELET_PLUGIN = "compute-domain-kubelet-plugin"
+# hack/upstream/build.sh's targets: NVIDIA's release v0.4.1, and main at 95932046 (v0.5.0-dev).
+V041 = "v0.4.1"
+MAIN = "main"
+TARGETS = (V041, MAIN)
+# Per target: the variable naming a finished build's bin/ directory, and the one naming its
+# pinned source tarball.
+_BIN_VARIABLE = {V041: "NVIDIA_UPSTREAM_BIN", MAIN: "NVIDIA_UPSTREAM_BIN_MAIN"}
+_SOURCE_VARIABLE = {V041: "NVIDIA_DRA_DRIVER_SRC", MAIN: "NVIDIA_DRA_DRIVER_MAIN_SRC"}
 CHART_NAME = "dra-driver-nvidia-gpu"
 # The release name NVIDIA's install instructions use.
 RELEASE = "nvidia-dra-driver-gpu"
@@ -52,13 +63,13 @@ class UpstreamUnavailableError(RuntimeError):
     """NVIDIA's binaries could not be found or built."""
 
 
-def upstream_required(env: Mapping[str, str] | None = None) -> bool:
-    """True where the differential tests must run (a missing build fails, never skips): under CI,
-    when a source is given, or when hack/test.sh asks for it."""
+def upstream_required(env: Mapping[str, str] | None = None, target: str = V041) -> bool:
+    """True where the tests on ``target``'s build must run (a missing build fails, never skips):
+    under CI, when its source is given, or when hack/test.sh asks for it."""
     env = os.environ if env is None else env
     return (
         env.get("CI", "").lower() == "true"
-        or bool(env.get("NVIDIA_DRA_DRIVER_SRC"))
+        or bool(env.get(_SOURCE_VARIABLE[target]))
         or env.get("COMPUTEDOMAIN_REQUIRE_UPSTREAM") == "1"
     )
 
@@ -78,6 +89,10 @@ class UpstreamBuild:
         return self.bin_dir / DAEMON
 
     @property
+    def kubelet_plugin(self) -> Path:
+        return self.bin_dir / KUBELET_PLUGIN
+
+    @property
     def templates(self) -> Path:
         return self.bin_dir.parent / "templates"
 
@@ -90,7 +105,7 @@ class UpstreamBuild:
         return (self.bin_dir.parent / "VERSION").read_text().strip()
 
     def check(self) -> UpstreamBuild:
-        for path in (self.controller, self.daemon):
+        for path in (self.controller, self.daemon, self.kubelet_plugin):
             if not (path.is_file() and os.access(path, os.X_OK)):
                 raise UpstreamUnavailableError(f"{path} is not an executable file")
         for path in (self.templates, self.chart):
@@ -106,17 +121,22 @@ def _cache_root(env: Mapping[str, str]) -> Path:
     )
 
 
-def find_upstream(*, build: bool = False, env: Mapping[str, str] | None = None) -> UpstreamBuild:
-    """NVIDIA's build: ``NVIDIA_UPSTREAM_BIN`` wins, then the cache (built when ``build``).
-    Unavailable too where hack/upstream/run.sh cannot run it (not root: no mount namespace)."""
+def find_upstream(
+    *, build: bool = False, env: Mapping[str, str] | None = None, target: str = V041
+) -> UpstreamBuild:
+    """NVIDIA's build of ``target``: its bin variable wins, then the cache (built when
+    ``build``). Unavailable too where hack/upstream/run.sh cannot run it (not root: no mount
+    namespace)."""
     env = os.environ if env is None else env
+    if target not in TARGETS:
+        raise ValueError(f"unknown NVIDIA target {target!r} (one of {', '.join(TARGETS)})")
     if os.geteuid() != 0:
         raise UpstreamUnavailableError(
             "hack/upstream/run.sh needs root (a private mount namespace)"
         )
-    if env.get("NVIDIA_UPSTREAM_BIN"):
-        return UpstreamBuild(Path(env["NVIDIA_UPSTREAM_BIN"])).check()
-    bin_dir = _run_script(UPSTREAM_BUILD_SCRIPT, build=build, env=env)
+    if env.get(_BIN_VARIABLE[target]):
+        return UpstreamBuild(Path(env[_BIN_VARIABLE[target]])).check()
+    bin_dir = _run_script(UPSTREAM_BUILD_SCRIPT, build=build, env=env, extra=[target])
     return UpstreamBuild(bin_dir).check()
 
 

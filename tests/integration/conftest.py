@@ -37,6 +37,7 @@ from computedomain.devcluster.controlplane import ControlPlane, free_port, use_e
 from computedomain.devcluster.harness import Controllers
 from computedomain.devcluster.rest import request_json
 from computedomain.devcluster.upstream import (
+    MAIN,
     UpstreamBuild,
     UpstreamUnavailableError,
     find_main_chart,
@@ -182,9 +183,20 @@ def _required_or_skip(find: Callable[[bool], T], required: bool, where: str) -> 
 
 @pytest.fixture(scope="session")
 def upstream() -> UpstreamBuild:
-    """NVIDIA's build (hack/upstream/build.sh)."""
+    """NVIDIA's v0.4.1 build (hack/upstream/build.sh)."""
     where = "CI, NVIDIA_DRA_DRIVER_SRC or hack/test.sh"
     return _required_or_skip(lambda build: find_upstream(build=build), upstream_required(), where)
+
+
+@pytest.fixture(scope="session")
+def upstream_main() -> UpstreamBuild:
+    """NVIDIA's main (v0.5.0-dev) build (hack/upstream/build.sh main)."""
+    where = "CI, NVIDIA_DRA_DRIVER_MAIN_SRC or hack/test.sh"
+    return _required_or_skip(
+        lambda build: find_upstream(build=build, target=MAIN),
+        upstream_required(target=MAIN),
+        where,
+    )
 
 
 @pytest.fixture(scope="session")
