@@ -12,7 +12,11 @@ streamed chunk by chunk. Every fault is seeded and can be switched at run time b
 - error: 500 or 503 on a share of requests, half of them answered without forwarding and half
   after the apiserver acted (the client cannot tell: a retried create meets AlreadyExists);
 - reset: the connection reset (TCP RST) after part of the response body was sent;
-- watch cut: every watch ends after a random time, cleanly (chunked end) or by reset.
+- watch cut: every watch ends after a random time, cleanly (chunked end) or by reset;
+- watch lag: the events of chosen watches (by path) reach the client a fixed time late, in
+  order, as from a lagging watch cache; a cut drops what is still held back (the client resumes
+  from the last resourceVersion it saw and gets those events again, late again). LISTs and GETs
+  are not delayed, so a live read sees what the lagging cache does not yet.
 
 ``exchanges`` records each request (time, method, path, the status sent and the fault), so a
 test can count, for example, how soon a client came back after a 429.
@@ -55,6 +59,9 @@ class Faults:
     # Every watch ends after a uniform time in this range (seconds); None: watches run freely.
     watch_cut: tuple[float, float] | None = None
     watch_cut_reset_share: float = 0.5
+    # Events of watches whose path contains one of these strings arrive this many seconds late.
+    watch_lag: float = 0.0
+    watch_lag_paths: tuple[str, ...] = ()
 
     @classmethod
     def none(cls) -> Faults:
@@ -267,10 +274,14 @@ class FaultProxy:
         await response.prepare(request)
         cut_after = self._rng.uniform(*faults.watch_cut) if faults.watch_cut else None
         by_reset = self._chance(faults.watch_cut_reset_share)
+        lag = faults.watch_lag if any(p in request.path for p in faults.watch_lag_paths) else 0
         try:
             async with asyncio.timeout(cut_after):
-                async for chunk in upstream.content.iter_any():
-                    await response.write(chunk)
+                if lag > 0:
+                    await _relay_late(upstream, response, lag)
+                else:
+                    async for chunk in upstream.content.iter_any():
+                        await response.write(chunk)
         except TimeoutError:
             if by_reset:
                 record(200, "cut-reset")
@@ -282,6 +293,32 @@ class FaultProxy:
         record(200, "")
         await response.write_eof()
         return response
+
+
+async def _relay_late(
+    upstream: aiohttp.ClientResponse, response: web.StreamResponse, lag: float
+) -> None:
+    """Copy a watch body chunk by chunk, each ``lag`` seconds after it arrived, in order."""
+    held: asyncio.Queue[tuple[float, bytes | None]] = asyncio.Queue()
+
+    async def read() -> None:
+        async for chunk in upstream.content.iter_any():
+            held.put_nowait((time.monotonic() + lag, chunk))
+        held.put_nowait((time.monotonic() + lag, None))
+
+    reader = asyncio.create_task(read())
+    try:
+        while True:
+            due, chunk = await held.get()
+            await asyncio.sleep(max(0.0, due - time.monotonic()))
+            if chunk is None:
+                break
+            await response.write(chunk)
+        await reader
+    finally:
+        reader.cancel()
+        with contextlib.suppress(asyncio.CancelledError, aiohttp.ClientError, OSError):
+            await reader
 
 
 def _status_response(

@@ -128,7 +128,9 @@ class DomainView:
     # What was checked (the spec, each child) → its state.
     children: Mapping[ChildKind, ChildState] = field(default_factory=dict)
     # Cliques the domain's nodes span by their clique labels (set by GPU Feature Discovery
-    # or NVIDIA's kubelet plugin; missing for a while when the plugin restarts).
+    # or NVIDIA's kubelet plugin; missing for a while when the plugin restarts), counting only
+    # nodes no daemon reports a clique for: a daemon's report is what IMEX uses, also when the
+    # plugin's re-read has relabelled its node since.
     cliques: Collection[str] = frozenset()
     # Clique → other CDs (namespace/name) using nodes of that clique.
     shared_cliques: Mapping[str, Collection[str]] = field(default_factory=dict)
@@ -400,8 +402,9 @@ def _workload_message(view: DomainView) -> str:
 
 
 def all_cliques(view: DomainView) -> set[str]:
-    """The cliques the domain uses: its nodes' labels, and what its daemons report (which
-    stays while a node's label is missing; ``status.cliqueCount``, the clique gauge)."""
+    """The cliques the domain uses: what its daemons report (which stays while a node's
+    label is missing, or names another clique since the plugin's re-read), and the labels of
+    the nodes not reported yet (``status.cliqueCount``, the clique gauge)."""
     return set(view.cliques) | {n.clique_id for n in view.nodes if n.clique_id}
 
 

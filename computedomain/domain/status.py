@@ -112,9 +112,12 @@ class StatusWriter:
         members = {n.name for n in nodes} | {
             objects.name(node) for node in node_store.by_index(BY_CD, uid)
         }
-        spanned = topology.cliques_spanned(members, node_store.get)
-        # The cliques it uses: by its nodes' labels and by its daemons' reports, which stay
-        # while a label is missing (NVIDIA's kubelet plugin removes it while it restarts).
+        # The cliques it uses: by its daemons' reports, which are what IMEX uses (they stay
+        # while a label is missing, as NVIDIA's kubelet plugin removes it while it restarts,
+        # and while a node relabelled by the plugin's re-read still runs its daemon in the old
+        # clique), and by the labels of the nodes no daemon reports for yet.
+        reporting = {n.name for n in nodes if n.clique_id}
+        spanned = topology.cliques_spanned(members - reporting, node_store.get)
         in_use = spanned | {n.clique_id for n in nodes if n.clique_id}
         # Only the nodes of those cliques: the whole fleet is not read per reconcile. Nodes
         # whose label is missing now count in the clique their holder's daemon reports.

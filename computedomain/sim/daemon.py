@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import contextlib
 import logging
 from collections.abc import Callable, Sequence
 from functools import partial
@@ -259,12 +260,46 @@ class FakeImexDaemon(DaemonContainer):
 
     async def _run_until_crash(self, fate: DaemonFate) -> bool:
         """Block while healthy; True when the container crashed (fault timer or request)."""
-        if fate.crash_after is None:
-            await self._crash.wait()
-        else:
-            await _first(self._crash.wait(), self.ctx.clock.sleep(fate.crash_after))
+        keeper = asyncio.create_task(self._keep_membership(), name=f"membership {self.key}")
+        try:
+            waits: list[Any] = [self._crash.wait()]
+            if fate.crash_after is not None:
+                waits.append(self.ctx.clock.sleep(fate.crash_after))
+            if self.gates.cliques and self.clique_id:
+                waits.append(keeper)  # never returns; its error ends the container
+            await _first(*waits)
+            if keeper.done() and not keeper.cancelled():
+                keeper.result()
+        finally:
+            keeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await keeper
         self._crash.clear()
         return True
+
+    async def _keep_membership(self) -> None:
+        """While the container runs, put our clique entry back whenever it is gone from a clique
+        that still exists, as NVIDIA's daemon does on every update of its clique: it inserts
+        itself again at the lowest free index, ``NotReady`` (its pod manager sets ``Ready`` only
+        on the pod's next change, which the simulator does not make). So an entry removed under
+        a live daemon comes back, possibly with another index (upstream #1440, #1418)."""
+        if not (self.gates.cliques and self.clique_id):
+            return
+        key = clique_key(self.namespace, self.clique_name)
+        while True:
+            with self.ctx.signals.listen([key]) as waiter:
+                clique = self.ctx.clique(self.namespace, self.clique_name)
+                daemons = (clique or {}).get("daemons") or []
+                if clique is not None and not any(
+                    d.get("nodeName") == self.node_name for d in daemons
+                ):
+                    log.info(
+                        "Own clique entry gone: inserting it again",
+                        extra={"pod": self.key, "clique": self.clique_name},
+                    )
+                    await self._join(c.STATUS_NOT_READY)
+                    continue
+                await waiter.wait(self.ctx.settings.recheck_interval)
 
     async def _wait_for_all_peers(self) -> None:
         """IP mode (DNS names off): IMEX starts only once ``len(status.nodes) == numNodes``."""
