@@ -224,9 +224,10 @@ class PluginNode:
                 raise ValueError(f"{socket}: too long for a Unix socket")
 
 
-def _proc_devices() -> str:
-    """The host's /proc/devices with the IMEX channels' major among the character devices."""
-    lines = Path("/proc/devices").read_text().splitlines()
+def proc_devices(host: str) -> str:
+    """The host's /proc/devices (``host``) with the IMEX channels' major among the character
+    devices, where the plugin looks it up."""
+    lines = host.splitlines()
     out: list[str] = []
     added = False
     for line in lines:
@@ -276,7 +277,7 @@ def prepare_node(node: PluginNode, mock: MockNvml) -> None:
     _mknod(dev / "nvidia-uvm", _UVM_MAJOR, 0)
     for directory in (node.cdi_root, node.registrar_dir, node.plugins_dir):
         directory.mkdir(parents=True, exist_ok=True)
-    node.proc_devices.write_text(_proc_devices())
+    node.proc_devices.write_text(proc_devices(Path("/proc/devices").read_text()))
     (node.proc_driver / "nvidia").mkdir(parents=True, exist_ok=True)
 
 
