@@ -13,9 +13,12 @@ are taken away first (so that what comes back is the plugin's work) and restored
   writes nothing to it and emits no Warning.
 - The clique follows the GPUs: changed through the mock NVML's overrides, the restarted plugin
   labels the node with the new one.
+- NVIDIA's v0.4.1 plugin runs the same way, without the label (it came with v0.5).
 
-Needs NVIDIA's main build and the mock NVML: skipped without them, except under CI=true, with
-their sources set or COMPUTEDOMAIN_REQUIRE_UPSTREAM=1 (hack/test.sh), where they must be there.
+Needs NVIDIA's builds (main; v0.4.1 for one test) and the mock NVML: skipped without them, except
+under CI=true, or with their sources set (NVIDIA_DRA_DRIVER_MAIN_SRC / NVIDIA_DRA_DRIVER_SRC and
+COMPUTEDOMAIN_REQUIRE_UPSTREAM=1 for the builds, NVIDIA_MOCK_NVML_SRC for the mock), where they
+must be there.
 """
 
 from __future__ import annotations
