@@ -220,13 +220,11 @@ class DraKubelet:
         """Prepare the pod's claims (until it works), start its container, write it Running;
         returns once it runs. Cancel it to give up (the pod is gone)."""
         key = f"{pod['metadata']['namespace']}/{pod['metadata']['name']}"
-        uid = str(pod["metadata"]["uid"])
-        plugin = self.plugins[pod["spec"]["nodeName"]]
-        injected = await self._prepare(key, uid, plugin)
+        injected = await self.prepare(pod)
         if injected is None:
             return  # the pod is gone
         current = self.ctx.pod(key) or pod
-        self.containers[uid] = await self._run_container(current, injected)
+        self.containers[str(pod["metadata"]["uid"])] = await self._run_container(current, injected)
         await self._write_running(current)
 
     async def stop(self, pod: Mapping[str, Any]) -> None:
@@ -236,6 +234,19 @@ class DraKubelet:
         if container is not None:
             await terminate(container.process, self.grace_period)
             _kill_group(container.process)
+        await self.unprepare(pod)
+
+    async def prepare(self, pod: Mapping[str, Any]) -> Injected | None:
+        """Prepare the pod's claims with the node's plugin, retried (with Warning Events and a
+        Pending status) until it works: the CDI edits for its container; None once the pod is
+        gone. Any pod with claims of the driver: a workload's or an IMEX daemon's."""
+        key = f"{pod['metadata']['namespace']}/{pod['metadata']['name']}"
+        plugin = self.plugins[pod["spec"]["nodeName"]]
+        return await self._prepare(key, str(pod["metadata"]["uid"]), plugin)
+
+    async def unprepare(self, pod: Mapping[str, Any]) -> None:
+        """Unprepare what ``prepare`` prepared for the pod (its container has ended), retried."""
+        uid = str(pod["metadata"].get("uid", ""))
         refs = self.prepared.pop(uid, None)
         if not refs:
             return
@@ -314,13 +325,7 @@ class DraKubelet:
         program = out / "bin" / "workload"
         program.write_text(WORKLOAD)
         program.chmod(0o755)
-        binds: list[str] = []
-        for mount in injected.mounts:
-            binds += ["--bind", f"{mount.host_path}:{mount.container_path}"]
-        for index, node in enumerate(injected.device_nodes):
-            plain = pod_dir / "devices" / f"{index}-{Path(node.path).name}"
-            plain.write_text(f"{node.type or 'c'} {node.major}:{node.minor}\n")
-            binds += ["--bind", f"{plain}:{node.path}"]
+        binds = container_binds(injected, pod_dir / "devices")
         seen = [node.path for node in injected.device_nodes]
         seen += [mount.container_path for mount in injected.mounts]
         env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", **injected.env}
@@ -385,6 +390,40 @@ class DraKubelet:
             phase=ContainerPhase.READY,
         )
         await self._patch_status(pod, pod_status(pod, state, self.ctx.clock.wall()))
+
+
+def container_binds(injected: Injected, devices_dir: Path) -> list[str]:
+    """hack/upstream/run.sh's ``--bind`` arguments for the CDI edits: each mount bound, each
+    device node a plain file (``<type> <major>:<minor>``) made in ``devices_dir`` and bound at
+    its path (run.sh then gives the container a private /dev)."""
+    devices_dir.mkdir(parents=True, exist_ok=True)
+    binds: list[str] = []
+    for mount in injected.mounts:
+        binds += ["--bind", f"{mount.host_path}:{mount.container_path}"]
+    for index, node in enumerate(injected.device_nodes):
+        plain = devices_dir / f"{index}-{Path(node.path).name}"
+        plain.write_text(f"{node.type or 'c'} {node.major}:{node.minor}\n")
+        binds += ["--bind", f"{plain}:{node.path}"]
+    return binds
+
+
+@dataclass
+class SharedDraKubelet:
+    """One DraKubelet per simulator context for ``plugins``: the simulator's
+    ``workload_kubelet`` factory and the IMEX daemons' (``DaemonRuntime.kubelet``) at once,
+    so both kinds of pods on a node go through the same stand-in kubelet."""
+
+    plugins: Mapping[str, NodePlugin]
+    workdir: Path
+    backoff: float = 1.0
+    made: dict[int, DraKubelet] = field(default_factory=dict)
+
+    def __call__(self, ctx: SimContext) -> DraKubelet:
+        kubelet = self.made.get(id(ctx))
+        if kubelet is None or kubelet.ctx is not ctx:
+            kubelet = DraKubelet(ctx, self.plugins, self.workdir, backoff=self.backoff)
+            self.made[id(ctx)] = kubelet
+        return kubelet
 
 
 def _kill_group(process: asyncio.subprocess.Process) -> None:
