@@ -3,7 +3,8 @@
 # environment, builds or reuses the local control plane (hack/controlplane/build.sh, cached in
 # ~/.cache/computedomain) and helm (hack/helm/build.sh), and NVIDIA's controller, daemon and kubelet
 # plugin of v0.4.1 and of main (hack/upstream/build.sh, from NVIDIA_DRA_DRIVER_SRC and
-# NVIDIA_DRA_DRIVER_MAIN_SRC: see README) for the tests that run NVIDIA's code, then
+# NVIDIA_DRA_DRIVER_MAIN_SRC: see README) and NVIDIA's mock NVML (hack/upstream/mocknvml.sh, from
+# NVIDIA_MOCK_NVML_SRC) for the tests that run NVIDIA's code, then
 # runs the unit and integration tests against the real binaries.
 # Extra arguments go to pytest. Fails when the binaries cannot be had or when no test ran.
 set -euo pipefail
@@ -76,8 +77,14 @@ if [ -z "${NVIDIA_UPSTREAM_BIN_MAIN:-}" ]; then
     "NVIDIA's main (v0.5.0-dev) binaries" "${NVIDIA_DRA_DRIVER_MAIN_SRC:-}" \
     "the tests on NVIDIA's v0.5.0-dev controller, daemon and kubelet plugin" main
 fi
+# NVIDIA's mock NVML (hack/upstream/mocknvml.sh, from NVIDIA_MOCK_NVML_SRC): the library NVIDIA's
+# kubelet plugin loads as each simulated node's libnvidia-ml.so.1.
+if [ -z "${NVIDIA_MOCK_NVML:-}" ]; then
+  upstream_input mocknvml.sh NVIDIA_MOCK_NVML DRIVER_VERSION "NVIDIA's mock NVML" \
+    "${NVIDIA_MOCK_NVML_SRC:-}" "tests/integration/test_nvidia_plugin.py (NVIDIA's kubelet plugin per simulated node)"
+fi
 if [ "${CI:-}" = "true" ] || [ -n "${NVIDIA_DRA_DRIVER_SRC:-}" ] \
-    || [ -n "${NVIDIA_DRA_DRIVER_MAIN_SRC:-}" ]; then
+    || [ -n "${NVIDIA_DRA_DRIVER_MAIN_SRC:-}" ] || [ -n "${NVIDIA_MOCK_NVML_SRC:-}" ]; then
   export COMPUTEDOMAIN_REQUIRE_UPSTREAM=1
 fi
 if [ -z "${NVIDIA_UPSTREAM_CHART_V040:-}" ]; then

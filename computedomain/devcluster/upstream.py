@@ -35,6 +35,7 @@ from computedomain.devcluster.processes import ChildProcess, spawn
 UPSTREAM_BUILD_SCRIPT = REPO_ROOT / "hack" / "upstream" / "build.sh"
 UPSTREAM_RUN_SCRIPT = REPO_ROOT / "hack" / "upstream" / "run.sh"
 UPSTREAM_CHART_SCRIPT = REPO_ROOT / "hack" / "upstream" / "chart.sh"
+MOCK_NVML_SCRIPT = REPO_ROOT / "hack" / "upstream" / "mocknvml.sh"
 # NVIDIA's releases whose charts hack/upstream/chart.sh provides (the build brings v0.4.1's):
 # v0.4.0, and main at 95932046 (v0.5.0-dev).
 OLDER_CHART_VERSION = "v0.4.0"
@@ -165,6 +166,53 @@ def find_main_chart(*, fetch: bool = False, env: Mapping[str, str] | None = None
     directory chart.sh filled) wins, then hack/upstream/chart.sh's cache (filled first when
     ``fetch``, from ``NVIDIA_DRA_DRIVER_MAIN_SRC`` or GitHub)."""
     return _find_chart(MAIN_CHART, "NVIDIA_UPSTREAM_CHART_MAIN", fetch=fetch, env=env)
+
+
+def mock_nvml_required(env: Mapping[str, str] | None = None) -> bool:
+    """True where the tests on NVIDIA's mock NVML (NVIDIA's kubelet plugin for simulated nodes)
+    must run: under CI, with its source given, or when hack/test.sh asks for it."""
+    env = os.environ if env is None else env
+    return (
+        env.get("CI", "").lower() == "true"
+        or bool(env.get("NVIDIA_MOCK_NVML_SRC"))
+        or env.get("COMPUTEDOMAIN_REQUIRE_UPSTREAM") == "1"
+    )
+
+
+@dataclass(frozen=True)
+class MockNvml:
+    """NVIDIA's mock NVML as hack/upstream/mocknvml.sh built it: ``libnvidia-ml.so.<driver
+    version>``, its profiles under ``configs/``."""
+
+    directory: Path
+
+    @property
+    def driver_version(self) -> str:
+        return (self.directory / "DRIVER_VERSION").read_text().strip()
+
+    @property
+    def library(self) -> Path:
+        return self.directory / f"libnvidia-ml.so.{self.driver_version}"
+
+    def profile(self, name: str = "gb200") -> Path:
+        """The YAML profile ``name`` (``configs/mock-nvml-config-<name>.yaml``)."""
+        return self.directory / "configs" / f"mock-nvml-config-{name}.yaml"
+
+    def check(self) -> MockNvml:
+        if not (self.directory / "DRIVER_VERSION").is_file() or not self.library.is_file():
+            raise UpstreamUnavailableError(f"{self.directory} holds no mock NVML library")
+        if not self.profile().is_file():
+            raise UpstreamUnavailableError(f"{self.profile()} is missing")
+        return self
+
+
+def find_mock_nvml(*, build: bool = False, env: Mapping[str, str] | None = None) -> MockNvml:
+    """NVIDIA's mock NVML: ``NVIDIA_MOCK_NVML`` (a directory hack/upstream/mocknvml.sh filled)
+    wins, then that script's cache (built first when ``build``, from ``NVIDIA_MOCK_NVML_SRC``)."""
+    env = os.environ if env is None else env
+    if env.get("NVIDIA_MOCK_NVML"):
+        return MockNvml(Path(env["NVIDIA_MOCK_NVML"])).check()
+    return MockNvml(_run_script(MOCK_NVML_SCRIPT, build=build, env=env)).check()
 
 
 def _find_chart(release: str, variable: str, *, fetch: bool, env: Mapping[str, str] | None) -> Path:

@@ -38,12 +38,15 @@ from computedomain.devcluster.harness import Controllers
 from computedomain.devcluster.rest import request_json
 from computedomain.devcluster.upstream import (
     MAIN,
+    MockNvml,
     UpstreamBuild,
     UpstreamUnavailableError,
     find_main_chart,
+    find_mock_nvml,
     find_older_chart,
     find_upstream,
     main_chart_required,
+    mock_nvml_required,
     older_chart_required,
     upstream_required,
 )
@@ -215,6 +218,14 @@ def main_chart() -> Path:
     return _required_or_skip(
         lambda fetch: find_main_chart(fetch=fetch), main_chart_required(), where
     )
+
+
+@pytest.fixture(scope="session")
+def mock_nvml() -> MockNvml:
+    """NVIDIA's mock NVML (hack/upstream/mocknvml.sh), for NVIDIA's kubelet plugin on simulated
+    nodes."""
+    where = "CI, NVIDIA_MOCK_NVML_SRC or hack/test.sh"
+    return _required_or_skip(lambda build: find_mock_nvml(build=build), mock_nvml_required(), where)
 
 
 @pytest.fixture

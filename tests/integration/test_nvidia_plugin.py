@@ -1,0 +1,237 @@
+"""NVIDIA's own compute-domain kubelet plugin (main at 95932046, v0.5.0-dev, hack/upstream/build.sh)
+on simulated nodes, on NVIDIA's mock NVML (hack/upstream/mocknvml.sh, GB200 profile):
+computedomain/devcluster/kubeletplugin.py runs it per node, under the RBAC NVIDIA's chart renders
+for it, its fabric identity from the mock's topology file (each rack its NVLink cluster).
+
+Four nodes of the shared test fleet, two per rack: their clique labels and simulated ResourceSlices
+are taken away first (so that what comes back is the plugin's work) and restored afterwards.
+
+- Each plugin publishes its node's ResourceSlice and sets ``nvidia.com/gpu.clique`` to what its
+  GPUs report; stopped (SIGTERM) it removes the label, restarted it sets it again.
+- Issue 30's point, with the real plugin: while the plugins of a Ready ComputeDomain's nodes are
+  down (a rolling upgrade), the label is missing, and our controller leaves the domain Ready,
+  writes nothing to it and emits no Warning.
+- The clique follows the GPUs: changed through the mock NVML's overrides, the restarted plugin
+  labels the node with the new one.
+
+Needs NVIDIA's main build and the mock NVML: skipped without them, except under CI=true, with
+their sources set or COMPUTEDOMAIN_REQUIRE_UPSTREAM=1 (hack/test.sh), where they must be there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes_asyncio.client import ApiClient
+
+from computedomain.api import constants as c
+from computedomain.api.resources import COMPUTE_DOMAINS
+from computedomain.devcluster.controlplane import ControlPlane
+from computedomain.devcluster.helm import find_helm
+from computedomain.devcluster.kubeletplugin import (
+    DRIVER_NAME,
+    Clique,
+    PluginFleet,
+    Topology,
+    plugin_fleet,
+)
+from computedomain.devcluster.upstream import MockNvml, UpstreamBuild
+from computedomain.devcluster.watching import Objects, watch_objects
+from computedomain.runtime import resources as r
+from computedomain.runtime.client import ApiError, KubeClient
+from computedomain.sim.fleet import build_resource_slice, rack_node_name, resource_slice_name
+from tests.integration.cluster import TEST_FLEET
+from tests.integration.e2e_harness import EndToEnd, cd_ready, status_nodes, workload
+from tests.kit.waiting import eventually
+
+pytestmark = pytest.mark.integration
+
+# Two racks, two nodes each.
+NODES = [rack_node_name(TEST_FLEET.name_prefix, rack, index) for rack in (0, 1) for index in (0, 1)]
+START_WITHIN = 90.0
+
+
+def clique_label(node: dict[str, Any] | None) -> str | None:
+    return ((node or {}).get("metadata", {}).get("labels") or {}).get(c.GPU_CLIQUE_NODE_LABEL)
+
+
+async def labels_until(
+    kube: KubeClient, expected: Mapping[str, str | None], what: str, within: float = START_WITHIN
+) -> None:
+    """Until each node's clique label is as ``expected`` (None: absent)."""
+    seen: dict[str, str | None] = {}
+
+    async def check() -> bool:
+        for name in expected:
+            seen[name] = clique_label(await kube.get(r.NODES, name))
+        return seen == dict(expected)
+
+    try:
+        await eventually(check, within=within, what=what, interval=0.5)
+    except TimeoutError as error:
+        raise AssertionError(f"{what}: clique labels {seen}, expected {dict(expected)}") from error
+
+
+def plugin_slices(slices: Objects, node: str) -> list[dict[str, Any]]:
+    """The node's compute-domain ResourceSlices that NVIDIA's plugin published (not the
+    simulator's)."""
+    return [
+        s
+        for s in slices.values()
+        if s["spec"].get("driver") == DRIVER_NAME
+        and s["spec"].get("nodeName") == node
+        and s["metadata"]["name"] != resource_slice_name(node)
+    ]
+
+
+@pytest.fixture
+async def plugins(
+    upstream_main: UpstreamBuild,
+    mock_nvml: MockNvml,
+    control_plane: ControlPlane,
+    api_client: ApiClient,
+    kube: KubeClient,
+    driver_namespace: str,
+    tmp_path: Path,
+) -> AsyncIterator[PluginFleet]:
+    """NVIDIA's plugin set up (not started) for NODES, whose clique labels and simulated
+    ResourceSlices are gone until the end, when the fleet is as before."""
+    nodes = [await kube.get(r.NODES, name) for name in NODES]
+    topology = Topology.from_nodes(nodes)
+    for name in NODES:
+        await kube.patch(r.NODES, name, {"metadata": {"labels": {c.GPU_CLIQUE_NODE_LABEL: None}}})
+        await _delete_slice(kube, resource_slice_name(name))
+    try:
+        async with plugin_fleet(
+            upstream_main,
+            mock_nvml,
+            find_helm(),
+            api_client,
+            control_plane.server,
+            control_plane.ca_file,
+            tmp_path / "plugins",
+            driver_namespace,
+            topology,
+        ) as fleet:
+            yield fleet
+    finally:
+        slices = await kube.list(r.RESOURCE_SLICES)
+        for item in slices["items"]:
+            if item["spec"].get("driver") == DRIVER_NAME and item["spec"].get("nodeName") in NODES:
+                await _delete_slice(kube, item["metadata"]["name"])
+        for name in NODES:
+            await kube.create(r.RESOURCE_SLICES, build_resource_slice(name))
+            label = topology.cliques[name].label
+            await kube.patch(
+                r.NODES, name, {"metadata": {"labels": {c.GPU_CLIQUE_NODE_LABEL: label}}}
+            )
+
+
+async def _delete_slice(kube: KubeClient, name: str) -> None:
+    try:
+        await kube.delete(r.RESOURCE_SLICES, name)
+    except ApiError as err:
+        if not err.is_not_found:
+            raise
+
+
+async def test_each_plugin_publishes_its_slice_and_labels_its_node_with_its_clique(
+    plugins: PluginFleet, kube: KubeClient
+) -> None:
+    expected = {name: plugins.topology.cliques[name].label for name in NODES}
+    # Each rack is an NVLink cluster of its own.
+    assert len({plugins.topology.cliques[name].cluster_uuid for name in NODES}) == 2
+    await labels_until(kube, dict.fromkeys(NODES), "no clique label before the plugins")
+
+    plugins.start_all()
+    await labels_until(kube, expected, "every node labelled by its plugin")
+    plugins.check_running()
+
+    def published(slices: Objects) -> dict[str, list[dict[str, Any]]] | None:
+        found = {name: plugin_slices(slices, name) for name in NODES}
+        return found if all(found.values()) else None
+
+    found = await watch_objects(
+        kube, r.RESOURCE_SLICES, published, within=START_WITHIN, what="a slice per node"
+    )
+    for name, slices in found.items():
+        devices = {d["name"] for s in slices for d in s["spec"]["devices"]}
+        assert {"channel-0", "daemon-0"} <= devices, (name, sorted(devices)[:5])
+    for name in NODES:
+        node = plugins.node(name)
+        assert node.dra_socket.is_socket(), node.dra_socket
+        assert node.registration_socket.is_socket(), node.registration_socket
+
+    # Stopped, a plugin takes its label away (and only its own); started again, it is back.
+    stopped = NODES[0]
+    assert plugins.stop(stopped) == 0
+    await labels_until(kube, {**expected, stopped: None}, f"label gone from {stopped}")
+    plugins.start(stopped)
+    await labels_until(kube, expected, f"label back on {stopped}")
+    plugins.check_running()
+
+
+async def test_the_label_follows_a_clique_change_of_the_gpus(
+    plugins: PluginFleet, kube: KubeClient
+) -> None:
+    name = NODES[1]
+    plugins.start(name)
+    await labels_until(kube, {name: plugins.topology.cliques[name].label}, "labelled")
+    moved = Clique(plugins.topology.cliques[NODES[2]].cluster_uuid, 7)
+    plugins.set_clique(name, moved)
+    plugins.restart(name)
+    await labels_until(kube, {name: moved.label}, f"{name} labelled with its new clique")
+    plugins.set_clique(name, None)
+    plugins.restart(name)
+    await labels_until(kube, {name: plugins.topology.cliques[name].label}, "back")
+    plugins.check_running()
+
+
+async def test_a_ready_domain_outlives_the_plugins_taking_the_label_away(
+    plugins: PluginFleet, e2e: EndToEnd
+) -> None:
+    plugins.start_all()
+    expected = {name: plugins.topology.cliques[name].label for name in NODES}
+    await labels_until(e2e.kube, expected, "every node labelled by its plugin")
+    controller = await e2e.start_controller()
+    await e2e.start_simulator()
+    size = len(NODES)
+    cd = await e2e.create_cd("plugins", num_nodes=size)
+    await e2e.run_workload(workload("plugins", size, hostnames=NODES))
+    await e2e.cd_until(
+        "plugins",
+        lambda cd: cd_ready(cd) and set(status_nodes(cd)) == set(NODES),
+        "Ready on the plugins' nodes",
+        within=120,
+    )
+    await controller.wait_idle(timers=False)
+    before = await e2e.kube.get(COMPUTE_DOMAINS, "plugins", e2e.namespace)
+    writes = controller.writes()
+
+    # A rolling upgrade: every plugin stops, taking its label along.
+    plugins.stop_all()
+    await labels_until(e2e.kube, dict.fromkeys(NODES), "labels gone with the plugins")
+    await controller.wait_idle(timers=False)
+    during = await e2e.kube.get(COMPUTE_DOMAINS, "plugins", e2e.namespace)
+    assert cd_ready(during)
+    assert during["status"] == before["status"]
+    assert during["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]
+    assert controller.writes() == writes
+    events = await e2e.kube.list(r.EVENTS, e2e.namespace)
+    warnings = [
+        e
+        for e in events["items"]
+        if e.get("type") == "Warning"
+        and (e.get("regarding") or {}).get("uid") == cd["metadata"]["uid"]
+    ]
+    assert warnings == []
+
+    plugins.start_all()
+    await labels_until(e2e.kube, expected, "labels back with the plugins")
+    await controller.wait_idle(timers=False)
+    after = await e2e.kube.get(COMPUTE_DOMAINS, "plugins", e2e.namespace)
+    assert after["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]
+    plugins.check_running()
