@@ -398,13 +398,36 @@ def container_binds(injected: Injected, devices_dir: Path) -> list[str]:
     its path (run.sh then gives the container a private /dev)."""
     devices_dir.mkdir(parents=True, exist_ok=True)
     binds: list[str] = []
+    unbound = []
     for mount in injected.mounts:
-        binds += ["--bind", f"{mount.host_path}:{mount.container_path}"]
+        if _bindable(mount.container_path):
+            binds += ["--bind", f"{mount.host_path}:{mount.container_path}"]
+        else:
+            unbound.append(mount.container_path)
+    if unbound:
+        # A runtime would make these mount points in the image's root; the container here
+        # shares the host's root, where run.sh creates nothing (e.g. the driver's files that
+        # NVIDIA's plugin mounts for its "all" device: /usr/bin/nvidia-smi, libraries).
+        log.info("CDI mounts not bound: no such path here", extra={"paths": unbound})
     for index, node in enumerate(injected.device_nodes):
         plain = devices_dir / f"{index}-{Path(node.path).name}"
-        plain.write_text(f"{node.type or 'c'} {node.major}:{node.minor}\n")
+        # The spec omits a zero minor (omitempty): 0, as a runtime takes it.
+        plain.write_text(f"{node.type or 'c'} {node.major}:{node.minor or 0}\n")
         binds += ["--bind", f"{plain}:{node.path}"]
     return binds
+
+
+def _bindable(container_path: str) -> bool:
+    """Whether run.sh can bind at ``container_path`` without creating anything on the host: it
+    exists, or lies in a new top-level directory, under /run or under /dev."""
+    path = Path(container_path)
+    top = Path("/", *path.parts[1:2])
+    return (
+        path.exists()
+        or not top.exists()
+        or top.name in ("run", "dev")
+        or (path.parts[1:3] == ("var", "run"))
+    )
 
 
 @dataclass
