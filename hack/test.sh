@@ -78,13 +78,14 @@ if [ -z "${NVIDIA_UPSTREAM_BIN_MAIN:-}" ]; then
     "the tests on NVIDIA's v0.5.0-dev controller, daemon and kubelet plugin" main
 fi
 # NVIDIA's mock NVML (hack/upstream/mocknvml.sh, from NVIDIA_MOCK_NVML_SRC): the library NVIDIA's
-# kubelet plugin loads as each simulated node's libnvidia-ml.so.1.
+# kubelet plugin loads as each simulated node's libnvidia-ml.so.1 (required by the tests under CI
+# or with NVIDIA_MOCK_NVML_SRC set: devcluster/upstream.py mock_nvml_required).
 if [ -z "${NVIDIA_MOCK_NVML:-}" ]; then
   upstream_input mocknvml.sh NVIDIA_MOCK_NVML DRIVER_VERSION "NVIDIA's mock NVML" \
     "${NVIDIA_MOCK_NVML_SRC:-}" "tests/integration/test_nvidia_plugin.py (NVIDIA's kubelet plugin per simulated node)"
 fi
 if [ "${CI:-}" = "true" ] || [ -n "${NVIDIA_DRA_DRIVER_SRC:-}" ] \
-    || [ -n "${NVIDIA_DRA_DRIVER_MAIN_SRC:-}" ] || [ -n "${NVIDIA_MOCK_NVML_SRC:-}" ]; then
+    || [ -n "${NVIDIA_DRA_DRIVER_MAIN_SRC:-}" ]; then
   export COMPUTEDOMAIN_REQUIRE_UPSTREAM=1
 fi
 if [ -z "${NVIDIA_UPSTREAM_CHART_V040:-}" ]; then

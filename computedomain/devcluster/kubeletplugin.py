@@ -234,10 +234,10 @@ class PluginNode:
                 raise ValueError(f"{socket}: too long for a Unix socket")
 
 
-def _proc_devices() -> str:
-    """The host's /proc/devices with the IMEX channels' and capabilities' majors among the
-    character devices."""
-    lines = Path("/proc/devices").read_text().splitlines()
+def proc_devices(host: str) -> str:
+    """The host's /proc/devices (``host``) with the IMEX channels' and capabilities' majors
+    among the character devices, where the plugin looks them up."""
+    lines = host.splitlines()
     out: list[str] = []
     added = False
     for line in lines:
@@ -288,7 +288,7 @@ def prepare_node(node: PluginNode, mock: MockNvml) -> None:
     _mknod(dev / "nvidia-uvm", _UVM_MAJOR, 0)
     for directory in (node.cdi_root, node.registrar_dir, node.plugins_dir):
         directory.mkdir(parents=True, exist_ok=True)
-    node.proc_devices.write_text(_proc_devices())
+    node.proc_devices.write_text(proc_devices(Path("/proc/devices").read_text()))
     capabilities = node.proc_driver / "nvidia" / "capabilities"
     capabilities.mkdir(parents=True, exist_ok=True)
     (capabilities / "fabric-imex-mgmt").write_text(FABRIC_IMEX_MGMT)

@@ -13,13 +13,17 @@ are taken away first (so that what comes back is the plugin's work) and restored
   writes nothing to it and emits no Warning.
 - The clique follows the GPUs: changed through the mock NVML's overrides, the restarted plugin
   labels the node with the new one.
+- NVIDIA's v0.4.1 plugin runs the same way, without the label (it came with v0.5).
 
-Needs NVIDIA's main build and the mock NVML: skipped without them, except under CI=true, with
-their sources set or COMPUTEDOMAIN_REQUIRE_UPSTREAM=1 (hack/test.sh), where they must be there.
+Needs NVIDIA's builds (main; v0.4.1 for one test) and the mock NVML: skipped without them, except
+under CI=true, or with their sources set (NVIDIA_DRA_DRIVER_MAIN_SRC / NVIDIA_DRA_DRIVER_SRC and
+COMPUTEDOMAIN_REQUIRE_UPSTREAM=1 for the builds, NVIDIA_MOCK_NVML_SRC for the mock), where they
+must be there.
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -87,18 +91,18 @@ def plugin_slices(slices: Objects, node: str) -> list[dict[str, Any]]:
     ]
 
 
-@pytest.fixture
-async def plugins(
-    upstream_main: UpstreamBuild,
-    mock_nvml: MockNvml,
+@contextlib.asynccontextmanager
+async def taken_over(
+    build: UpstreamBuild,
+    mock: MockNvml,
     control_plane: ControlPlane,
     api_client: ApiClient,
     kube: KubeClient,
     driver_namespace: str,
-    tmp_path: Path,
+    workdir: Path,
 ) -> AsyncIterator[PluginFleet]:
-    """NVIDIA's plugin set up (not started) for NODES, whose clique labels and simulated
-    ResourceSlices are gone until the end, when the fleet is as before."""
+    """NVIDIA's plugin of ``build`` set up (not started) for NODES, whose clique labels and
+    simulated ResourceSlices are gone until the end, when the fleet is as before."""
     nodes = [await kube.get(r.NODES, name) for name in NODES]
     topology = Topology.from_nodes(nodes)
     for name in NODES:
@@ -106,13 +110,13 @@ async def plugins(
         await _delete_slice(kube, resource_slice_name(name))
     try:
         async with plugin_fleet(
-            upstream_main,
-            mock_nvml,
+            build,
+            mock,
             find_helm(),
             api_client,
             control_plane.server,
             control_plane.ca_file,
-            tmp_path / "plugins",
+            workdir,
             driver_namespace,
             topology,
         ) as fleet:
@@ -128,6 +132,23 @@ async def plugins(
             await kube.patch(
                 r.NODES, name, {"metadata": {"labels": {c.GPU_CLIQUE_NODE_LABEL: label}}}
             )
+
+
+@pytest.fixture
+async def plugins(
+    upstream_main: UpstreamBuild,
+    mock_nvml: MockNvml,
+    control_plane: ControlPlane,
+    api_client: ApiClient,
+    kube: KubeClient,
+    driver_namespace: str,
+    tmp_path: Path,
+) -> AsyncIterator[PluginFleet]:
+    """NVIDIA's main (v0.5.0-dev) plugin for NODES (see ``taken_over``)."""
+    async with taken_over(
+        upstream_main, mock_nvml, control_plane, api_client, kube, driver_namespace, tmp_path
+    ) as fleet:
+        yield fleet
 
 
 async def _delete_slice(kube: KubeClient, name: str) -> None:
@@ -167,11 +188,43 @@ async def test_each_plugin_publishes_its_slice_and_labels_its_node_with_its_cliq
 
     # Stopped, a plugin takes its label away (and only its own); started again, it is back.
     stopped = NODES[0]
-    assert plugins.stop(stopped) == 0
+    code = plugins.stop(stopped)
     await labels_until(kube, {**expected, stopped: None}, f"label gone from {stopped}")
+    assert code == 0, plugins.node(stopped).log
     plugins.start(stopped)
     await labels_until(kube, expected, f"label back on {stopped}")
     plugins.check_running()
+
+
+async def test_nvidia_v041_plugin_runs_alike_without_the_label(
+    upstream: UpstreamBuild,
+    mock_nvml: MockNvml,
+    control_plane: ControlPlane,
+    api_client: ApiClient,
+    kube: KubeClient,
+    driver_namespace: str,
+    tmp_path: Path,
+) -> None:
+    """NVIDIA's v0.4.1 plugin, the same way: its slice and sockets, but no clique label (the
+    label came with v0.5)."""
+    async with taken_over(
+        upstream, mock_nvml, control_plane, api_client, kube, driver_namespace, tmp_path
+    ) as plugins:
+        plugins.start_all()
+
+        def published(slices: Objects) -> bool:
+            return all(plugin_slices(slices, name) for name in NODES)
+
+        await watch_objects(
+            kube, r.RESOURCE_SLICES, published, within=START_WITHIN, what="a slice per node"
+        )
+        for name in NODES:
+            assert plugins.node(name).dra_socket.is_socket()
+            assert plugins.node(name).registration_socket.is_socket()
+        plugins.check_running()
+        await labels_until(kube, dict.fromkeys(NODES), "still no clique label", within=2)
+        for name in NODES:
+            assert plugins.stop(name) == 0, plugins.node(name).log
 
 
 async def test_the_label_follows_a_clique_change_of_the_gpus(
@@ -188,6 +241,17 @@ async def test_the_label_follows_a_clique_change_of_the_gpus(
     plugins.restart(name)
     await labels_until(kube, {name: plugins.topology.cliques[name].label}, "back")
     plugins.check_running()
+
+
+async def warnings_of(e2e: EndToEnd, cd: dict[str, Any]) -> dict[str, tuple[str, int]]:
+    """The Warning Events about ``cd``: name -> (reason, times seen)."""
+    events = await e2e.kube.list(r.EVENTS, e2e.namespace)
+    return {
+        e["metadata"]["name"]: (str(e.get("reason")), int((e.get("series") or {}).get("count", 1)))
+        for e in events["items"]
+        if e.get("type") == "Warning"
+        and (e.get("regarding") or {}).get("uid") == cd["metadata"]["uid"]
+    }
 
 
 async def test_a_ready_domain_outlives_the_plugins_taking_the_label_away(
@@ -210,6 +274,8 @@ async def test_a_ready_domain_outlives_the_plugins_taking_the_label_away(
     await controller.wait_idle(timers=False)
     before = await e2e.kube.get(COMPUTE_DOMAINS, "plugins", e2e.namespace)
     writes = controller.writes()
+    warned = await warnings_of(e2e, cd)
+    assert set(warned.values()) == {("MultipleCliques", 1)}, warned
 
     # A rolling upgrade: every plugin stops, taking its label along.
     plugins.stop_all()
@@ -220,18 +286,15 @@ async def test_a_ready_domain_outlives_the_plugins_taking_the_label_away(
     assert during["status"] == before["status"]
     assert during["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]
     assert controller.writes() == writes
-    events = await e2e.kube.list(r.EVENTS, e2e.namespace)
-    warnings = [
-        e
-        for e in events["items"]
-        if e.get("type") == "Warning"
-        and (e.get("regarding") or {}).get("uid") == cd["metadata"]["uid"]
-    ]
-    assert warnings == []
+    # No Warning about it: the one at creation (the CD spans the two racks' cliques) stays the
+    # only one, not repeated.
+    assert await warnings_of(e2e, cd) == warned
 
     plugins.start_all()
     await labels_until(e2e.kube, expected, "labels back with the plugins")
     await controller.wait_idle(timers=False)
     after = await e2e.kube.get(COMPUTE_DOMAINS, "plugins", e2e.namespace)
     assert after["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]
+    assert controller.writes() == writes
+    assert await warnings_of(e2e, cd) == warned
     plugins.check_running()
