@@ -7,13 +7,21 @@ What each daemon container gets, as on a real node:
 
 - the pod's environment as the kubelet resolves it (values and fieldRefs of the DaemonSet NVIDIA's
   or our controller wrote), plus the kubelet plugin's CDI variables (``CLIQUE_ID`` from the node's
-  ``nvidia.com/gpu.clique``, ``COMPUTE_DOMAIN_UUID``/``NAME``/``NAMESPACE``);
+  ``nvidia.com/gpu.clique``, ``COMPUTE_DOMAIN_UUID``/``NAME``/``NAMESPACE``), derived here by
+  default; with ``DaemonRuntime.kubelet`` (e.g. ``drakubelet.SharedDraKubelet`` over NVIDIA's
+  real kubelet plugin), the node's plugin prepares the pod's daemon claim instead, over DRA gRPC,
+  and the container gets exactly the CDI edits it returned: their environment, their mounts
+  (``/imexd`` from the plugin's data directory, holding the template the plugin copied there),
+  their device nodes (the fabric-imex-mgmt capability) as plain files in a private ``/dev``; no
+  container starts while that preparation fails, and the claim is unprepared once the container
+  has ended;
 - in-cluster credentials only: ``KUBERNETES_SERVICE_HOST``/``PORT`` and a TokenRequest token of the
   pod's ServiceAccount, bound to the pod and renewed as the kubelet renews it, with the CA, under
   ``/var/run/secrets/kubernetes.io/serviceaccount/``. What the daemon may do is what the RBAC
   installed for that ServiceAccount grants (the tests install the RBAC NVIDIA's chart renders);
 - its own mount namespace (hack/upstream/run.sh): ``/imexd`` holding the IMEX config template, as
-  the kubelet plugin copies it there, and a pod-private ``/etc/hosts`` (the kubelet's);
+  the kubelet plugin copies it there (a pod directory by default, the plugin's own with
+  ``DaemonRuntime.kubelet``), and a pod-private ``/etc/hosts`` (the kubelet's);
 - ``nvidia-imex`` and ``nvidia-imex-ctl`` on its PATH are stand-ins (hack/upstream/imex-standin/),
   because the real ones need NVLink hardware; they never connect anywhere. The stand-in records
   each start, SIGUSR1 and the peers it would reach in ``<pod dir>/state/events``.
@@ -33,17 +41,19 @@ import logging
 import os
 import shutil
 import signal
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 from kubernetes_asyncio.client import ApiClient
 
 from computedomain.api import constants as c
 from computedomain.devcluster.assets import REPO_ROOT
+from computedomain.devcluster.cdi import Injected
 from computedomain.devcluster.clients import TOKEN_SECONDS, request_service_account_token
+from computedomain.devcluster.drakubelet import container_binds
 from computedomain.devcluster.podrunner import (
     RUNNING_FINALIZER,
     PodRunError,
@@ -86,6 +96,20 @@ KUBELET_HOSTS = (
 )
 
 
+IMEXD = "/imexd"
+
+
+class DaemonKubelet(Protocol):
+    """Who prepares a daemon pod's claims with a real kubelet plugin (``drakubelet.DraKubelet``)."""
+
+    def serves(self, node_name: str) -> bool: ...
+
+    async def prepare(self, pod: Mapping[str, Any]) -> Injected | None:
+        """The CDI edits once the claims are prepared (retried until then); None: pod gone."""
+
+    async def unprepare(self, pod: Mapping[str, Any]) -> None: ...
+
+
 @dataclass(frozen=True)
 class DaemonRuntime:
     """Where and how the daemons run: NVIDIA's build, the apiserver they reach in-cluster, a
@@ -103,6 +127,9 @@ class DaemonRuntime:
     # Nodes whose daemon container gets none of the kubelet plugin's CDI edits (a runtime
     # with CDI disabled, #965): NVIDIA's daemon refuses to start there.
     without_cdi: frozenset[str] = frozenset()
+    # Off by default (the CDI edits derived here): the stand-in kubelet of the simulator's
+    # context that has the node's real kubelet plugin prepare the daemon claim.
+    kubelet: Callable[[SimContext], DaemonKubelet] | None = None
 
 
 @dataclass(frozen=True)
@@ -177,10 +204,12 @@ class NvidiaImexDaemon(DaemonContainer):
             pod["spec"].get("terminationGracePeriodSeconds") or DEFAULT_GRACE_PERIOD
         )
         self.stopping = False
-
-    @property
-    def imexd(self) -> Path:
-        return self.pod_dir / "imexd"
+        # The host directory at the container's /imexd; the plugin's, once it prepared.
+        self.imexd = self.pod_dir / "imexd"
+        kubelet = runtime.kubelet(ctx) if runtime.kubelet is not None else None
+        self.kubelet = kubelet if kubelet is not None and kubelet.serves(self.node_name) else None
+        # What the real plugin's CDI edits gave the container (None: derived here).
+        self.injected: Injected | None = None
 
     @property
     def hosts(self) -> Path:
@@ -202,6 +231,15 @@ class NvidiaImexDaemon(DaemonContainer):
         self._adopt_ip(pod)
         # As a kubelet, keep the deleted pod (and so its bound token) until the daemon exited.
         await self._pod_finalizer(patches.add_finalizer(pod, RUNNING_FINALIZER, guard_rv=False))
+        if self.kubelet is not None:
+            # As the kubelet: no container before the plugin prepared the claim.
+            self.injected = await self.kubelet.prepare(pod)
+            if self.injected is None:
+                return  # the pod is gone
+            pod = self.ctx.pod(self.key) or pod
+            mount = next((m for m in self.injected.mounts if m.container_path == IMEXD), None)
+            if mount is not None:
+                self.imexd = Path(mount.host_path)
         await self._write_pod(ContainerPhase.STARTING)
         container = pod_container(pod, c.DAEMON_CONTAINER)
         env = await self._environment(pod, container)
@@ -252,6 +290,12 @@ class NvidiaImexDaemon(DaemonContainer):
             if await terminate(self.process, self.grace_period) == -signal.SIGKILL:
                 log.warning("NVIDIA's daemon ignored SIGTERM; killed", extra={"pod": self.key})
             _kill_group(self.process)  # what it left running (its nvidia-imex)
+        if self.kubelet is not None:
+            gone = {
+                "metadata": {"namespace": self.namespace, "name": self.name, "uid": self.uid},
+                "spec": {"nodeName": self.node_name},
+            }
+            await self.kubelet.unprepare(gone)
         await self._release_pod()
 
     async def _release_pod(self) -> None:
@@ -293,8 +337,7 @@ class NvidiaImexDaemon(DaemonContainer):
         argv = [
             "bash",
             str(UPSTREAM_RUN_SCRIPT),
-            "--bind",
-            f"{self.imexd}:/imexd",
+            *self._cdi_binds(),
             "--bind",
             f"{self.hosts}:/etc/hosts",
             "--bind",
@@ -443,10 +486,21 @@ class NvidiaImexDaemon(DaemonContainer):
             **self._cdi_edits(cd),
         }
 
+    def _cdi_binds(self) -> list[str]:
+        """The CDI edits' mounts and device nodes as run.sh binds: the real plugin's, or the
+        /imexd directory made here."""
+        if self.injected is None:
+            return ["--bind", f"{self.imexd}:{IMEXD}"]
+        if self.node_name in self.runtime.without_cdi:
+            return []
+        return container_binds(self.injected, self.pod_dir / "devices")
+
     def _cdi_edits(self, cd: Mapping[str, Any]) -> dict[str, str]:
         """The kubelet plugin's CDI edits for a daemon claim, unless the runtime drops them."""
         if self.node_name in self.runtime.without_cdi:
             return {}
+        if self.injected is not None:
+            return dict(self.injected.env)
         return {
             "CLIQUE_ID": node_clique_id(self.ctx.node(self.node_name)),
             "COMPUTE_DOMAIN_UUID": self.domain_id,
@@ -482,11 +536,13 @@ class NvidiaImexDaemon(DaemonContainer):
     async def _prepare_files(self, pod: Mapping[str, Any]) -> None:
         token = await self._token(pod)
         secrets = self.pod_dir / "serviceaccount"
-        for directory in (self.imexd, secrets, self.imex.state_dir):
+        for directory in (secrets, self.imex.state_dir):
             directory.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(
-            self.runtime.build.templates / CONFIG_TEMPLATE, self.imexd / "imexd.cfg.tmpl"
-        )
+        if self.injected is None:  # else the plugin made /imexd and its template
+            self.imexd.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(
+                self.runtime.build.templates / CONFIG_TEMPLATE, self.imexd / "imexd.cfg.tmpl"
+            )
         (secrets / "token").write_text(token)
         shutil.copyfile(self.runtime.ca_file, secrets / "ca.crt")
         (secrets / "namespace").write_text(self.namespace)

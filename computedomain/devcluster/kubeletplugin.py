@@ -9,9 +9,10 @@ the container, but everything node-local in a directory of its own:
   character devices ``dev/nvidia0..7``, ``dev/nvidiactl``, ``dev/nvidia-uvm`` (``mknod``);
 - a CDI root, the kubelet's plugin registration directory (``registration_socket``) and plugins
   directory (``dra_socket``), which a stand-in kubelet talks to;
-- ``/proc/devices`` (the host's, with ``nvidia-caps-imex-channels`` among the character devices)
-  and an empty ``/proc/driver/nvidia``, bound over the real ones in the plugin's private mount
-  namespace (``hack/upstream/run.sh``);
+- ``/proc/devices`` (the host's, with ``nvidia-caps-imex-channels`` and ``nvidia-caps`` among the
+  character devices) and a ``/proc/driver/nvidia`` holding only the fabric-imex-mgmt capability
+  (what the plugin reads to give a daemon claim its device node), bound over the real ones in
+  the plugin's private mount namespace (``hack/upstream/run.sh``);
 - the mock's fabric identity: a topology file (``MOCK_TOPOLOGY_CONFIG`` + ``NODE_NAME``) gives
   each node its rack's NVLink cluster UUID and clique ID, and a per-node overrides file
   (``MOCK_NVML_OVERRIDES``) can change it at run time (``set_clique``).
@@ -78,6 +79,15 @@ _NVIDIA_MAJOR = 195
 _UVM_MAJOR = 510
 IMEX_CHANNELS_MAJOR = 235
 IMEX_CHANNELS_DEVICE = "nvidia-caps-imex-channels"
+# The driver's capability devices (/dev/nvidia-caps/nvidia-cap<minor>): the plugin gives a daemon
+# claim on a fabric node the fabric-imex-mgmt one, whose minor it reads from
+# /proc/driver/nvidia/capabilities/fabric-imex-mgmt and major from /proc/devices.
+CAPS_MAJOR = 236
+CAPS_DEVICE = "nvidia-caps"
+FABRIC_IMEX_MGMT_MINOR = 1
+FABRIC_IMEX_MGMT = (
+    f"DeviceFileMinor: {FABRIC_IMEX_MGMT_MINOR}\nDeviceFileMode: 256\nDeviceFileModify: 1\n"
+)
 # sun_path's size less the terminating NUL.
 _SOCKET_PATH_MAX = 107
 _TOPOLOGY_NAMESPACE = uuid.UUID("6f1d3a52-4c1b-4b8e-9a57-6d0f0c2a9e11")
@@ -225,14 +235,15 @@ class PluginNode:
 
 
 def proc_devices(host: str) -> str:
-    """The host's /proc/devices (``host``) with the IMEX channels' major among the character
-    devices, where the plugin looks it up."""
+    """The host's /proc/devices (``host``) with the IMEX channels' and capabilities' majors
+    among the character devices, where the plugin looks them up."""
     lines = host.splitlines()
     out: list[str] = []
     added = False
     for line in lines:
         if not added and out and out[0].startswith("Character") and not line.strip():
             out.append(f"{IMEX_CHANNELS_MAJOR:3d} {IMEX_CHANNELS_DEVICE}")
+            out.append(f"{CAPS_MAJOR:3d} {CAPS_DEVICE}")
             added = True
         out.append(line)
     if not added:
@@ -278,7 +289,9 @@ def prepare_node(node: PluginNode, mock: MockNvml) -> None:
     for directory in (node.cdi_root, node.registrar_dir, node.plugins_dir):
         directory.mkdir(parents=True, exist_ok=True)
     node.proc_devices.write_text(proc_devices(Path("/proc/devices").read_text()))
-    (node.proc_driver / "nvidia").mkdir(parents=True, exist_ok=True)
+    capabilities = node.proc_driver / "nvidia" / "capabilities"
+    capabilities.mkdir(parents=True, exist_ok=True)
+    (capabilities / "fabric-imex-mgmt").write_text(FABRIC_IMEX_MGMT)
 
 
 def chart_plugin_environment(

@@ -77,6 +77,7 @@ class SimContext:
         self.informers = informers
         self._write_slots = asyncio.Semaphore(settings.max_concurrent_writes)
         self._reported: set[tuple[str, str]] = set()
+        self._last_event_nanos = 0
         self.observers: dict[str, Callable[[dict[str, Any] | None, dict[str, Any]], None]] = {}
         self.on_daemon_ready: Callable[[str], None] | None = None
 
@@ -155,7 +156,8 @@ class SimContext:
         body = {
             "apiVersion": "events.k8s.io/v1",
             "kind": "Event",
-            "metadata": {"generateName": f"{metadata.get('name', 'pod')}.", "namespace": namespace},
+            # Named as client-go's recorder names them: a generateName ending in "." is refused.
+            "metadata": {"name": self._event_name(metadata), "namespace": namespace},
             "eventTime": format_microtime(self.clock.wall()),
             "reportingController": "kubelet",
             "reportingInstance": node_name or "computedomain-sim",
@@ -175,6 +177,12 @@ class SimContext:
             await self.write(lambda: self.client.create(EVENTS, body, namespace))
         except ApiError as error:
             log.warning("Could not record event", extra={"reason": reason, "err": str(error)})
+
+    def _event_name(self, metadata: Mapping[str, Any]) -> str:
+        """``<pod>.<hex nanoseconds>``, unique within this process."""
+        nanos = max(int(self.clock.wall().timestamp() * 1e9), self._last_event_nanos + 1)
+        self._last_event_nanos = nanos
+        return f"{metadata.get('name', 'pod')}.{nanos:x}"
 
     def forget_pod(self, uid: str) -> None:
         self._reported = {item for item in self._reported if item[0] != uid}

@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable, Coroutine, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 from computedomain.api.resources import CLIQUES, COMPUTE_DOMAINS
 from computedomain.runtime import objects
@@ -29,6 +29,22 @@ from .signals import claim_key, clique_key, domain_key, node_key, pod_key
 
 # Makes the daemon container of a daemon pod: (context, pod, the CD's UID).
 DaemonFactory = Callable[[SimContext, dict[str, Any], str], DaemonContainer]
+
+
+class WorkloadKubelet(Protocol):
+    """Who prepares and starts the workload pods of some nodes instead of the simulated plugin
+    (e.g. a stand-in kubelet calling NVIDIA's real kubelet plugin over DRA gRPC)."""
+
+    def serves(self, node_name: str) -> bool: ...
+
+    async def start(self, pod: dict[str, Any]) -> None:
+        """Returns once the pod runs (or is gone)."""
+
+    async def stop(self, pod: dict[str, Any]) -> None:
+        """The pod is gone: end its container and unprepare its claims."""
+
+
+WorkloadKubeletFactory = Callable[[SimContext], WorkloadKubelet]
 log = logging.getLogger("computedomain.sim")
 
 Obj = dict[str, Any]
@@ -70,6 +86,7 @@ class Simulator:
         *,
         clock: Clock | None = None,
         daemon_factory: DaemonFactory = FakeImexDaemon,
+        workload_kubelet: WorkloadKubeletFactory | None = None,
     ) -> None:
         self.settings = settings or SimSettings()
         # What runs in each daemon pod: the emulated daemon, or e.g. NVIDIA's binary.
@@ -115,6 +132,8 @@ class Simulator:
         self.context = SimContext(client, self.settings, self.clock, informers)
         self.context.on_daemon_ready = self._daemon_ready
         self.plugin = FakeKubeletPlugin(self.context)
+        # Off by default: the simulated plugin decides for every workload pod.
+        self.workload_kubelet = workload_kubelet(self.context) if workload_kubelet else None
         self._pod_tasks: dict[str, asyncio.Task[None]] = {}
         self._daemons: dict[str, DaemonContainer] = {}
         self._background: set[asyncio.Task[None]] = set()
@@ -258,6 +277,9 @@ class Simulator:
         try:
             if daemon is not None:
                 await daemon.stop()
+            kubelet = self._real_kubelet(pod)
+            if kubelet is not None:
+                await kubelet.stop(pod)
             await self.plugin.unprepare(pod)
         except ApiError as error:
             log.warning("Clean-up after pod deletion failed", extra={"pod": uid, "err": str(error)})
@@ -313,13 +335,23 @@ class Simulator:
                 pod, "Warning", "FailedPrepareDynamicResources", classification.message
             )
         elif classification.role is PodRole.WORKLOAD:
-            await self.plugin.prepare_channel(key, classification)
+            kubelet = self._real_kubelet(pod)
+            if kubelet is None:
+                await self.plugin.prepare_channel(key, classification)
+            else:
+                await kubelet.start(pod)
+                self.plugin.released.add(uid)
         else:
             daemon = self._daemons.get(uid)
             if daemon is None:
                 daemon = self.daemon_factory(ctx, pod, classification.domain_id)
                 self._daemons[uid] = daemon
             await daemon.run()
+
+    def _real_kubelet(self, pod: Obj) -> WorkloadKubelet | None:
+        node_name = (pod.get("spec") or {}).get("nodeName") or ""
+        kubelet = self.workload_kubelet
+        return kubelet if kubelet is not None and kubelet.serves(node_name) else None
 
     # -- readiness write-back -------------------------------------------------------------
 

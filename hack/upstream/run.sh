@@ -7,8 +7,10 @@
 #
 #   --bind SRC:DST  bind the host file or directory SRC at DST in the container, e.g. the
 #                   IMEX daemon's /imexd, /etc/hosts and service account token (repeatable).
-#                   DST must exist, or lie in a new top-level directory or under /run, so that
-#                   nothing is created on the host.
+#                   DST must exist, or lie in a new top-level directory, under /run or under
+#                   /dev, so that nothing is created on the host. A DST under /dev gives the
+#                   container a private /dev: a tmpfs holding the host's entries, each bound
+#                   (e.g. CDI device nodes the stand-in kubelet makes as plain files).
 #
 # The host is left untouched: in a private mount namespace (root needed), an empty tmpfs becomes
 # the new root, every top-level entry of / but /run is bound into it under its own name (so
@@ -53,12 +55,26 @@ shift 5
 binds=("${@:1:$nbinds}")
 shift "$nbinds"
 mount -t tmpfs -o mode=0755 upstream-root "$root"
+private_dev=
+for bind in ${binds[@]+"${binds[@]}"}; do
+  case $(realpath -m "${bind#*:}") in /dev/*) private_dev=1 ;; esac
+done
 for entry in /* /.[!.]*; do
   [ -e "$entry" ] || [ -L "$entry" ] || continue
   target="$root/${entry#/}"
   if [ "$entry" = /run ]; then
     mkdir "$target"
     mount -t tmpfs -o mode=0755 container-run "$target"
+  elif [ "$entry" = /dev ] && [ -n "$private_dev" ]; then
+    mkdir "$target"
+    mount -t tmpfs -o mode=0755 container-dev "$target"
+    for node in /dev/* /dev/.[!.]*; do
+      [ -e "$node" ] || [ -L "$node" ] || continue
+      if [ -L "$node" ]; then ln -s "$(readlink "$node")" "$target/${node#/dev/}"
+      elif [ -d "$node" ]; then mkdir "$target/${node#/dev/}"; mount --rbind "$node" "$target/${node#/dev/}"
+      else touch "$target/${node#/dev/}"; mount --bind "$node" "$target/${node#/dev/}"
+      fi
+    done
   elif [ -L "$entry" ]; then
     ln -s "$(readlink "$entry")" "$target"
   elif [ -d "$entry" ]; then
@@ -79,7 +95,7 @@ for bind in ${binds[@]+"${binds[@]}"}; do
   # /var/run is a link to /run: resolve the destination inside the new root.
   case $dst in "$root"/var/run/*) dst=$root/run/${dst#"$root"/var/run/} ;; esac
   top=${dst#"$root"/}; top=${top%%/*}
-  if [ ! -e "$dst" ] && [ "$top" != run ] && [ -e "/$top" ]; then
+  if [ ! -e "$dst" ] && [ "$top" != run ] && { [ "$top" != dev ] || [ -z "$private_dev" ]; } && [ -e "/$top" ]; then
     echo "run.sh: --bind destination ${dst#"$root"} would be created on the host" >&2
     exit 2
   fi

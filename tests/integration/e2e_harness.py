@@ -28,7 +28,7 @@ from computedomain.runtime.resources import Resource
 from computedomain.sim.context import SimSettings
 from computedomain.sim.daemon import FakeImexDaemon
 from computedomain.sim.faults import DelayRange, FaultSettings
-from computedomain.sim.simulator import DaemonFactory, Simulator
+from computedomain.sim.simulator import DaemonFactory, Simulator, WorkloadKubeletFactory
 from tests.kit.controllers import controllers_for, create_cd
 
 FAST_DAEMONS = DelayRange(0.1, 0.5)
@@ -66,6 +66,7 @@ class EndToEnd:
         faults: FaultSettings | None = None,
         imex_mode: str = c.IMEX_MODE_DRIVER,
         daemon_factory: DaemonFactory = FakeImexDaemon,
+        workload_kubelet: WorkloadKubeletFactory | None = None,
     ) -> Simulator:
         settings = SimSettings(
             driver_namespace=self.driver_namespace,
@@ -73,7 +74,9 @@ class EndToEnd:
             seed=7,
             imex_mode=imex_mode,
         )
-        simulator = Simulator(self.kube, settings, daemon_factory=daemon_factory)
+        simulator = Simulator(
+            self.kube, settings, daemon_factory=daemon_factory, workload_kubelet=workload_kubelet
+        )
         task = asyncio.create_task(simulator.run(), name="e2e-simulator")
         self.simulator_tasks.append(task)
         ready = asyncio.create_task(simulator.wait_ready())

@@ -55,10 +55,10 @@ def test_per_rack_gives_each_rack_a_cluster_of_its_own() -> None:
     assert Topology.per_rack(["gb-r00-n00"]) == Topology.per_rack(["gb-r00-n00"])  # stable
 
 
-def test_proc_devices_adds_the_imex_channels_among_the_character_devices() -> None:
+def test_proc_devices_adds_the_imex_channels_and_caps_among_the_character_devices() -> None:
     host = "Character devices:\n  1 mem\n 10 misc\n\nBlock devices:\n  7 loop\n"
     assert proc_devices(host) == (
-        "Character devices:\n  1 mem\n 10 misc\n235 nvidia-caps-imex-channels\n\n"
+        "Character devices:\n  1 mem\n 10 misc\n235 nvidia-caps-imex-channels\n236 nvidia-caps\n\n"
         "Block devices:\n  7 loop\n"
     )
     with pytest.raises(RuntimeError):

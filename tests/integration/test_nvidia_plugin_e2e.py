@@ -1,0 +1,378 @@
+"""End to end with NVIDIA's own node side: on simulated nodes, NVIDIA's compute-domain kubelet
+plugin (main at 95932046, v0.5.0-dev, on NVIDIA's mock NVML: devcluster/kubeletplugin.py) prepares
+every claim of the driver, called over DRA gRPC by the lab's stand-in kubelet
+(devcluster/drakubelet.py), which starts no container while a preparation fails and then starts
+it with the plugin's CDI edits; NVIDIA's IMEX daemon (the same build, devcluster/imexdaemon.py) runs
+in each daemon pod, its claim prepared by the plugin the same way (its env, /imexd and device node
+from the plugin's CDI edits); and our controller in the middle.
+
+- A workload pod with a ComputeDomain channel claim: the plugin refuses to prepare it until the
+  node is Ready in the domain; meanwhile no container starts (the pod stays Pending with its
+  container in ContainerCreating, a Warning FailedPrepareDynamicResources carries the plugin's
+  words); then the container starts with the IMEX channel's device node injected.
+- NVIDIA's example ComputeDomain (numNodes 2, a channel ResourceClaimTemplate) with a 2-pod
+  workload: Ready on both nodes; each daemon got the plugin's edits (CLIQUE_ID, the CD's UID,
+  name and namespace, /imexd in the plugin's data directory with the template it copied there,
+  the fabric-imex-mgmt device node), points IMEX at both peers, and each workload process has
+  its channel.
+
+Needs NVIDIA's main build and the mock NVML: skipped without them, except under CI=true, with
+their sources set or COMPUTEDOMAIN_REQUIRE_UPSTREAM=1 (hack/test.sh), where they must be there.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes_asyncio.client import ApiClient
+
+from computedomain.api import constants as c
+from computedomain.devcluster.controlplane import ControlPlane
+from computedomain.devcluster.drakubelet import (
+    FAILED_PREPARE,
+    DraKubelet,
+    NodePlugin,
+    SharedDraKubelet,
+    connect,
+)
+from computedomain.devcluster.helm import find_helm
+from computedomain.devcluster.imexdaemon import DaemonRuntime, NvidiaDaemons, NvidiaImexDaemon
+from computedomain.devcluster.kubeletplugin import (
+    CAPS_MAJOR,
+    DRIVER_NAME,
+    FABRIC_IMEX_MGMT_MINOR,
+    IMEX_CHANNELS_MAJOR,
+    PluginFleet,
+    Topology,
+    plugin_fleet,
+)
+from computedomain.devcluster.processes import tail
+from computedomain.devcluster.upstream import MockNvml, UpstreamBuild
+from computedomain.devcluster.watching import Objects, watch_objects
+from computedomain.runtime import resources as r
+from computedomain.runtime.client import ApiError, KubeClient
+from computedomain.sim.fleet import build_resource_slice, rack_node_name, resource_slice_name
+from computedomain.sim.simulator import Simulator
+from tests.integration.cluster import TEST_FLEET
+from tests.integration.e2e_harness import (
+    EndToEnd,
+    cd_ready,
+    end_to_end,
+    pod_running,
+    status_nodes,
+    workload,
+)
+from tests.integration.nvidia_install import install_daemon_rbac, remove_cluster_objects
+
+pytestmark = pytest.mark.integration
+
+# Two nodes of one rack (one NVLink clique).
+NODES = [rack_node_name(TEST_FLEET.name_prefix, 0, index) for index in (0, 1)]
+CHANNEL = "/dev/nvidia-caps-imex-channels/channel0"
+FABRIC_MGMT = f"/dev/nvidia-caps/nvidia-cap{FABRIC_IMEX_MGMT_MINOR}"
+START_WITHIN = 90.0
+NOT_READY = "current node not ready in ComputeDomain"
+# NVIDIA's plugin retries a refused preparation itself for 45 s, as long as the kubelet waits for
+# the call (the kubelet's timeout): the kubelet then learns only that the claim was "left out",
+# or that its call timed out, whichever comes first. So the node is kept not Ready for longer
+# (the stand-in IMEX reports READY only after IMEX_SLOW seconds) to see that.
+IMEX_SLOW = 55.0
+REFUSED = ("NodePrepareResources left out 1 claims", "code = DeadlineExceeded")
+
+
+@dataclass
+class NodeSide:
+    """NVIDIA's plugin and daemon on NODES, the stand-in kubelet between them and the pods."""
+
+    env: EndToEnd
+    plugins: PluginFleet
+    kubelets: SharedDraKubelet
+    daemons: NvidiaDaemons
+    simulator: Simulator | None = None
+
+    async def start(self, **controller_env: str) -> None:
+        await self.env.start_controller(**controller_env)
+        self.simulator = await self.env.start_simulator(
+            daemon_factory=self.daemons, workload_kubelet=self.kubelets
+        )
+
+    @property
+    def kubelet(self) -> DraKubelet:
+        assert self.simulator is not None
+        return self.kubelets(self.simulator.context)
+
+    def daemon(self, node: str) -> NvidiaImexDaemon:
+        daemon = self.daemons.on_node(node)
+        assert daemon is not None, f"no NVIDIA daemon runs on {node}"
+        return daemon
+
+    def diagnostics(self) -> str:
+        parts = [f"--- plugin {n.name}:\n{tail(n.log)}" for n in self.plugins.nodes.values()]
+        parts += [
+            f"--- daemon {d.key}:\n{d.log_text()[-3000:]}" for d in self.daemons.containers.values()
+        ]
+        return "\n".join(parts)
+
+
+def clique_label(node: Mapping[str, Any] | None) -> str | None:
+    return ((node or {}).get("metadata", {}).get("labels") or {}).get(c.GPU_CLIQUE_NODE_LABEL)
+
+
+async def _delete_slice(kube: KubeClient, name: str) -> None:
+    try:
+        await kube.delete(r.RESOURCE_SLICES, name)
+    except ApiError as err:
+        if not err.is_not_found:
+            raise
+
+
+@contextlib.asynccontextmanager
+async def nvidia_nodes(kube: KubeClient, nodes: list[str]) -> AsyncIterator[Topology]:
+    """NODES without the simulated fleet's clique labels and ResourceSlices (NVIDIA's plugin
+    makes its own), as before afterwards."""
+    topology = Topology.from_nodes([await kube.get(r.NODES, name) for name in nodes])
+    for name in nodes:
+        await kube.patch(r.NODES, name, {"metadata": {"labels": {c.GPU_CLIQUE_NODE_LABEL: None}}})
+        await _delete_slice(kube, resource_slice_name(name))
+    try:
+        yield topology
+    finally:
+        slices = await kube.list(r.RESOURCE_SLICES)
+        for item in slices["items"]:
+            if item["spec"].get("driver") == DRIVER_NAME and item["spec"].get("nodeName") in nodes:
+                await _delete_slice(kube, item["metadata"]["name"])
+        for name in nodes:
+            await kube.create(r.RESOURCE_SLICES, build_resource_slice(name))
+            label = topology.cliques[name].label
+            await kube.patch(
+                r.NODES, name, {"metadata": {"labels": {c.GPU_CLIQUE_NODE_LABEL: label}}}
+            )
+
+
+async def plugins_serving(kube: KubeClient, plugins: PluginFleet) -> dict[str, NodePlugin]:
+    """Start every plugin; once each published its slice and labelled its node, register it
+    with the stand-in kubelet."""
+    plugins.start_all()
+
+    def serving(slices: Objects) -> bool:
+        published = {
+            s["spec"].get("nodeName")
+            for s in slices.values()
+            if s["spec"].get("driver") == DRIVER_NAME
+            and s["metadata"]["name"] != resource_slice_name(str(s["spec"].get("nodeName")))
+        }
+        return set(plugins.nodes) <= published
+
+    await watch_objects(
+        kube, r.RESOURCE_SLICES, serving, within=START_WITHIN, what="a slice per plugin"
+    )
+    expected = {name: plugins.topology.cliques[name].label for name in plugins.nodes}
+    await watch_objects(
+        kube,
+        r.NODES,
+        lambda found: all(clique_label(found.get(n)) == v for n, v in expected.items()),
+        within=START_WITHIN,
+        what="nodes labelled by their plugins",
+    )
+    plugins.check_running()
+    return {
+        name: await connect(name, node.registration_socket, [node.cdi_root])
+        for name, node in plugins.nodes.items()
+    }
+
+
+@pytest.fixture
+async def node_side(
+    upstream_main: UpstreamBuild,
+    mock_nvml: MockNvml,
+    control_plane: ControlPlane,
+    api_client: ApiClient,
+    kube: KubeClient,
+    kubeconfig_path: Path,
+    namespace: str,
+    driver_namespace: str,
+    tmp_path: Path,
+) -> AsyncIterator[NodeSide]:
+    assert control_plane.ca_file is not None
+    helm = find_helm()
+    made = await install_daemon_rbac(kube, helm, upstream_main.chart, driver_namespace)
+    daemons: NvidiaDaemons | None = None
+    try:
+        async with (
+            nvidia_nodes(kube, NODES) as topology,
+            plugin_fleet(
+                upstream_main,
+                mock_nvml,
+                helm,
+                api_client,
+                control_plane.server,
+                control_plane.ca_file,
+                tmp_path / "plugins",
+                driver_namespace,
+                topology,
+            ) as plugins,
+        ):
+            registered = await plugins_serving(kube, plugins)
+            kubelets = SharedDraKubelet(registered, tmp_path / "pods")
+            runtime = DaemonRuntime(
+                build=upstream_main,
+                admin=api_client,
+                server=control_plane.server,
+                ca_file=control_plane.ca_file,
+                workdir=tmp_path / "daemons",
+                restart_backoff=1.0,
+                kubelet=kubelets,
+            )
+            daemons = NvidiaDaemons(runtime)
+            async with end_to_end(kube, kubeconfig_path, namespace, driver_namespace) as env:
+                side = NodeSide(env, plugins, kubelets, daemons)
+                try:
+                    yield side
+                except BaseException:
+                    print(side.diagnostics())
+                    raise
+            await daemons.close()
+            daemons = None
+    finally:
+        if daemons is not None:
+            await daemons.close()
+        await remove_cluster_objects(kube, made)
+
+
+def events_of(events: Objects, name: str, reason: str) -> list[dict[str, Any]]:
+    return [
+        e
+        for e in events.values()
+        if (e.get("regarding") or e.get("involvedObject") or {}).get("name") == name
+        and e.get("reason") == reason
+    ]
+
+
+def container_waiting(pod: Mapping[str, Any]) -> str | None:
+    statuses = (pod.get("status") or {}).get("containerStatuses") or []
+    return (
+        ((statuses[0].get("state") or {}).get("waiting") or {}).get("reason") if statuses else None
+    )
+
+
+async def test_no_container_until_the_plugin_prepares_the_channel_then_it_is_injected(
+    node_side: NodeSide,
+) -> None:
+    env = node_side.env
+    runtime = node_side.daemons.runtime
+    node_side.daemons.runtime = dataclasses.replace(runtime, imex_ready_after=IMEX_SLOW)
+    await node_side.start()
+    cd = await env.create_cd("one", num_nodes=1)
+    await env.run_workload(workload("one", 1, hostnames=NODES[:1]))
+
+    # The plugin refuses (its log says why: the node is not Ready in the domain yet) until the
+    # kubelet's call times out; the kubelet records a Warning, starts no container, tries again.
+    refused = await watch_objects(
+        env.kube,
+        r.EVENTS,
+        lambda events: events_of(events, "one-0", FAILED_PREPARE) or None,
+        namespace=env.namespace,
+        within=IMEX_SLOW + START_WITHIN,
+        what="a Warning FailedPrepareDynamicResources on one-0",
+    )
+    assert refused[0]["type"] == "Warning"
+    message = str(refused[0].get("note") or refused[0].get("message"))
+    assert message.startswith("Failed to prepare dynamic resources: "), message
+    assert any(words in message for words in REFUSED), message
+    # No container meanwhile: the pod as the kubelet writes it then.
+    waiting = await env.workload_pods(
+        "one",
+        lambda pods: container_waiting(pods.get("one-0") or {}) == "ContainerCreating",
+        "one-0 waiting in ContainerCreating",
+        within=10,
+    )
+    pod = waiting["one-0"]
+    kubelet = node_side.kubelet
+    uid = pod["metadata"]["uid"]
+    assert uid not in kubelet.containers
+    assert pod["status"]["phase"] == "Pending"
+    assert not pod["status"].get("podIP")
+    plugin_log = node_side.plugins.node(NODES[0]).log.read_text()
+    assert f"{NOT_READY} (attempt" in plugin_log
+
+    # Then Ready on the node, and only then the container, with the channel.
+    pods = await env.workload_pods(
+        "one",
+        lambda pods: all(pod_running(p) for p in pods.values()) and bool(pods),
+        "Running",
+        within=START_WITHIN,
+    )
+    ready = await env.cd_until("one", cd_ready, "Ready", within=START_WITHIN)
+    assert [n["status"] for n in status_nodes(ready).values()] == [c.STATUS_READY]
+    failures = kubelet.failures[uid]
+    assert failures
+    assert all(any(words in f for words in REFUSED) for f in failures), failures
+    container = kubelet.containers[pods["one-0"]["metadata"]["uid"]]
+    observed = container.observed()
+    assert observed is not None
+    assert observed["files"][CHANNEL] == f"c {IMEX_CHANNELS_MAJOR}:0"
+    assert [n.path for n in container.injected.device_nodes] == [CHANNEL]
+    assert cd["metadata"]["uid"] in str(
+        (await env.kube.get(r.NODES, NODES[0]))["metadata"]["labels"].get(c.CD_LABEL)
+    )
+
+
+async def test_nvidias_example_domain_gets_ready_and_every_process_has_its_channel(
+    node_side: NodeSide,
+) -> None:
+    env = node_side.env
+    await node_side.start()
+    cd = await env.create_cd("example", num_nodes=len(NODES))
+    uid = cd["metadata"]["uid"]
+    await env.run_workload(workload("example", len(NODES), hostnames=NODES))
+    ready = await env.cd_until(
+        "example",
+        lambda cd: cd_ready(cd) and set(status_nodes(cd)) == set(NODES),
+        "Ready on both nodes",
+        within=2 * START_WITHIN,
+    )
+    entries = status_nodes(ready)
+    assert all(e["status"] == c.STATUS_READY for e in entries.values()), entries
+    pods = await env.workload_pods(
+        "example",
+        lambda pods: len(pods) == len(NODES) and all(pod_running(p) for p in pods.values()),
+        "all Running",
+        within=START_WITHIN,
+    )
+    kubelet = node_side.kubelet
+    for pod in pods.values():
+        observed = kubelet.containers[pod["metadata"]["uid"]].observed()
+        assert observed is not None
+        assert observed["files"][CHANNEL] == f"c {IMEX_CHANNELS_MAJOR}:0", pod["spec"]["nodeName"]
+
+    for node in NODES:
+        daemon = node_side.daemon(node)
+        injected = daemon.injected
+        assert injected is not None, "the daemon claim was not prepared by the plugin"
+        assert dict(injected.env) == {
+            "CLIQUE_ID": node_side.plugins.topology.cliques[node].label,
+            "COMPUTE_DOMAIN_UUID": uid,
+            "COMPUTE_DOMAIN_NAME": "example",
+            "COMPUTE_DOMAIN_NAMESPACE": env.namespace,
+            # The plugin's "all" device of the driver (its common edits), given to daemon claims.
+            "NVIDIA_VISIBLE_DEVICES": "void",
+            "NVIDIA_CTK_LIBCUDA_DIR": "/usr/lib64",
+        }
+        plugin_dir = node_side.plugins.node(node).plugin_data_dir
+        assert daemon.imexd == plugin_dir / "domains" / uid
+        assert (daemon.imexd / "imexd.cfg.tmpl").is_file()
+        assert (daemon.imexd / "imexd.cfg").is_file()  # the daemon wrote it from the template
+        # The fabric-imex-mgmt capability, beside the GPUs of the plugin's "all" device.
+        nodes = {n.path: (n.major, n.minor) for n in injected.device_nodes}
+        assert nodes[FABRIC_MGMT] == (CAPS_MAJOR, FABRIC_IMEX_MGMT_MINOR), nodes
+        assert {"/dev/nvidiactl", "/dev/nvidia0"} <= set(nodes), nodes
+        assert entries[node]["cliqueID"] == node_side.plugins.topology.cliques[node].label
+        peers = daemon.imex.peers()
+        assert peers is not None
+        assert len(peers) == len(NODES), peers
