@@ -47,6 +47,8 @@ KUBELET_PLUGIN = "compute-domain-kubelet-plugin"
 V041 = "v0.4.1"
 MAIN = "main"
 TARGETS = (V041, MAIN)
+# The version each target's build reports (its VERSION file, its chart's image tag).
+TARGET_VERSIONS = {V041: "v0.4.1", MAIN: "v0.5.0-dev"}
 # Per target: the variable naming a finished build's bin/ directory, and the one naming its
 # pinned source tarball.
 _BIN_VARIABLE = {V041: "NVIDIA_UPSTREAM_BIN", MAIN: "NVIDIA_UPSTREAM_BIN_MAIN"}

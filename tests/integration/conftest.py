@@ -38,6 +38,7 @@ from computedomain.devcluster.harness import Controllers
 from computedomain.devcluster.rest import request_json
 from computedomain.devcluster.upstream import (
     MAIN,
+    V041,
     MockNvml,
     UpstreamBuild,
     UpstreamUnavailableError,
@@ -200,6 +201,18 @@ def upstream_main() -> UpstreamBuild:
         upstream_required(target=MAIN),
         where,
     )
+
+
+@pytest.fixture
+def nvidia_target(request: pytest.FixtureRequest) -> tuple[str, UpstreamBuild]:
+    """A pinned NVIDIA target and its build: v0.4.1 unless a test parametrizes it (indirect, by
+    target name). Put it first among a test's fixtures: without the build, skip (or fail where
+    required) before a control plane starts."""
+    target: str = getattr(request, "param", V041)
+    build: UpstreamBuild = request.getfixturevalue(
+        {V041: "upstream", MAIN: "upstream_main"}[target]
+    )
+    return target, build
 
 
 @pytest.fixture(scope="session")

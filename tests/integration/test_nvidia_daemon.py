@@ -1,5 +1,6 @@
 """Compatibility with NVIDIA's real IMEX daemon: our controller, and in every daemon pod NVIDIA's
-`compute-domain-daemon` binary (v0.4.1, hack/upstream/build.sh) run as the kubelet and NVIDIA's
+`compute-domain-daemon` binary (v0.4.1, hack/upstream/build.sh; the differential test on both
+pinned targets, v0.4.1 and v0.5.0-dev) run as the kubelet and NVIDIA's
 kubelet plugin would start it (computedomain/devcluster/imexdaemon.py): the pod's environment
 and the plugin's CDI variables, in-cluster credentials of the daemon ServiceAccount bound only by
 the RBAC NVIDIA's chart renders, its own /imexd and /etc/hosts, probes and restarts as the kubelet
@@ -34,6 +35,8 @@ from computedomain.devcluster.imexdaemon import DaemonRuntime, NvidiaDaemons, Nv
 from computedomain.devcluster.processes import tail
 from computedomain.devcluster.upstream import (
     COMPUTE_DOMAIN_VALUES,
+    TARGET_VERSIONS,
+    TARGETS,
     UpstreamBuild,
     chart_controller_container,
     container_environment,
@@ -145,9 +148,11 @@ async def fleet(
     kubeconfig_path: Path,
     namespace: str,
     driver_namespace: str,
-    upstream: UpstreamBuild,
+    nvidia_target: tuple[str, UpstreamBuild],
     tmp_path: Path,
 ) -> AsyncIterator[NvidiaFleet]:
+    """NVIDIA's daemons of the test's target (v0.4.1 unless it parametrizes ``nvidia_target``)."""
+    _, upstream = nvidia_target
     assert control_plane.ca_file is not None
     made = await install_daemon_rbac(kube, find_helm(), upstream.chart, driver_namespace)
     runtime = DaemonRuntime(
@@ -336,11 +341,14 @@ async def test_nvidia_daemons_on_non_fabric_nodes_run_no_imex_and_the_domain_is_
         assert "no cliqueID" in daemon.log_text()
 
 
-def configured_as(fleet: NvidiaFleet, cd: dict[str, Any] | None) -> dict[str, Any]:
+def configured_as(
+    on: Callable[[str], NvidiaImexDaemon], cd: dict[str, Any] | None
+) -> dict[str, Any]:
     """What the daemons were configured with, addresses replaced by node names (they differ
     between runs): CD status, and per node its /etc/hosts mappings, nodes.cfg, imexd.cfg and the
-    peers its IMEX last read. Indexes go by join order, so the mappings are checked against the
-    status (assert_imex_points_at_peers) and compared here as the set of nodes they name."""
+    peers its IMEX last read (``on(node)``: the daemon on a node). Indexes go by join order, so the
+    mappings are checked against the status (assert_imex_points_at_peers) and compared here as the
+    set of nodes they name."""
     nodes = status_nodes(cd)
     names = {n["ipAddress"]: n["name"] for n in nodes}
 
@@ -351,10 +359,21 @@ def configured_as(fleet: NvidiaFleet, cd: dict[str, Any] | None) -> dict[str, An
 
     seen: dict[str, Any] = {
         "status.status": ((cd or {}).get("status") or {}).get("status"),
-        "status.nodes": sorted((n["name"], n["cliqueID"], n["status"]) for n in nodes),
+        # Per node: its IP (which must be its daemon pod's), clique and status; the indexes as a
+        # set, since which node gets which goes by the order the daemons joined.
+        "status.nodes": sorted(
+            (
+                n["name"],
+                "<its daemon's IP>" if n["ipAddress"] == on(n["name"]).ip else n["ipAddress"],
+                n["cliqueID"],
+                n["status"],
+            )
+            for n in nodes
+        ),
+        "status.nodes indexes": sorted(n["index"] for n in nodes),
     }
     for node in sorted(names.values()):
-        daemon = fleet.on(node)
+        daemon = on(node)
         seen[f"{node} /etc/hosts names"] = sorted(
             names.get(ip, ip) for ip in hosts_mappings(daemon).values()
         )
@@ -367,9 +386,15 @@ def configured_as(fleet: NvidiaFleet, cd: dict[str, Any] | None) -> dict[str, An
 
 
 @pytest.mark.parametrize("protocol", ["cliques", "ip-mode"])
+@pytest.mark.parametrize("nvidia_target", TARGETS, ids=TARGET_VERSIONS.get, indirect=True)
 async def test_nvidia_daemons_are_configured_alike_under_nvidia_controller_and_ours(
-    fleet: NvidiaFleet, upstream: UpstreamBuild, fleet_nodes: list[str], protocol: str
+    nvidia_target: tuple[str, UpstreamBuild],
+    fleet: NvidiaFleet,
+    fleet_nodes: list[str],
+    protocol: str,
 ) -> None:
+    """NVIDIA's controller and daemons of one target, then ours with the same daemons."""
+    _, upstream = nvidia_target
     env = fleet.env
     gates = PROTOCOLS[protocol]
     dns_names = protocol != "ip-mode"
@@ -397,7 +422,7 @@ async def test_nvidia_daemons_are_configured_alike_under_nvidia_controller_and_o
         )
         nodes = status_nodes(ready)
         await assert_imex_points_at_peers(fleet, nodes, dns_names)
-        seen = configured_as(fleet, ready)
+        seen = configured_as(fleet.on, ready)
         await env.kube.delete(STATEFULSETS, "workers", env.namespace)
         await env.pods_gone()
         await env.kube.delete(COMPUTE_DOMAINS, "training", env.namespace)

@@ -1,22 +1,24 @@
 """End to end with NVIDIA's own node side: on simulated nodes, NVIDIA's compute-domain kubelet
-plugin (main at 95932046, v0.5.0-dev, on NVIDIA's mock NVML: devcluster/kubeletplugin.py) prepares
-every claim of the driver, called over DRA gRPC by the lab's stand-in kubelet
-(devcluster/drakubelet.py), which starts no container while a preparation fails and then starts
-it with the plugin's CDI edits; NVIDIA's IMEX daemon (the same build, devcluster/imexdaemon.py) runs
-in each daemon pod, its claim prepared by the plugin the same way (its env, /imexd and device node
-from the plugin's CDI edits); and our controller in the middle.
+plugin (on NVIDIA's mock NVML: devcluster/kubeletplugin.py) prepares every claim of the driver,
+called over DRA gRPC by the lab's stand-in kubelet (devcluster/drakubelet.py), which starts no
+container while a preparation fails and then starts it with the plugin's CDI edits; NVIDIA's IMEX
+daemon (the same build, devcluster/imexdaemon.py) runs in each daemon pod, its claim prepared by
+the plugin the same way (its env, /imexd and device node from the plugin's CDI edits); and a
+controller in the middle. Main at 95932046 (v0.5.0-dev) unless a test names its targets.
 
-- A workload pod with a ComputeDomain channel claim: the plugin refuses to prepare it until the
-  node is Ready in the domain; meanwhile no container starts (the pod stays Pending with its
-  container in ContainerCreating, a Warning FailedPrepareDynamicResources carries the plugin's
-  words); then the container starts with the IMEX channel's device node injected.
+- A workload pod with a ComputeDomain channel claim (v0.5.0-dev): the plugin refuses to prepare
+  it until the node is Ready in the domain; meanwhile no container starts (the pod stays Pending
+  with its container in ContainerCreating, a Warning FailedPrepareDynamicResources carries the
+  plugin's words); then the container starts with the IMEX channel's device node injected.
 - NVIDIA's example ComputeDomain (numNodes 2, a channel ResourceClaimTemplate) with a 2-pod
-  workload: Ready on both nodes; each daemon got the plugin's edits (CLIQUE_ID, the CD's UID,
-  name and namespace, /imexd in the plugin's data directory with the template it copied there,
-  the fabric-imex-mgmt device node), points IMEX at both peers, and each workload process has
-  its channel.
+  workload, on each target (v0.4.1: the nodes carry the clique label as GPU Feature Discovery
+  would set it; v0.5.0-dev: the plugin sets it), first under NVIDIA's controller of that target,
+  then under ours: Ready on both nodes; the same status (nodes, their daemons' IPs, cliques,
+  indexes), the same daemon files and IMEX peers, the same CDI edits for each daemon (CLIQUE_ID,
+  the CD's UID, name and namespace, /imexd in the plugin's data directory with the template it
+  copied there, the fabric-imex-mgmt device node) and the channel in each workload process.
 
-Needs NVIDIA's main build and the mock NVML: skipped without them, except under CI=true, with
+Needs NVIDIA's builds and the mock NVML: skipped without them, except under CI=true, with
 their sources set or COMPUTEDOMAIN_REQUIRE_UPSTREAM=1 (hack/test.sh), where they must be there.
 """
 
@@ -33,6 +35,7 @@ import pytest
 from kubernetes_asyncio.client import ApiClient
 
 from computedomain.api import constants as c
+from computedomain.api.resources import COMPUTE_DOMAINS
 from computedomain.devcluster.controlplane import ControlPlane
 from computedomain.devcluster.drakubelet import (
     FAILED_PREPARE,
@@ -53,7 +56,18 @@ from computedomain.devcluster.kubeletplugin import (
     plugin_fleet,
 )
 from computedomain.devcluster.processes import tail
-from computedomain.devcluster.upstream import MockNvml, UpstreamBuild
+from computedomain.devcluster.upstream import (
+    COMPUTE_DOMAIN_VALUES,
+    MAIN,
+    TARGET_VERSIONS,
+    TARGETS,
+    V041,
+    MockNvml,
+    UpstreamBuild,
+    chart_controller_container,
+    container_environment,
+    start_nvidia_controller,
+)
 from computedomain.devcluster.watching import Objects, watch_objects
 from computedomain.runtime import resources as r
 from computedomain.runtime.client import ApiError, KubeClient
@@ -61,6 +75,7 @@ from computedomain.sim.fleet import build_resource_slice, rack_node_name, resour
 from computedomain.sim.simulator import Simulator
 from tests.integration.cluster import TEST_FLEET
 from tests.integration.e2e_harness import (
+    STATEFULSETS,
     EndToEnd,
     cd_ready,
     end_to_end,
@@ -69,6 +84,8 @@ from tests.integration.e2e_harness import (
     workload,
 )
 from tests.integration.nvidia_install import install_daemon_rbac, remove_cluster_objects
+from tests.integration.test_nvidia_daemon import configured_as
+from tests.integration.test_upstream_controller import SHARED_SETTINGS
 
 pytestmark = pytest.mark.integration
 
@@ -94,10 +111,16 @@ class NodeSide:
     plugins: PluginFleet
     kubelets: SharedDraKubelet
     daemons: NvidiaDaemons
+    build: UpstreamBuild
+    kubeconfig: Path
     simulator: Simulator | None = None
 
     async def start(self, **controller_env: str) -> None:
         await self.env.start_controller(**controller_env)
+        await self.start_nodes()
+
+    async def start_nodes(self) -> None:
+        """The simulator, with NVIDIA's daemons and the stand-in kubelet (no controller)."""
         self.simulator = await self.env.start_simulator(
             daemon_factory=self.daemons, workload_kubelet=self.kubelets
         )
@@ -133,12 +156,18 @@ async def _delete_slice(kube: KubeClient, name: str) -> None:
 
 
 @contextlib.asynccontextmanager
-async def nvidia_nodes(kube: KubeClient, nodes: list[str]) -> AsyncIterator[Topology]:
-    """NODES without the simulated fleet's clique labels and ResourceSlices (NVIDIA's plugin
-    makes its own), as before afterwards."""
+async def nvidia_nodes(
+    kube: KubeClient, nodes: list[str], plugin_labels: bool = True
+) -> AsyncIterator[Topology]:
+    """NODES without the simulated fleet's ResourceSlices (NVIDIA's plugin makes its own) and,
+    where the plugin sets the clique label itself (``plugin_labels``: v0.5), without their clique
+    labels (elsewhere GPU Feature Discovery's, which the fleet's stand for); as before
+    afterwards."""
     topology = Topology.from_nodes([await kube.get(r.NODES, name) for name in nodes])
     for name in nodes:
-        await kube.patch(r.NODES, name, {"metadata": {"labels": {c.GPU_CLIQUE_NODE_LABEL: None}}})
+        if plugin_labels:
+            unlabel = {"metadata": {"labels": {c.GPU_CLIQUE_NODE_LABEL: None}}}
+            await kube.patch(r.NODES, name, unlabel)
         await _delete_slice(kube, resource_slice_name(name))
     try:
         yield topology
@@ -189,7 +218,7 @@ async def plugins_serving(kube: KubeClient, plugins: PluginFleet) -> dict[str, N
 
 @pytest.fixture
 async def node_side(
-    upstream_main: UpstreamBuild,
+    nvidia_target: tuple[str, UpstreamBuild],
     mock_nvml: MockNvml,
     control_plane: ControlPlane,
     api_client: ApiClient,
@@ -199,15 +228,18 @@ async def node_side(
     driver_namespace: str,
     tmp_path: Path,
 ) -> AsyncIterator[NodeSide]:
+    """NVIDIA's plugins and daemons of the test's target (main unless it parametrizes
+    ``nvidia_target``) on NODES."""
+    target, build = nvidia_target
     assert control_plane.ca_file is not None
     helm = find_helm()
-    made = await install_daemon_rbac(kube, helm, upstream_main.chart, driver_namespace)
+    made = await install_daemon_rbac(kube, helm, build.chart, driver_namespace)
     daemons: NvidiaDaemons | None = None
     try:
         async with (
-            nvidia_nodes(kube, NODES) as topology,
+            nvidia_nodes(kube, NODES, plugin_labels=target != V041) as topology,
             plugin_fleet(
-                upstream_main,
+                build,
                 mock_nvml,
                 helm,
                 api_client,
@@ -221,7 +253,7 @@ async def node_side(
             registered = await plugins_serving(kube, plugins)
             kubelets = SharedDraKubelet(registered, tmp_path / "pods")
             runtime = DaemonRuntime(
-                build=upstream_main,
+                build=build,
                 admin=api_client,
                 server=control_plane.server,
                 ca_file=control_plane.ca_file,
@@ -231,7 +263,7 @@ async def node_side(
             )
             daemons = NvidiaDaemons(runtime)
             async with end_to_end(kube, kubeconfig_path, namespace, driver_namespace) as env:
-                side = NodeSide(env, plugins, kubelets, daemons)
+                side = NodeSide(env, plugins, kubelets, daemons, build, kubeconfig_path)
                 try:
                     yield side
                 except BaseException:
@@ -261,8 +293,9 @@ def container_waiting(pod: Mapping[str, Any]) -> str | None:
     )
 
 
+@pytest.mark.parametrize("nvidia_target", [MAIN], ids=TARGET_VERSIONS.get, indirect=True)
 async def test_no_container_until_the_plugin_prepares_the_channel_then_it_is_injected(
-    node_side: NodeSide,
+    nvidia_target: tuple[str, UpstreamBuild], node_side: NodeSide
 ) -> None:
     env = node_side.env
     runtime = node_side.daemons.runtime
@@ -323,22 +356,31 @@ async def test_no_container_until_the_plugin_prepares_the_channel_then_it_is_inj
     )
 
 
-async def test_nvidias_example_domain_gets_ready_and_every_process_has_its_channel(
-    node_side: NodeSide,
-) -> None:
+def status_ready(cd: Mapping[str, Any] | None) -> bool:
+    return bool(((cd or {}).get("status") or {}).get("status") == c.STATUS_READY)
+
+
+def nodes_ready(cd: Mapping[str, Any] | None) -> list[str]:
+    return [name for name, e in status_nodes(cd).items() if e["status"] == c.STATUS_READY]
+
+
+async def example_domain(node_side: NodeSide) -> dict[str, Any]:
+    """NVIDIA's example CD with a workload on both NODES, under whichever controller runs: once
+    Ready and every process has its channel, what the daemons and processes were given
+    (configured_as, the daemons' CDI environment, the processes' channels), then all deleted and
+    the daemons gone."""
     env = node_side.env
-    await node_side.start()
     cd = await env.create_cd("example", num_nodes=len(NODES))
     uid = cd["metadata"]["uid"]
     await env.run_workload(workload("example", len(NODES), hostnames=NODES))
+    # status.status, which NVIDIA's controller writes too (its conditions are ours alone).
     ready = await env.cd_until(
         "example",
-        lambda cd: cd_ready(cd) and set(status_nodes(cd)) == set(NODES),
+        lambda cd: status_ready(cd) and set(nodes_ready(cd)) == set(NODES),
         "Ready on both nodes",
         within=2 * START_WITHIN,
     )
     entries = status_nodes(ready)
-    assert all(e["status"] == c.STATUS_READY for e in entries.values()), entries
     pods = await env.workload_pods(
         "example",
         lambda pods: len(pods) == len(NODES) and all(pod_running(p) for p in pods.values()),
@@ -346,23 +388,18 @@ async def test_nvidias_example_domain_gets_ready_and_every_process_has_its_chann
         within=START_WITHIN,
     )
     kubelet = node_side.kubelet
+    seen = configured_as(node_side.daemon, ready)
     for pod in pods.values():
         observed = kubelet.containers[pod["metadata"]["uid"]].observed()
         assert observed is not None
-        assert observed["files"][CHANNEL] == f"c {IMEX_CHANNELS_MAJOR}:0", pod["spec"]["nodeName"]
+        seen[f"{pod['spec']['nodeName']} process channel"] = observed["files"].get(CHANNEL)
 
     for node in NODES:
         daemon = node_side.daemon(node)
         injected = daemon.injected
         assert injected is not None, "the daemon claim was not prepared by the plugin"
-        assert dict(injected.env) == {
-            "CLIQUE_ID": node_side.plugins.topology.cliques[node].label,
-            "COMPUTE_DOMAIN_UUID": uid,
-            "COMPUTE_DOMAIN_NAME": "example",
-            "COMPUTE_DOMAIN_NAMESPACE": env.namespace,
-            # The plugin's "all" device of the driver (its common edits), given to daemon claims.
-            "NVIDIA_VISIBLE_DEVICES": "void",
-            "NVIDIA_CTK_LIBCUDA_DIR": "/usr/lib64",
+        seen[f"{node} daemon env"] = {
+            k: v.replace(uid, "<cd-uid>") for k, v in dict(injected.env).items()
         }
         plugin_dir = node_side.plugins.node(node).plugin_data_dir
         assert daemon.imexd == plugin_dir / "domains" / uid
@@ -370,9 +407,72 @@ async def test_nvidias_example_domain_gets_ready_and_every_process_has_its_chann
         assert (daemon.imexd / "imexd.cfg").is_file()  # the daemon wrote it from the template
         # The fabric-imex-mgmt capability, beside the GPUs of the plugin's "all" device.
         nodes = {n.path: (n.major, n.minor) for n in injected.device_nodes}
+        seen[f"{node} daemon device nodes"] = sorted(nodes)
         assert nodes[FABRIC_MGMT] == (CAPS_MAJOR, FABRIC_IMEX_MGMT_MINOR), nodes
         assert {"/dev/nvidiactl", "/dev/nvidia0"} <= set(nodes), nodes
         assert entries[node]["cliqueID"] == node_side.plugins.topology.cliques[node].label
         peers = daemon.imex.peers()
         assert peers is not None
         assert len(peers) == len(NODES), peers
+
+    await env.kube.delete(STATEFULSETS, "example", env.namespace)
+    await env.pods_gone()
+    await env.kube.delete(COMPUTE_DOMAINS, "example", env.namespace)
+    await env.cd_until("example", lambda cd: cd is None, "finalized")
+    await env.nodes_labelled(uid, lambda names: not names, "labels removed")
+    await watch_objects(
+        env.kube,
+        r.PODS,
+        lambda pods: not pods,
+        namespace=env.driver_namespace,
+        label_selector=f"{c.CD_LABEL}={uid}",
+        within=60,
+        what="daemon pods gone",
+    )
+    return seen
+
+
+@pytest.mark.parametrize("nvidia_target", TARGETS, ids=TARGET_VERSIONS.get, indirect=True)
+async def test_nvidias_example_domain_is_alike_under_nvidias_controller_and_ours(
+    nvidia_target: tuple[str, UpstreamBuild], node_side: NodeSide
+) -> None:
+    """Every NVIDIA component of one target but nvidia-imex, first with NVIDIA's controller of
+    that target, then with ours in its place: the same status (nodes, IPs, cliques, indexes),
+    daemon files, daemon CDI edits and process channels."""
+    target, build = nvidia_target
+    env = node_side.env
+    values = COMPUTE_DOMAIN_VALUES
+    container = chart_controller_container(find_helm(), build, env.driver_namespace, values)
+    nvidia_env = container_environment(
+        container, "dra-driver-nvidia-gpu-controller-0", env.driver_namespace
+    )
+    nvidia_env["HTTP_ENDPOINT"] = "127.0.0.1:0"
+    await node_side.start_nodes()
+    log = node_side.kubeconfig.parent / "nvidia-controller.log"
+    nvidia = start_nvidia_controller(build, node_side.kubeconfig, container, nvidia_env, log)
+    failure = ""
+    try:
+        theirs = await example_domain(node_side)
+    except (TimeoutError, AssertionError) as error:
+        failure = f"under NVIDIA's controller: {error}\n--- its log:\n{tail(log, 40)}"
+        failure += f"\n{node_side.diagnostics()}"
+    finally:
+        nvidia.stop()
+    # Ours next (and, after a failure, to finalize what NVIDIA's left).
+    await env.start_controller(**{k: nvidia_env[k] for k in SHARED_SETTINGS if k in nvidia_env})
+    if failure:
+        pytest.fail(failure)
+    ours = await example_domain(node_side)
+    print(f"under NVIDIA's {TARGET_VERSIONS[target]} controller:", *theirs.items(), sep="\n  ")
+    assert ours == theirs
+    for node in NODES:
+        assert ours[f"{node} process channel"] == f"c {IMEX_CHANNELS_MAJOR}:0"
+        assert ours[f"{node} daemon env"] == {
+            "CLIQUE_ID": node_side.plugins.topology.cliques[node].label,
+            "COMPUTE_DOMAIN_UUID": "<cd-uid>",
+            "COMPUTE_DOMAIN_NAME": "example",
+            "COMPUTE_DOMAIN_NAMESPACE": env.namespace,
+            # The plugin's "all" device of the driver (its common edits), given to daemon claims.
+            "NVIDIA_VISIBLE_DEVICES": "void",
+            "NVIDIA_CTK_LIBCUDA_DIR": "/usr/lib64",
+        }

@@ -1,17 +1,19 @@
 """Differential test against NVIDIA's real controller: the same ComputeDomain, created once under
-NVIDIA's `compute-domain-controller` binary (v0.4.1, built by hack/upstream/build.sh, run with the
-environment its Helm chart's Deployment renders) and once under ours, on the same control plane,
+NVIDIA's `compute-domain-controller` binary (each pinned target, v0.4.1 and v0.5.0-dev: built by
+hack/upstream/build.sh, run with the environment that target's Helm chart's Deployment renders)
+and once under ours, on the same control plane,
 in the same namespaces. The children each writes (daemon ResourceClaimTemplate, workload
 ResourceClaimTemplate, DaemonSet), the CD's finalizers and its `status.status` must be equal after
 normalising what the apiserver makes per object (UIDs, the CD's UID inside names and labels,
 resourceVersion, timestamps, managedFields, generation, status).
 
-Every difference left must be in KNOWN_DIFFERENCES, with both values; docs/contract.md §21 lists
-the same paths with the reasons (test_known_differences_are_documented keeps the two in step). A
-known difference that no longer shows fails too, so the list stays true.
+Every difference left must be in KNOWN_DIFFERENCES (per target and case), with both values;
+docs/contract.md §21 lists the same paths with the reasons (test_known_differences_are_documented
+keeps the two in step). A known difference that no longer shows fails too, so the list stays true.
 
-Needs NVIDIA's build: skipped without it, except under CI=true, with NVIDIA_DRA_DRIVER_SRC set or
-COMPUTEDOMAIN_REQUIRE_UPSTREAM=1 (hack/test.sh), where a missing build fails.
+Needs NVIDIA's builds: skipped without them, except under CI=true, with NVIDIA_DRA_DRIVER_SRC /
+NVIDIA_DRA_DRIVER_MAIN_SRC set or COMPUTEDOMAIN_REQUIRE_UPSTREAM=1 (hack/test.sh), where a missing
+build fails.
 """
 
 from __future__ import annotations
@@ -32,6 +34,10 @@ from computedomain.devcluster.helm import find_helm
 from computedomain.devcluster.processes import tail
 from computedomain.devcluster.upstream import (
     COMPUTE_DOMAIN_VALUES,
+    MAIN,
+    TARGET_VERSIONS,
+    TARGETS,
+    V041,
     UpstreamBuild,
     chart_controller_container,
     container_environment,
@@ -39,8 +45,7 @@ from computedomain.devcluster.upstream import (
 )
 from computedomain.devcluster.watching import Objects, watch_object, watch_objects, watch_present
 from computedomain.runtime import resources as r
-from computedomain.runtime.client import KubeClient
-from tests.kit.controllers import wait_children
+from computedomain.runtime.client import ApiError, KubeClient
 
 CD_NAME = "imex-channel-injection"
 RCT_NAME = "imex-channel-0"
@@ -55,6 +60,9 @@ SHARED_SETTINGS = (
     "CD_DAEMON_IMAGE_PULL_SECRET_NAMES",
     "FEATURE_GATES",
     "ADDITIONAL_NAMESPACES",
+    # v0.5 only (host-managed IMEX, contract §18); v0.4.1's chart renders neither.
+    "IMEX_MODE",
+    "IMEX_ISOLATION",
 )
 # Set by the apiserver per object; nothing a controller chooses. managedFields are kept only as
 # who wrote how ("manager operation"), which tells the two controllers' writes apart; entries for
@@ -62,7 +70,10 @@ SHARED_SETTINGS = (
 VOLATILE_METADATA = ("uid", "resourceVersion", "creationTimestamp", "generation")
 DS_CONTAINER = "spec.template.spec.containers[compute-domain-daemon]"
 CHANNEL_PARAMETERS = "spec.spec.devices.config[0].opaque.parameters"
-IMAGE = "registry.k8s.io/dra-driver-nvidia/dra-driver-nvidia-gpu:v0.4.1"
+IMAGE = "registry.k8s.io/dra-driver-nvidia/dra-driver-nvidia-gpu"
+DAEMON_SET = "DaemonSet"
+DAEMON_RCT = "daemon ResourceClaimTemplate"
+WORKLOAD_RCT = "workload ResourceClaimTemplate"
 
 
 @dataclass(frozen=True)
@@ -73,6 +84,10 @@ class Case:
     chart_values: dict[str, Any]
     spec: dict[str, Any]
     expect: dict[str, Any]
+    # The children a controller writes for it (host-managed IMEX: only the workload RCT).
+    children: tuple[str, ...] = (DAEMON_SET, DAEMON_RCT, WORKLOAD_RCT)
+    # The targets whose controller knows the case's settings.
+    targets: tuple[str, ...] = TARGETS
 
 
 CASES = {
@@ -82,7 +97,7 @@ CASES = {
         {"numNodes": 1, "channel": {"resourceClaimTemplate": {"name": RCT_NAME}}},
         {
             f"DaemonSet {DS_CONTAINER}.env[LOG_VERBOSITY].value": "4",
-            f"DaemonSet {DS_CONTAINER}.image": IMAGE,
+            f"DaemonSet {DS_CONTAINER}.image": f"{IMAGE}:<target>",
             f"workload ResourceClaimTemplate {CHANNEL_PARAMETERS}.allocationMode": "Single",
             "ComputeDomain status.status": c.STATUS_NOT_READY,
         },
@@ -107,18 +122,60 @@ CASES = {
             "ComputeDomain status.status": c.STATUS_READY,
         },
     ),
+    # v0.5: the node's own nvidia-imex serves the CD (contract §18); the controller writes the
+    # workload RCT (allocationMode forced to Single) and calls the CD Ready.
+    "host-managed": Case(
+        {
+            "featureGates": {"HostManagedIMEXDaemon": True},
+            "resources.computeDomains.imex.mode": "hostManaged",
+        },
+        {
+            "numNodes": 2,
+            "channel": {"resourceClaimTemplate": {"name": RCT_NAME}, "allocationMode": "All"},
+        },
+        {
+            f"workload ResourceClaimTemplate {CHANNEL_PARAMETERS}.allocationMode": "Single",
+            "ComputeDomain status.status": c.STATUS_READY,
+        },
+        children=(WORKLOAD_RCT,),
+        targets=(MAIN,),
+    ),
 }
 
 
-def _gates(cliques: bool) -> str:
-    """NVIDIA's daemon FEATURE_GATES: every gate its binary knows, in name order."""
-    return (
-        f"AllAlpha=false,AllBeta=false,ComputeDomainCliques={str(cliques).lower()},"
-        "ContextualLogging=true,CrashOnNVLinkFabricErrors=true,DeviceMetadata=false,"
-        "DynamicMIG=false,IMEXDaemonsWithDNSNames=true,LoggingAlphaOptions=false,"
-        "LoggingBetaOptions=true,MPSSupport=false,NVMLDeviceHealthCheck=false,"
-        "PassthroughSupport=false,TimeSlicingSettings=false,"
-    )
+# The gates each target's binaries know besides ComputeDomainCliques, with their defaults; v0.5
+# added ConsumableShares, DRAListTypeAttributes, FabricManagerPartitioning, HostManagedIMEXDaemon.
+_V041_GATES = {
+    "AllAlpha": False,
+    "AllBeta": False,
+    "ContextualLogging": True,
+    "CrashOnNVLinkFabricErrors": True,
+    "DeviceMetadata": False,
+    "DynamicMIG": False,
+    "IMEXDaemonsWithDNSNames": True,
+    "LoggingAlphaOptions": False,
+    "LoggingBetaOptions": True,
+    "MPSSupport": False,
+    "NVMLDeviceHealthCheck": False,
+    "PassthroughSupport": False,
+    "TimeSlicingSettings": False,
+}
+KNOWN_GATES = {
+    V041: _V041_GATES,
+    MAIN: {
+        **_V041_GATES,
+        "ConsumableShares": False,
+        "DRAListTypeAttributes": False,
+        "FabricManagerPartitioning": False,
+        "HostManagedIMEXDaemon": False,
+    },
+}
+
+
+def _gates(target: str, cliques: bool) -> str:
+    """NVIDIA's daemon FEATURE_GATES: every gate its controller knows, in name order."""
+    gates = {**KNOWN_GATES[target], c.GATE_CLIQUES: cliques}
+    return "".join(f"{name}={str(gates[name]).lower()}," for name in sorted(gates))
 
 
 FIELD_MANAGERS = {
@@ -126,25 +183,28 @@ FIELD_MANAGERS = {
         "compute-domain-controller Update",
         "computedomain-controller Update",
     )
-    for kind in ("DaemonSet", "daemon ResourceClaimTemplate", "workload ResourceClaimTemplate")
+    for kind in (DAEMON_SET, DAEMON_RCT, WORKLOAD_RCT)
 }
-# Per case, path -> (NVIDIA's value, ours). docs/contract.md §21 gives the reasons and lists the
-# same paths; keep both in step.
-KNOWN_DIFFERENCES: dict[str, dict[str, tuple[Any, Any]]] = {
-    "chart-defaults": {
-        f"DaemonSet {DS_CONTAINER}.env[FEATURE_GATES].value": (
-            _gates(cliques=True),
-            "ComputeDomainCliques=true,IMEXDaemonsWithDNSNames=true,",
-        ),
-        **FIELD_MANAGERS,
-    },
-    "legacy-secrets-all-channels": {
-        f"DaemonSet {DS_CONTAINER}.env[FEATURE_GATES].value": (
-            _gates(cliques=False),
-            "ComputeDomainCliques=false,IMEXDaemonsWithDNSNames=true,",
-        ),
-        **FIELD_MANAGERS,
-    },
+DS_GATES = f"{DAEMON_SET} {DS_CONTAINER}.env[FEATURE_GATES].value"
+
+
+def _known(target: str, case: str) -> dict[str, tuple[Any, Any]]:
+    """Per target and case, path -> (NVIDIA's value, ours). docs/contract.md §21 gives the reasons
+    and lists the same paths; keep both in step. NVIDIA's controller hands its daemons every gate
+    it knows; ours only the two the daemon reads (so a v0.4.1 daemon never meets a v0.5 name)."""
+    managers = {
+        p: v for p, v in FIELD_MANAGERS.items() if p.split(" metadata")[0] in CASES[case].children
+    }
+    if DAEMON_SET not in CASES[case].children:
+        return managers
+    cliques = CASES[case].chart_values.get("featureGates", {}).get(c.GATE_CLIQUES, True)
+    ours = f"{c.GATE_CLIQUES}={str(cliques).lower()},IMEXDaemonsWithDNSNames=true,"
+    return {DS_GATES: (_gates(target, cliques), ours), **managers}
+
+
+KNOWN_DIFFERENCES: dict[str, dict[str, dict[str, tuple[Any, Any]]]] = {
+    target: {case: _known(target, case) for case in CASES if target in CASES[case].targets}
+    for target in TARGETS
 }
 MISSING = "<absent>"
 
@@ -202,12 +262,12 @@ def differences(theirs: dict[str, Any], ours: dict[str, Any]) -> dict[str, tuple
 
 
 async def written_for(
-    kube: KubeClient, namespace: str, driver_namespace: str, spec: dict[str, Any]
+    kube: KubeClient, namespace: str, driver_namespace: str, case: Case
 ) -> tuple[str, dict[str, Any]]:
     """Create the CD; once the controller has set its finalizer and `status.status` and made
-    its three children, return its UID and what was written, normalised, by kind."""
+    the case's children, return its UID and what was written, normalised, by kind."""
     body = {"apiVersion": c.API_VERSION, "kind": c.CD_KIND, "metadata": {"name": CD_NAME}}
-    cd = await kube.create(COMPUTE_DOMAINS, {**body, "spec": copy.deepcopy(spec)}, namespace)
+    cd = await kube.create(COMPUTE_DOMAINS, {**body, "spec": copy.deepcopy(case.spec)}, namespace)
     uid = cd["metadata"]["uid"]
     cd = await watch_present(
         kube,
@@ -222,26 +282,40 @@ async def written_for(
         within=60,
         what="the CD's finalizer and status.status",
     )
-    await wait_children(kube, cd, driver_namespace, RCT_NAME, within=60)
     name = c.daemon_name(uid)
-    objects = {
+    where = {
+        DAEMON_SET: (r.DAEMONSETS, name, driver_namespace),
+        DAEMON_RCT: (r.RESOURCE_CLAIM_TEMPLATES, name, driver_namespace),
+        WORKLOAD_RCT: (r.RESOURCE_CLAIM_TEMPLATES, RCT_NAME, namespace),
+    }
+    objects: dict[str, Any] = {
         "ComputeDomain": {
             "finalizers": cd["metadata"]["finalizers"],
             "status": {"status": cd["status"]["status"]},
         },
-        "DaemonSet": await kube.get(r.DAEMONSETS, name, driver_namespace),
-        "daemon ResourceClaimTemplate": await kube.get(
-            r.RESOURCE_CLAIM_TEMPLATES, name, driver_namespace
-        ),
-        "workload ResourceClaimTemplate": await kube.get(
-            r.RESOURCE_CLAIM_TEMPLATES, RCT_NAME, namespace
-        ),
     }
-    normalised = {
-        kind: normalise(obj, uid) if kind != "ComputeDomain" else obj
-        for kind, obj in objects.items()
-    }
-    return uid, normalised
+    for kind in case.children:
+        res, child, ns = where[kind]
+        objects[kind] = normalise(
+            await watch_present(
+                kube, res, child, lambda o: o is not None, namespace=ns, within=60, what=kind
+            ),
+            uid,
+        )
+    # What a controller must not write for the case (host-managed: no daemons of its own).
+    for kind in sorted(where.keys() - case.children):
+        res, child, ns = where[kind]
+        objects[kind] = await absent_or_present(kube, res, child, ns)
+    return uid, objects
+
+
+async def absent_or_present(kube: KubeClient, res: r.Resource, name: str, namespace: str) -> Any:
+    try:
+        return normalise(await kube.get(res, name, namespace), "")
+    except ApiError as err:
+        if not err.is_not_found:
+            raise
+        return MISSING
 
 
 async def gone(kube: KubeClient, uid: str, namespace: str, driver_namespace: str) -> None:
@@ -264,10 +338,19 @@ async def gone(kube: KubeClient, uid: str, namespace: str, driver_namespace: str
         )
 
 
-@pytest.mark.parametrize("case", sorted(CASES))
+# Each case on each target whose controller knows its settings.
+TARGET_CASES = [
+    pytest.param(target, case, id=f"{TARGET_VERSIONS[target]}-{case}")
+    for target in TARGETS
+    for case in sorted(CASES)
+    if target in CASES[case].targets
+]
+
+
+@pytest.mark.parametrize(("nvidia_target", "case"), TARGET_CASES, indirect=["nvidia_target"])
 async def test_children_equal_nvidia_controllers(
     case: str,
-    upstream: UpstreamBuild,  # first: without NVIDIA's build, skip before a control plane starts
+    nvidia_target: tuple[str, UpstreamBuild],
     kube: KubeClient,
     kubeconfig_path: Path,
     namespace: str,
@@ -275,6 +358,7 @@ async def test_children_equal_nvidia_controllers(
     controllers: Controllers,
     tmp_path: Path,
 ) -> None:
+    target, upstream = nvidia_target
     values = {**COMPUTE_DOMAIN_VALUES, **CASES[case].chart_values}
     container = chart_controller_container(find_helm(), upstream, driver_namespace, values=values)
     env = container_environment(container, "dra-driver-nvidia-gpu-controller-0", driver_namespace)
@@ -285,9 +369,7 @@ async def test_children_equal_nvidia_controllers(
     nvidia = start_nvidia_controller(upstream, kubeconfig_path, container, env, log)
     try:
         try:
-            their_uid, theirs = await written_for(
-                kube, namespace, driver_namespace, CASES[case].spec
-            )
+            their_uid, theirs = await written_for(kube, namespace, driver_namespace, CASES[case])
             await kube.delete(COMPUTE_DOMAINS, CD_NAME, namespace)
             await gone(kube, their_uid, namespace, driver_namespace)
         except TimeoutError as error:
@@ -297,17 +379,27 @@ async def test_children_equal_nvidia_controllers(
         nvidia.stop()
 
     await controllers.start(**{k: env[k] for k in SHARED_SETTINGS if k in env})
-    _, ours = await written_for(kube, namespace, driver_namespace, CASES[case].spec)
+    _, ours = await written_for(kube, namespace, driver_namespace, CASES[case])
 
     seen = {f"{kind} {path}": v for kind in theirs for path, v in flatten(theirs[kind]).items()}
-    assert {p: seen.get(p, MISSING) for p in CASES[case].expect} == CASES[case].expect
+    expect = {
+        path: value.replace("<target>", TARGET_VERSIONS[target])
+        if isinstance(value, str)
+        else value
+        for path, value in CASES[case].expect.items()
+    }
+    assert {p: seen.get(p, MISSING) for p in expect} == expect
 
     found: dict[str, tuple[Any, Any]] = {}
     for kind in theirs:
         for path, pair in differences(theirs[kind], ours[kind]).items():
-            found[f"{kind} {path}"] = pair
-    print("differences from NVIDIA's controller:", *found.items(), sep="\n  ")
-    known = KNOWN_DIFFERENCES[case]
+            found[f"{kind} {path}".strip()] = pair
+    print(
+        f"differences from NVIDIA's {TARGET_VERSIONS[target]} controller:",
+        *found.items(),
+        sep="\n  ",
+    )
+    known = KNOWN_DIFFERENCES[target][case]
     unexpected = {p: v for p, v in found.items() if known.get(p) != v}
     vanished = sorted(known.keys() - found.keys())
     report = "\n".join(
@@ -326,5 +418,10 @@ def documented_paths() -> set[str]:
 
 
 def test_known_differences_are_documented() -> None:
-    assert KNOWN_DIFFERENCES.keys() == CASES.keys()
-    assert documented_paths() == {path for known in KNOWN_DIFFERENCES.values() for path in known}
+    assert KNOWN_DIFFERENCES.keys() == set(TARGETS)
+    for target, known in KNOWN_DIFFERENCES.items():
+        assert known.keys() == {case for case in CASES if target in CASES[case].targets}
+    paths = {
+        path for known in KNOWN_DIFFERENCES.values() for case in known.values() for path in case
+    }
+    assert documented_paths() == paths
