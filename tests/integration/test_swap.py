@@ -40,7 +40,13 @@ from computedomain.devcluster.crds import CRD_DIR, apply_crds
 from computedomain.devcluster.harness import Controllers, RunningController
 from computedomain.devcluster.helm import find_helm
 from computedomain.devcluster.podrunner import Kubelet
-from computedomain.devcluster.upstream import OLDER_CHART_VERSION, UpstreamBuild
+from computedomain.devcluster.upstream import (
+    MAIN,
+    OLDER_CHART_VERSION,
+    TARGET_VERSIONS,
+    V041,
+    UpstreamBuild,
+)
 from computedomain.devcluster.watching import Objects, watch_object, watch_objects
 from computedomain.domain.coexistence import CD_CRD_NAME
 from computedomain.domain.keys import CDKey
@@ -235,10 +241,13 @@ class NvidiaInstall:
     shape: nvidia.Shape
 
 
-# NVIDIA's releases whose charts the swap meets: v0.4.1 (the build's) and v0.4.0 (chart.sh).
-# Their controller is the same code (the build's binary runs for both).
-RELEASES = ("v0.4.1", OLDER_CHART_VERSION)
+# NVIDIA's releases whose charts the swap meets: v0.4.1 (the build's) and v0.4.0 (chart.sh), whose
+# controller is the same code (v0.4.1's binary runs for both), each fresh and upgraded; and main
+# at 95932046, v0.5.0-dev (its own chart and binary), fresh: the release an SRE meets today.
+V05 = TARGET_VERSIONS[MAIN]
+RELEASES = (TARGET_VERSIONS[V041], OLDER_CHART_VERSION)
 INSTALLS = [f"{release}-{shape}" for release in RELEASES for shape in sorted(nvidia.SHAPES)]
+INSTALLS += [f"{V05}-{nvidia.FRESH.key}"]
 
 
 @pytest.fixture
@@ -252,11 +261,14 @@ async def nvidia_install(
     """NVIDIA's chart installed (its controller Deployment at 1 replica, pods not run), as
     ``request.param`` says: `<release>-<shape>` (indirect parametrization; default v0.4.1's
     chart, fresh)."""
-    release, _, shape_key = getattr(request, "param", "v0.4.1-fresh").partition("-")
+    release, _, shape_key = getattr(request, "param", "v0.4.1-fresh").rpartition("-")
     shape = nvidia.SHAPES[shape_key]
     chart = upstream.chart
     if release == OLDER_CHART_VERSION:
         chart = request.getfixturevalue("older_chart")
+    if release == V05:
+        upstream = request.getfixturevalue("upstream_main")
+        chart = upstream.chart
     helm = find_helm()
     await nvidia.install(kube, chart, helm, control_plane.kubeconfig, shape)
     try:
@@ -1506,7 +1518,12 @@ def subprocess_run(args: list[str], stdin: str | None = None) -> subprocess.Comp
     )
 
 
-@pytest.mark.parametrize("path", README_PATHS)
+@pytest.mark.parametrize(
+    ("nvidia_install", "path"),
+    [(f"{release}-{nvidia.FRESH.key}", path) for release in (TARGET_VERSIONS[V041], V05)
+     for path in README_PATHS],
+    indirect=["nvidia_install"],
+)  # fmt: skip
 async def test_the_readme_install_beside_nvidias_running_install_writes_nothing(
     path: str,
     e2e: EndToEnd,
@@ -1516,11 +1533,11 @@ async def test_the_readme_install_beside_nvidias_running_install_writes_nothing(
     nvidia_install: NvidiaInstall,
     tmp_path: Path,
 ) -> None:
-    """NVIDIA's v0.4.1 chart runs its real controller and domains with running workloads; ours
-    is installed by the README's first command (helm, or kustomize's manifests/default) in a
-    namespace of its own. Ours runs, says why it stands by, and from the audit log writes
-    nothing to any ComputeDomain, child, clique or Node, while a new CD is made and served by
-    NVIDIA's controller; NVIDIA's daemons keep their pods (UIDs) throughout."""
+    """NVIDIA's chart (v0.4.1; v0.5.0-dev) runs its real controller and domains with running
+    workloads; ours is installed by the README's first command (helm, or kustomize's
+    manifests/default) in a namespace of its own. Ours runs, says why it stands by, and from the
+    audit log writes nothing to any ComputeDomain, child, clique or Node, while a new CD is made
+    and served by NVIDIA's controller; NVIDIA's daemons keep their pods (UIDs) throughout."""
     assert control_plane.audit_log is not None
     audit = AuditLog(control_plane.audit_log)
     shape = nvidia_install.shape
