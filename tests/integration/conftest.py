@@ -55,6 +55,7 @@ from computedomain.runtime.client import ApiError, KubeClient
 from computedomain.runtime.resources import NAMESPACES, SERVICE_ACCOUNTS
 from tests.integration.cluster import STARTUP, fleet_node_names, run_control_plane
 from tests.integration.e2e_harness import EndToEnd, end_to_end
+from tests.integration.nvidia_fleet import NvidiaFleet, nvidia_fleet
 from tests.integration.nvidia_install import CLUSTER_ROLE_BINDINGS
 from tests.kit.controllers import controllers_for, stop_after_cleanup
 from tests.kit.prometheus import RunningPrometheus, running_prometheus
@@ -281,6 +282,33 @@ async def e2e(
     """Our controller and the fleet simulator in this test's namespace; cleaned up after."""
     async with end_to_end(kube, kubeconfig_path, namespace, driver_namespace) as env:
         yield env
+
+
+@pytest.fixture
+async def fleet(
+    kube: KubeClient,
+    api_client: ApiClient,
+    control_plane: ControlPlane,
+    kubeconfig_path: Path,
+    namespace: str,
+    driver_namespace: str,
+    nvidia_target: tuple[str, UpstreamBuild],
+    tmp_path: Path,
+) -> AsyncIterator[NvidiaFleet]:
+    """Our controller's test world with NVIDIA's real IMEX daemon in every daemon pod, of the
+    test's target (v0.4.1 unless it parametrizes ``nvidia_target``)."""
+    _, upstream = nvidia_target
+    async with nvidia_fleet(
+        kube,
+        api_client,
+        control_plane,
+        kubeconfig_path,
+        namespace,
+        driver_namespace,
+        upstream,
+        tmp_path / "pods",
+    ) as made:
+        yield made
 
 
 @pytest.fixture

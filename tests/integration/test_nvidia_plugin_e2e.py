@@ -83,8 +83,8 @@ from tests.integration.e2e_harness import (
     status_nodes,
     workload,
 )
+from tests.integration.nvidia_fleet import configured_as
 from tests.integration.nvidia_install import install_daemon_rbac, remove_cluster_objects
-from tests.integration.test_nvidia_daemon import configured_as
 from tests.integration.test_upstream_controller import SHARED_SETTINGS
 
 pytestmark = pytest.mark.integration
