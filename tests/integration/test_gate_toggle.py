@@ -1,5 +1,6 @@
 """`ComputeDomainCliques` turned on or off in a live cluster (NVIDIA #1486), with NVIDIA's real
-IMEX daemon in every daemon pod (tests/integration/nvidia_fleet.py).
+IMEX daemon in every daemon pod (tests/integration/nvidia_fleet.py), of each pinned target
+(v0.4.1, v0.5.0-dev).
 
 An SRE runs `helm upgrade --set featureGates.ComputeDomainCliques=<b>`: the controller restarts
 with the new FEATURE_GATES. With NVIDIA's controller, turning the gate on live made it project
@@ -24,6 +25,7 @@ import pytest
 
 from computedomain.api import constants as c
 from computedomain.api.resources import CLIQUES, COMPUTE_DOMAINS
+from computedomain.devcluster.upstream import TARGET_VERSIONS, TARGETS, UpstreamBuild
 from computedomain.devcluster.watching import Objects, watch_objects
 from computedomain.runtime import resources as r
 from computedomain.runtime.featuregates import parse_gates
@@ -111,8 +113,9 @@ async def daemon_pods(env: EndToEnd, uid: str) -> dict[str, tuple[str, int]]:
 
 
 @pytest.mark.parametrize("turned_on", [True, False], ids=["off-to-on", "on-to-off"])
+@pytest.mark.parametrize("nvidia_target", TARGETS, ids=TARGET_VERSIONS.get, indirect=True)
 async def test_toggling_the_cliques_gate_live_keeps_the_existing_domain_ready_and_serving(
-    fleet: NvidiaFleet, turned_on: bool
+    nvidia_target: tuple[str, UpstreamBuild], fleet: NvidiaFleet, turned_on: bool
 ) -> None:
     env = fleet.env
     was_on = not turned_on
