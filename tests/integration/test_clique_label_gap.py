@@ -6,9 +6,7 @@ cliques`` count those nodes as ``<label missing>``; with the label back all is a
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -18,24 +16,14 @@ from computedomain.devcluster.harness import RunningController
 from computedomain.domain.topology import LABEL_MISSING
 from computedomain.runtime import resources as r
 from tests.integration.e2e_harness import EndToEnd, cd_ready, status_nodes, workload
-from tests.kit.kubectl_plugin import cdom
+from tests.kit.controllers import clique_gauges
+from tests.kit.kubectl_plugin import cliques_rows
 from tests.kit.waiting import eventually
 
 pytestmark = pytest.mark.integration
 
 NAME = "gap"
 SIZE = 4
-
-
-def clique_gauges(controller: RunningController) -> dict[str, dict[str, int]]:
-    """computedomain_clique_nodes as exported: clique -> state -> nodes."""
-    counts: dict[str, dict[str, int]] = {}
-    for metric in controller.registry.collect():
-        for sample in metric.samples:
-            if sample.name == "computedomain_clique_nodes":
-                clique, state = sample.labels["clique"], sample.labels["state"]
-                counts.setdefault(clique, {})[state] = int(sample.value)
-    return counts
 
 
 def domain_cliques(controller: RunningController, namespace: str) -> float | None:
@@ -47,12 +35,6 @@ def domain_cliques(controller: RunningController, namespace: str) -> float | Non
             }:
                 return float(sample.value)
     return None
-
-
-async def cliques_rows(kubeconfig: Path) -> dict[str, dict[str, Any]]:
-    code, out, err = await cdom(kubeconfig, "cliques", "-o", "json")
-    assert code == 0, err
-    return {row["clique"]: row for row in json.loads(out)["cliques"]}
 
 
 async def set_clique_label(e2e: EndToEnd, nodes: set[str], clique: str | None) -> None:

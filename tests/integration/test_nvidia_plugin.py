@@ -10,7 +10,8 @@ are taken away first (so that what comes back is the plugin's work) and restored
   GPUs report; stopped (SIGTERM) it removes the label, restarted it sets it again.
 - Issue 30's point, with the real plugin: while the plugins of a Ready ComputeDomain's nodes are
   down (a rolling upgrade), the label is missing, and our controller leaves the domain Ready,
-  writes nothing to it and emits no Warning.
+  writes nothing to it and emits no Warning; the clique gauge and ``kubectl cdom cliques`` count
+  those nodes, held by the domain, under ``<label missing>``, and as before once it is back.
 - The clique follows the GPUs: changed through the mock NVML's overrides, the restarted plugin
   labels the node with the new one.
 - NVIDIA's v0.4.1 plugin runs the same way, without the label (it came with v0.5).
@@ -44,11 +45,14 @@ from computedomain.devcluster.kubeletplugin import (
 )
 from computedomain.devcluster.upstream import MockNvml, UpstreamBuild
 from computedomain.devcluster.watching import Objects, watch_objects
+from computedomain.domain.topology import LABEL_MISSING
 from computedomain.runtime import resources as r
 from computedomain.runtime.client import ApiError, KubeClient
 from computedomain.sim.fleet import build_resource_slice, rack_node_name, resource_slice_name
 from tests.integration.cluster import TEST_FLEET
 from tests.integration.e2e_harness import EndToEnd, cd_ready, status_nodes, workload
+from tests.kit.controllers import clique_gauges
+from tests.kit.kubectl_plugin import cliques_rows
 from tests.kit.waiting import eventually
 
 pytestmark = pytest.mark.integration
@@ -255,7 +259,7 @@ async def warnings_of(e2e: EndToEnd, cd: dict[str, Any]) -> dict[str, tuple[str,
 
 
 async def test_a_ready_domain_outlives_the_plugins_taking_the_label_away(
-    plugins: PluginFleet, e2e: EndToEnd
+    plugins: PluginFleet, e2e: EndToEnd, kubeconfig_path: Path
 ) -> None:
     plugins.start_all()
     expected = {name: plugins.topology.cliques[name].label for name in NODES}
@@ -277,9 +281,24 @@ async def test_a_ready_domain_outlives_the_plugins_taking_the_label_away(
     warned = await warnings_of(e2e, cd)
     assert set(warned.values()) == {("MultipleCliques", 1)}, warned
 
+    rows_before = await cliques_rows(kubeconfig_path)
+    assert LABEL_MISSING not in rows_before
+
     # A rolling upgrade: every plugin stops, taking its label along.
     plugins.stop_all()
     await labels_until(e2e.kube, dict.fromkeys(NODES), "labels gone with the plugins")
+    # The inventory says what is true: the nodes are there, held by the CD, their label missing
+    # (the gauge and kubectl cdom cliques), not dropped.
+    size_missing = {"total": size, "ready": size, "held": size, "free": 0}
+
+    async def counted_missing() -> dict[str, int] | None:
+        found = clique_gauges(controller).get(LABEL_MISSING)
+        return found if found == size_missing else None
+
+    await eventually(counted_missing, within=30, what="<label missing> in the clique gauge")
+    missing = (await cliques_rows(kubeconfig_path))[LABEL_MISSING]
+    assert (missing["nodes"], missing["held"]) == (size, size), missing
+    assert missing["domains"] == {f"{e2e.namespace}/plugins": size}, missing
     await controller.wait_idle(timers=False)
     during = await e2e.kube.get(COMPUTE_DOMAINS, "plugins", e2e.namespace)
     assert cd_ready(during)
@@ -295,6 +314,7 @@ async def test_a_ready_domain_outlives_the_plugins_taking_the_label_away(
     await controller.wait_idle(timers=False)
     after = await e2e.kube.get(COMPUTE_DOMAINS, "plugins", e2e.namespace)
     assert after["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]
+    assert await cliques_rows(kubeconfig_path) == rows_before
     assert controller.writes() == writes
     assert await warnings_of(e2e, cd) == warned
     plugins.check_running()

@@ -17,6 +17,11 @@ controller in the middle. Main at 95932046 (v0.5.0-dev) unless a test names its 
   indexes), the same daemon files and IMEX peers, the same CDI edits for each daemon (CLIQUE_ID,
   the CD's UID, name and namespace, /imexd in the plugin's data directory with the template it
   copied there, the fabric-imex-mgmt device node) and the channel in each workload process.
+- A node's GPUs move to another clique (v0.5.0-dev; mock NVML override, the plugin restarted for
+  its re-read): the plugin relabels the node, the running daemon stays in the old clique and so
+  does the status (one clique, the domain Ready); the replaced daemon pod is prepared with the new
+  clique, joins it, the old entry goes, and IMEX peers, clique objects and status converge, with
+  no live node's index changed (tests/kit/indexes.py).
 
 Needs NVIDIA's builds and the mock NVML: skipped without them, except under CI=true, with
 their sources set or COMPUTEDOMAIN_REQUIRE_UPSTREAM=1 (hack/test.sh), where they must be there.
@@ -44,6 +49,7 @@ from computedomain.devcluster.drakubelet import (
     SharedDraKubelet,
     connect,
 )
+from computedomain.devcluster.harness import RunningController
 from computedomain.devcluster.helm import find_helm
 from computedomain.devcluster.imexdaemon import DaemonRuntime, NvidiaDaemons, NvidiaImexDaemon
 from computedomain.devcluster.kubeletplugin import (
@@ -51,6 +57,7 @@ from computedomain.devcluster.kubeletplugin import (
     DRIVER_NAME,
     FABRIC_IMEX_MGMT_MINOR,
     IMEX_CHANNELS_MAJOR,
+    Clique,
     PluginFleet,
     Topology,
     plugin_fleet,
@@ -71,6 +78,7 @@ from computedomain.devcluster.upstream import (
 from computedomain.devcluster.watching import Objects, watch_objects
 from computedomain.runtime import resources as r
 from computedomain.runtime.client import ApiError, KubeClient
+from computedomain.runtime.objects import condition
 from computedomain.sim.fleet import build_resource_slice, rack_node_name, resource_slice_name
 from computedomain.sim.simulator import Simulator
 from tests.integration.cluster import TEST_FLEET
@@ -86,6 +94,8 @@ from tests.integration.e2e_harness import (
 from tests.integration.nvidia_fleet import configured_as
 from tests.integration.nvidia_install import install_daemon_rbac, remove_cluster_objects
 from tests.integration.test_upstream_controller import SHARED_SETTINGS
+from tests.kit.indexes import watching_indexes
+from tests.kit.waiting import eventually
 
 pytestmark = pytest.mark.integration
 
@@ -114,10 +124,25 @@ class NodeSide:
     build: UpstreamBuild
     kubeconfig: Path
     simulator: Simulator | None = None
+    controller: RunningController | None = None
 
     async def start(self, **controller_env: str) -> None:
-        await self.env.start_controller(**controller_env)
+        self.controller = await self.env.start_controller(**controller_env)
         await self.start_nodes()
+
+    async def controller_saw_label(self, node: str, label: str) -> None:
+        """Until our controller's Node cache has ``node``'s clique ``label`` and it has handled
+        every event it has seen."""
+        controller = self.controller
+        assert controller is not None
+        nodes = controller.process.caches.nodes.store
+
+        async def seen() -> bool:
+            return clique_label(nodes.get(node)) == label
+
+        await eventually(seen, within=10, what=f"{node}'s new label in the controller's cache")
+        # Timers too: a requeue due within a few seconds could still write.
+        await controller.wait_idle(within=5.0)
 
     async def start_nodes(self) -> None:
         """The simulator, with NVIDIA's daemons and the stand-in kubelet (no controller)."""
@@ -476,3 +501,101 @@ async def test_nvidias_example_domain_is_alike_under_nvidias_controller_and_ours
             "NVIDIA_VISIBLE_DEVICES": "void",
             "NVIDIA_CTK_LIBCUDA_DIR": "/usr/lib64",
         }
+
+
+@pytest.mark.parametrize("nvidia_target", [MAIN], ids=TARGET_VERSIONS.get, indirect=True)
+async def test_a_node_moved_to_another_clique_by_the_gpus_converges_with_nvidias_parts(
+    nvidia_target: tuple[str, UpstreamBuild], node_side: NodeSide
+) -> None:
+    """v0.5's runtime clique change with the parts that make it: the GPUs of one node report
+    another clique (mock NVML override) and its plugin, restarted (its 10-minute re-read, now),
+    relabels the node. The running NVIDIA daemon keeps the CLIQUE_ID it was prepared with, so the
+    domain stays Ready with the node in its old clique; once its daemon pod is replaced, the
+    plugin prepares the new pod with the new clique, the daemon joins ``<cdUID>.<newClique>``,
+    the old entry goes, the status lists the node once in its new clique, and each daemon's IMEX
+    is pointed at its own clique's peers only. No live node's index changes meanwhile."""
+    env = node_side.env
+    kube = env.kube
+    mover, stayer = NODES[1], NODES[0]
+    async with watching_indexes(kube, env.namespace, env.driver_namespace) as witness:
+        await node_side.start()
+        cd = await env.create_cd("mover", num_nodes=len(NODES))
+        uid = cd["metadata"]["uid"]
+        await env.run_workload(workload("mover", len(NODES), hostnames=NODES))
+        ready = await env.cd_until(
+            "mover",
+            lambda cd: cd_ready(cd) and set(nodes_ready(cd)) == set(NODES),
+            "Ready on both nodes",
+            within=2 * START_WITHIN,
+        )
+        await env.workload_pods(
+            "mover",
+            lambda pods: len(pods) == len(NODES) and all(pod_running(p) for p in pods.values()),
+            "all Running",
+            within=START_WITHIN,
+        )
+        old = node_side.plugins.topology.cliques[mover]
+        assert status_nodes(ready)[mover]["cliqueID"] == old.label
+        moved = Clique(old.cluster_uuid, old.clique_id + 9)
+        node_side.plugins.set_clique(mover, moved)
+        node_side.plugins.restart(mover)
+        try:
+            await watch_objects(
+                kube,
+                r.NODES,
+                lambda found: clique_label(found.get(mover)) == moved.label,
+                within=START_WITHIN,
+                what=f"{mover} relabelled by its plugin",
+            )
+        except TimeoutError as error:
+            pytest.fail(f"{error}\n{node_side.diagnostics()}")
+        # The daemon still runs in the old clique, and that is what its IMEX uses: the status
+        # keeps the node there, and counts one clique (not the relabelled Node's two).
+        await node_side.controller_saw_label(mover, moved.label)
+        still = await kube.get(COMPUTE_DOMAINS, "mover", env.namespace)
+        assert cd_ready(still)
+        assert {n: e["cliqueID"] for n, e in status_nodes(still).items()} == dict.fromkeys(
+            NODES, old.label
+        )
+        assert (still["status"]["cliqueCount"], condition(still, "SingleClique").get("status")) == (
+            1,
+            "True",
+        )
+
+        old_pod = node_side.daemon(mover).name
+        await kube.delete(r.PODS, old_pod, env.driver_namespace)
+
+        def converged(cd: dict[str, Any] | None) -> bool:
+            entries = status_nodes(cd)
+            return (
+                status_ready(cd)
+                and set(nodes_ready(cd)) == set(NODES)
+                and entries[mover]["cliqueID"] == moved.label
+                and entries[stayer]["cliqueID"] == old.label
+            )
+
+        after = await env.cd_until("mover", converged, "the node in its new clique", START_WITHIN)
+        assert after is not None
+        assert [n["name"] for n in after["status"]["nodes"]].count(mover) == 1
+        cliques = await env.cliques_of(
+            uid, lambda found: len(found) == 2, "the old clique and the new one"
+        )
+        members = {
+            name: sorted(d["nodeName"] for d in obj.get("daemons") or [])
+            for name, obj in cliques.items()
+        }
+        assert members == {f"{uid}.{old.label}": [stayer], f"{uid}.{moved.label}": [mover]}
+        # Each daemon's IMEX points at its own clique's peers only (itself here).
+        entries = status_nodes(after)
+        for node in NODES:
+            daemon = node_side.daemon(node)
+
+            async def alone(daemon: NvidiaImexDaemon = daemon, node: str = node) -> bool:
+                return set(daemon.imex.peers() or ()) == {entries[node]["ipAddress"]}
+
+            await eventually(alone, within=30, what=f"IMEX on {node} pointed at itself only")
+        injected = node_side.daemon(mover).injected
+        assert injected is not None
+        assert dict(injected.env)["CLIQUE_ID"] == moved.label
+        problems = await witness.stop()
+    assert not problems, "\n".join(problems)

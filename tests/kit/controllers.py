@@ -9,7 +9,7 @@ from typing import Any
 from computedomain.api import constants as c
 from computedomain.api.resources import COMPUTE_DOMAINS
 from computedomain.config import environ
-from computedomain.devcluster.harness import Controllers, compute_domain
+from computedomain.devcluster.harness import Controllers, RunningController, compute_domain
 from computedomain.devcluster.watching import watch_object
 from computedomain.devcluster.workloads import WORKLOAD_IMAGE as WORKLOAD_IMAGE
 from computedomain.runtime import objects, patches
@@ -114,3 +114,14 @@ async def allocated_pools(kube: KubeClient) -> set[str]:
         ).get("results")
         or []
     }
+
+
+def clique_gauges(controller: RunningController) -> dict[str, dict[str, int]]:
+    """computedomain_clique_nodes as exported: clique -> state -> nodes."""
+    counts: dict[str, dict[str, int]] = {}
+    for metric in controller.registry.collect():
+        for sample in metric.samples:
+            if sample.name == "computedomain_clique_nodes":
+                clique, state = sample.labels["clique"], sample.labels["state"]
+                counts.setdefault(clique, {})[state] = int(sample.value)
+    return counts

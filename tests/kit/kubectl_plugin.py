@@ -27,6 +27,12 @@ async def cdom(kubeconfig: Path, *args: str) -> tuple[int, str, str]:
     return process.returncode, out.decode(), err.decode()
 
 
+async def cliques_rows(kubeconfig: Path) -> dict[str, dict[str, Any]]:
+    code, out, err = await cdom(kubeconfig, "cliques", "-o", "json")
+    assert code == 0, err
+    return {row["clique"]: row for row in json.loads(out)["cliques"]}
+
+
 def lease_held(lease: dict[str, Any] | None) -> bool:
     """A Lease a controller holds now (what doctor's controller check reads)."""
     return bool(lease and (lease.get("spec") or {}).get("holderIdentity"))
