@@ -557,8 +557,8 @@ SETTINGS: Sequence[Setting] = (
             "label selectors of NVIDIA's controller pods in the driver namespace, separated by "
             "';' (k=v, k!=v, k, !k; ',' within one selector means and): while one runs, this "
             "controller stands by, writing nothing to ComputeDomains until it is gone (Warning "
-            "events, gauge, alert). The default finds the "
-            "pods of NVIDIA's chart v0.4.0 and v0.4.1, fresh (dra-driver-nvidia-gpu-component) "
+            "events, gauge, alert). The default finds the pods of NVIDIA's chart "
+            "v0.4.0, v0.4.1 and v0.5, fresh (dra-driver-nvidia-gpu-component) "
             "or upgraded with nameOverride=nvidia-dra-driver-gpu; with another nameOverride add "
             "<nameOverride>-component=controller; empty: no detection and no stand-by",
             "nvidia_controller_selectors",
