@@ -16,6 +16,7 @@ from computedomain.runtime import resources as r
 from computedomain.runtime.objects import condition
 from computedomain.sim.faults import FaultSettings
 from tests.integration.e2e_harness import FAST_DAEMONS, STATEFULSETS, EndToEnd, cd_ready, workload
+from tests.kit.controllers import clique_gauges
 from tests.kit.kubectl_plugin import cdom, doctor, lease_held
 from tests.kit.waiting import eventually
 
@@ -67,13 +68,7 @@ async def test_cliques_fits_is_right_before_and_after_a_domain_takes_nodes(
         }
 
     async def exported_as_listed() -> bool:
-        counts: dict[str, dict[str, int]] = {}
-        for metric in controller.registry.collect():
-            for sample in metric.samples:
-                if sample.name == "computedomain_clique_nodes":
-                    clique, state = sample.labels["clique"], sample.labels["state"]
-                    counts.setdefault(clique, {})[state] = int(sample.value)
-        return counts == gauge(after)
+        return clique_gauges(controller) == gauge(after)
 
     # The gauges are recomputed on a period (no event to await).
     await eventually(

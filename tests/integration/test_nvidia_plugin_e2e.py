@@ -389,22 +389,29 @@ def nodes_ready(cd: Mapping[str, Any] | None) -> list[str]:
     return [name for name, e in status_nodes(cd).items() if e["status"] == c.STATUS_READY]
 
 
+async def domain_ready_on_nodes(env: EndToEnd, name: str) -> tuple[str, dict[str, Any]]:
+    """A CD ``name`` of NODES with a workload on each: its UID and the CD once `status.status`
+    (which NVIDIA's controller writes too; the conditions are ours alone) and every node are
+    Ready."""
+    cd = await env.create_cd(name, num_nodes=len(NODES))
+    await env.run_workload(workload(name, len(NODES), hostnames=NODES))
+    ready = await env.cd_until(
+        name,
+        lambda cd: status_ready(cd) and set(nodes_ready(cd)) == set(NODES),
+        "Ready on both nodes",
+        within=2 * START_WITHIN,
+    )
+    assert ready is not None
+    return str(cd["metadata"]["uid"]), ready
+
+
 async def example_domain(node_side: NodeSide) -> dict[str, Any]:
     """NVIDIA's example CD with a workload on both NODES, under whichever controller runs: once
     Ready and every process has its channel, what the daemons and processes were given
     (configured_as, the daemons' CDI environment, the processes' channels), then all deleted and
     the daemons gone."""
     env = node_side.env
-    cd = await env.create_cd("example", num_nodes=len(NODES))
-    uid = cd["metadata"]["uid"]
-    await env.run_workload(workload("example", len(NODES), hostnames=NODES))
-    # status.status, which NVIDIA's controller writes too (its conditions are ours alone).
-    ready = await env.cd_until(
-        "example",
-        lambda cd: status_ready(cd) and set(nodes_ready(cd)) == set(NODES),
-        "Ready on both nodes",
-        within=2 * START_WITHIN,
-    )
+    uid, ready = await domain_ready_on_nodes(env, "example")
     entries = status_nodes(ready)
     pods = await env.workload_pods(
         "example",
@@ -519,15 +526,7 @@ async def test_a_node_moved_to_another_clique_by_the_gpus_converges_with_nvidias
     mover, stayer = NODES[1], NODES[0]
     async with watching_indexes(kube, env.namespace, env.driver_namespace) as witness:
         await node_side.start()
-        cd = await env.create_cd("mover", num_nodes=len(NODES))
-        uid = cd["metadata"]["uid"]
-        await env.run_workload(workload("mover", len(NODES), hostnames=NODES))
-        ready = await env.cd_until(
-            "mover",
-            lambda cd: cd_ready(cd) and set(nodes_ready(cd)) == set(NODES),
-            "Ready on both nodes",
-            within=2 * START_WITHIN,
-        )
+        uid, ready = await domain_ready_on_nodes(env, "mover")
         await env.workload_pods(
             "mover",
             lambda pods: len(pods) == len(NODES) and all(pod_running(p) for p in pods.values()),
