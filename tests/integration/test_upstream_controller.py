@@ -305,13 +305,16 @@ async def written_for(
     # What a controller must not write for the case (host-managed: no daemons of its own).
     for kind in sorted(where.keys() - case.children):
         res, child, ns = where[kind]
-        objects[kind] = await absent_or_present(kube, res, child, ns)
+        objects[kind] = await absent_or_present(kube, res, child, ns, uid)
     return uid, objects
 
 
-async def absent_or_present(kube: KubeClient, res: r.Resource, name: str, namespace: str) -> Any:
+async def absent_or_present(
+    kube: KubeClient, res: r.Resource, name: str, namespace: str, cd_uid: str
+) -> Any:
+    """The object, normalised, or MISSING."""
     try:
-        return normalise(await kube.get(res, name, namespace), "")
+        return normalise(await kube.get(res, name, namespace), cd_uid)
     except ApiError as err:
         if not err.is_not_found:
             raise
