@@ -648,7 +648,8 @@ async def nvidias_upgrade_leaves_one_writer(
     )
     names = {pod["metadata"]["name"] for pod in running}
     # From here NVIDIA's controller runs beside ours. Before, ours was the only controller and
-    # may still have been writing (its conditions again, once the upgrade put our CRD back, say).
+    # may still have been writing (a CI run saw it write conditions 0.3 s into the upgrade, 2 s
+    # before it saw NVIDIA's new pod).
     beside_from = time.time()
 
     def warned(events: Objects) -> list[dict[str, Any]] | None:
