@@ -318,12 +318,20 @@ async def test_describe_names_a_daemon_nvidias_binary_refuses_to_start_and_where
     )
     assert f"{bad}: " in condition(stuck, "Ready")["message"]
 
-    code, out, err = await cdom(kubeconfig_path, "describe", "training", "-n", env.namespace)
-    print(out)
-    assert code == 1, err
-    lines = out.splitlines()
-    at = next(i for i, line in enumerate(lines) if line.startswith("First broken link:"))
-    link, problem, fix = lines[at : at + 3]
+    async def described_in_back_off() -> list[str] | None:
+        """The first broken link's three lines, once describe catches the pod in its back-off
+        (between two restarts the kubelet reports only the last exit: a snapshot)."""
+        code, out, err = await cdom(kubeconfig_path, "describe", "training", "-n", env.namespace)
+        print(out)
+        assert code == 1, err
+        lines = out.splitlines()
+        at = next(i for i, line in enumerate(lines) if line.startswith("First broken link:"))
+        found = lines[at : at + 3]
+        return found if "CrashLoopBackOff" in found[1] else None
+
+    link, problem, fix = await eventually(
+        described_in_back_off, within=30, what="describe naming the daemon's back-off"
+    )
     pod = await fleet.daemon_pod(cd["metadata"]["uid"], bad)
     pod_name = pod["metadata"]["name"]
     assert link == f"First broken link: IMEX daemon {env.driver_namespace}/{pod_name} on {bad}"
