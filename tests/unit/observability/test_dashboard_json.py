@@ -4,17 +4,25 @@ tests/integration/test_dashboard.py runs every query against a real Prometheus."
 
 from __future__ import annotations
 
-import itertools
 import json
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from tests.kit.promql import metric_names
 
 ROOT = Path(__file__).resolve().parents[3]
 DASHBOARD = ROOT / "manifests" / "dashboards" / "computedomain.json"
+RULES = ROOT / "manifests" / "prometheus" / "prometheus_rule.yaml"
+# Panels that count the domains an alert pages for: the alert's expression, per domain.
+COUNTS_OF_ALERT = (
+    "ComputeDomainNotReady",
+    "ComputeDomainWorkloadNotStarting",
+    "ComputeDomainCliqueSplit",
+)
+FILTERS = ', namespace=~"$namespace", name=~"$name"'
 # Metrics labelled namespace/name: their panels follow the two variables.
 PER_DOMAIN = frozenset(
     {
@@ -74,12 +82,38 @@ def test_no_hard_coded_job() -> None:
 @pytest.mark.parametrize(("title", "expr"), targets())
 def test_per_domain_series_follow_the_namespace_and_name_variables(title: str, expr: str) -> None:
     for metric in metric_names(expr) & PER_DOMAIN:
-        for before, part in itertools.pairwise(expr.split(metric + "{")):
-            if before.endswith("unless on (namespace, name) "):
-                continue  # removes deleting domains from a set selected already
+        chunks = expr.split(metric + "{")
+        for at, part in enumerate(chunks[1:], start=1):
+            before = (metric + "{").join(chunks[:at])
+            if "unless on (namespace, name)" in before:
+                continue  # removes domains from a set selected already (as the alert does)
             matchers = part.split("}", 1)[0]
             assert 'namespace=~"$namespace"' in matchers, f"{title}: {metric}"
             assert 'name=~"$name"' in matchers, f"{title}: {metric}"
+
+
+def one_line(expr: str) -> str:
+    return " ".join(expr.split()).replace("( ", "(").replace(" )", ")")
+
+
+@pytest.mark.parametrize("alert", COUNTS_OF_ALERT)
+def test_a_panel_named_after_an_alert_counts_the_domains_that_alert_pages_for(alert: str) -> None:
+    """The panel's query is the alert's, on the dashboard's job, with its selection filtered by
+    the namespace and name variables, counted: an SRE who opens the dashboard from the alert
+    sees the same domains (a panel that also counted idle ones once disagreed with it)."""
+    rules = yaml.safe_load(RULES.read_text())
+    expressions = {
+        rule["alert"]: rule["expr"]
+        for group in rules["spec"]["groups"]
+        for rule in group["rules"]
+        if "alert" in rule
+    }
+    panel = [expr for title, expr in targets() if title.endswith(f"(alert {alert})")]
+    assert len(panel) == 1, f"one panel titled '... (alert {alert})', found {len(panel)}"
+    expected = one_line(expressions[alert]).replace(
+        'job="computedomain-controller-metrics"', 'job="$job"'
+    )
+    assert one_line(panel[0]).replace(FILTERS, "") == f"count({expected}) or vector(0)"
 
 
 def test_process_panels() -> None:
