@@ -4,6 +4,11 @@ from __future__ import annotations
 
 import re
 
+from prometheus_client import CollectorRegistry
+
+from computedomain.observability.metrics import DomainMetrics
+from computedomain.runtime.metrics import RuntimeMetrics
+
 # Words of PromQL that are not metric names.
 PROMQL_WORDS = frozenset(
     {
@@ -30,3 +35,28 @@ def metric_names(expr: str) -> set[str]:
             continue
         names.add(word)
     return names
+
+
+def _controller_registry() -> CollectorRegistry:
+    registry = CollectorRegistry()
+    DomainMetrics(registry)
+    RuntimeMetrics(registry)
+    return registry
+
+
+def exported_metric_names() -> set[str]:
+    """Every family the controller's registry exports, counters with their `_total`."""
+    return {
+        family.name + ("_total" if family.type == "counter" else "")
+        for family in _controller_registry().collect()
+    }
+
+
+def exported_label_names() -> set[str]:
+    """Label names of the series a fresh controller exports (build_info's, the runtime's)."""
+    return {
+        label
+        for family in _controller_registry().collect()
+        for sample in family.samples
+        for label in sample.labels
+    }

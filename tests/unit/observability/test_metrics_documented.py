@@ -4,28 +4,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from prometheus_client import CollectorRegistry
-
-from computedomain.observability.metrics import DomainMetrics
-from computedomain.runtime.metrics import RuntimeMetrics
+from tests.kit.promql import exported_metric_names
 
 ROOT = Path(__file__).resolve().parents[3]
-
-
-def exported_names() -> set[str]:
-    registry = CollectorRegistry()
-    DomainMetrics(registry)
-    RuntimeMetrics(registry)
-    names = set()
-    for family in registry.collect():
-        names.add(family.name + ("_total" if family.type == "counter" else ""))
-    return names
 
 
 def test_every_exported_metric_is_in_the_metrics_tables() -> None:
     text = (ROOT / "docs" / "operations.md").read_text()
     metrics = text.split("\n## Metrics\n", 1)[1].split("\n## Alerts", 1)[0]
-    names = exported_names()
+    names = exported_metric_names()
     assert {"computedomain_build_info", "process_resident_memory_bytes", "python_info"} <= names
     undocumented = sorted(
         name
