@@ -4,7 +4,10 @@ key, and asserts the exact API calls (verb, resource, namespace/name) the reconc
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from dataclasses import replace
+from datetime import timedelta
 
 from computedomain.api import constants as c
 from computedomain.api.resources import CLIQUES, COMPUTE_DOMAINS
@@ -13,6 +16,7 @@ from computedomain.domain.reconciler import CHILDREN_FIRST_REQUEUE
 from computedomain.runtime import resources as r
 from computedomain.runtime.clock import format_time
 from computedomain.runtime.controller import Result
+from tests.kit.clock import settle
 from tests.kit.world import (
     DAEMON,
     DRIVER_NS,
@@ -204,6 +208,37 @@ async def test_deletion_with_daemon_pods_removes_children_and_labels_then_waits(
     assert world.recorder.events.count(("Normal", "Deleted")) == 3
 
 
+async def test_daemon_pods_hold_the_finalizer_until_daemon_pod_wait_timeout_then_not(
+    world: World,
+) -> None:
+    """DAEMON_POD_WAIT_TIMEOUT bounds the wait for daemon pods: before it the CD keeps its
+    finalizer (NVIDIA's plugin can still resolve it); past it the finalizer goes anyway, with
+    one DaemonPodsStuck Warning naming the pods, so a deletion never hangs on a dead node."""
+    timeout = SETTINGS.daemon_pod_wait_timeout
+    deleted_at = world.clock.wall() - timedelta(seconds=timeout - 1)
+    cd = world.client.add(
+        COMPUTE_DOMAINS,
+        compute_domain(finalizers=[c.FINALIZER], deletionTimestamp=format_time(deleted_at)),
+    )
+    pod = labelled(f"{DAEMON}-abcde", DRIVER_NS)
+    world.fill(cds=[cd], pods=[pod], service_accounts=[service_account()])
+
+    assert await world.reconcile(CDKey(NS, "cd")) == Result(requeue_after=2.0)
+    assert world.client.objects[("computedomains", NS, "cd")]["metadata"]["finalizers"]
+    assert ("Warning", "DaemonPodsStuck") not in world.recorder.events
+
+    await world.clock.advance(2)  # one second past the timeout
+    world.client.calls.clear()
+    assert await world.reconcile(CDKey(NS, "cd")) == Result()
+    assert ("patch", "computedomains", f"{NS}/cd") in world.client.calls
+    assert world.client.bodies[-1] == FINALIZER_REMOVED
+    assert world.recorder.events.count(("Warning", "DaemonPodsStuck")) == 1
+    assert (
+        f"{DAEMON}-abcde"
+        in world.recorder.notes[world.recorder.events.index(("Warning", "DaemonPodsStuck"))]
+    )
+
+
 async def test_a_retried_deletion_skips_what_is_already_gone(world: World) -> None:
     """The caches still show children the apiserver has deleted (their watch events are late)
     and the CD waits for a daemon pod: the next passes neither DELETE them again (each 404
@@ -281,6 +316,47 @@ async def test_an_orphan_is_removed_after_the_grace_period_and_a_live_check(
     assert world.recorder.events == []  # an orphan has no CD to report on
 
 
+async def test_an_orphan_waits_for_every_cache_to_sync_before_its_grace_period_starts(
+    world: World,
+) -> None:
+    """Until every cache has synced, a UID missing from the CD cache proves nothing (the CD
+    may not be listed yet): the orphan is looked at again, untouched, and its grace period
+    starts only once all caches have synced."""
+    daemonset = world.client.add(r.DAEMONSETS, labelled(c.daemon_name(GHOST), DRIVER_NS, GHOST))
+    world.caches.daemonsets[0].feed_list([daemonset])  # the CD cache has not listed yet
+    key = OrphanKey(GHOST)
+
+    assert await world.reconcile(key) == Result(requeue_after=1.0)
+    await world.clock.advance(SETTINGS.orphan_grace_period + 1)
+    assert await world.reconcile(key) == Result(requeue_after=1.0)
+    assert world.client.calls == []
+
+    world.fill(daemonsets=[daemonset], service_accounts=[service_account()])
+    assert await world.reconcile(key) == Result(requeue_after=SETTINGS.orphan_grace_period)
+    assert world.client.calls == []
+
+
+async def test_the_periodic_sweep_enqueues_every_orphan_each_interval(world: World) -> None:
+    """ORPHAN_SWEEP_INTERVAL: orphans no informer event names (a CD deleted while no
+    controller ran) are enqueued at start and again each interval, never in between."""
+    ghost_ds = world.client.add(r.DAEMONSETS, labelled(c.daemon_name(GHOST), DRIVER_NS, GHOST))
+    cd, *_ = with_children(world)["cds"]
+    world.fill(cds=[cd], daemonsets=[ghost_ds], service_accounts=[service_account()])
+    enqueued: list[OrphanKey] = []
+    sweep = asyncio.create_task(world.reconciler.sweeper.sweep_forever(enqueued.append, 60))
+    try:
+        await settle()
+        assert enqueued == [OrphanKey(GHOST)]  # not the live CD's UID
+        await world.clock.advance(59)
+        assert enqueued == [OrphanKey(GHOST)]
+        await world.clock.advance(1)
+        assert enqueued == [OrphanKey(GHOST)] * 2
+    finally:
+        sweep.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await sweep
+
+
 async def test_a_cd_gone_from_the_cache_is_routine(world: World) -> None:
     world.fill()
     assert await world.reconcile(CDKey(NS, "gone")) == Result()
@@ -343,6 +419,47 @@ async def test_pruning_spares_an_entry_whose_daemon_pod_the_cache_has_not_seen(
     await world.clock.advance(SETTINGS.orphan_grace_period / 2)
     await world.reconcile(CDKey(NS, "cd"))
     assert world.client.calls == []
+
+
+async def test_status_carries_the_generation_and_the_printer_column_counts(world: World) -> None:
+    """observedGeneration is the generation the status was computed for; nodeCount,
+    readyNodeCount and cliqueCount (kubectl get's Nodes, Ready-Nodes, Cliques) count the
+    projected nodes, the Ready ones, and the cliques they span."""
+    gates = {"name": c.FEATURE_GATES_ENV, "value": f"{c.GATE_CLIQUES}=true,"}
+    container = {"name": c.DAEMON_CONTAINER, "env": [gates]}  # its daemons write cliques
+    daemonset = labelled(DAEMON, DRIVER_NS)
+    daemonset["spec"] = {"template": {"spec": {"containers": [container]}}}
+    stores = with_children(world, daemonset)
+    stores["cds"][0]["metadata"]["generation"] = 3
+    daemons = {
+        "rack0.0": [("node-a", "10.0.0.1", c.STATUS_READY), ("node-b", "10.0.0.2", "NotReady")],
+        "rack1.0": [("node-c", "10.0.0.3", c.STATUS_READY)],
+    }
+    cliques, pods, nodes = [], [], []
+    for clique_id, entries in daemons.items():
+        cliques.append(
+            world.client.add(
+                CLIQUES, clique_of_cd(clique_id, [daemon_entry(*e, clique_id) for e in entries])
+            )
+        )
+        for node, ip, _ in entries:
+            pod = labelled(f"daemon-{node}", DRIVER_NS, **{c.CLIQUE_ID_LABEL: clique_id})
+            pod["spec"] = {"nodeName": node}
+            pod["status"] = {"phase": "Running", "podIP": ip}
+            pods.append(pod)
+            labels = {c.CD_LABEL: UID, c.GPU_CLIQUE_NODE_LABEL: clique_id}
+            ready = {"conditions": [{"type": "Ready", "status": "True"}]}
+            nodes.append({"metadata": {"name": node, "labels": labels}, "status": ready})
+    world.fill(
+        service_accounts=[service_account()], cliques=cliques, pods=pods, nodes=nodes, **stores
+    )
+
+    await world.reconcile(CDKey(NS, "cd"))
+
+    status = world.client.objects[("computedomains", NS, "cd")]["status"]
+    counts = [status[k] for k in ("nodeCount", "readyNodeCount", "cliqueCount")]
+    assert (status["observedGeneration"], counts) == (3, [3, 2, 2])
+    assert sorted(n["name"] for n in status["nodes"]) == ["node-a", "node-b", "node-c"]
 
 
 async def test_a_status_write_on_a_stale_version_is_a_conflict_and_requeues(
