@@ -142,8 +142,10 @@ async def test_toggling_the_cliques_gate_live_keeps_the_existing_domain_ready_an
         await env.controllers.stop_all()
         restarted = time.monotonic()
         controller = await env.start_controller(FEATURE_GATES=GATE[turned_on])
-        # Its first reconcile of every CD, under the new gate, is done.
-        await controller.wait_idle(within=30, timers=False)
+        # Its first reconcile of every CD, under the new gate, is done, and so is any requeue
+        # it scheduled within 10 s: a status write delayed by a timer must show up in `seen`
+        # here, not later, where the third node's join (NotReady for a moment) would hide it.
+        await controller.wait_idle(within=10)
         settled = time.monotonic() - restarted
         # The point of #1486: through the switch the CD never left Ready, nor lost a node.
         # (The third node's joining below is NotReady for a moment, as any join is: §9.3.)
