@@ -26,6 +26,7 @@ from computedomain.domain.labels import cd_uid_of
 from computedomain.runtime import objects
 from computedomain.runtime import resources as r
 from computedomain.runtime.client import ApiError
+from computedomain.runtime.event_types import NORMAL
 from computedomain.runtime.resources import Resource
 
 log = logging.getLogger(__name__)
@@ -108,7 +109,7 @@ class ChildMaker:
         if created:
             self._ctx.recorder.record(
                 obj,
-                "Normal",
+                NORMAL,
                 "Created",
                 "Create",
                 "Created " + ", ".join(what for what, _ in created),

@@ -37,6 +37,7 @@ from computedomain.api import constants as c
 from computedomain.domain.ports import CoexistenceMetricsSink
 from computedomain.domain.selectors import matches, parse_selector
 from computedomain.runtime import objects
+from computedomain.runtime.event_types import NORMAL, WARNING
 from computedomain.runtime.events import EventRecorder
 
 log = logging.getLogger(__name__)
@@ -573,7 +574,7 @@ class CoexistenceMonitor:
             if reported != self._reported_crd:
                 self._reported_crd = reported
                 message = crd_outdated_message(self.missing)
-                self._recorder.record(self._crd, "Warning", "CRDOutdated", "Detect", message)
+                self._recorder.record(self._crd, WARNING, "CRDOutdated", "Detect", message)
         if self._crd is not None:
             # Cluster-wide problems go on the CRD, once each: one per NVIDIA pod, not one per CD.
             # The pod is the Event's `related` object: Events about the same object with the
@@ -585,7 +586,7 @@ class CoexistenceMonitor:
                 self._reported_pods.add(uid)
                 self._recorder.record(
                     self._crd,
-                    "Warning",
+                    WARNING,
                     "ConcurrentController",
                     "Detect",
                     self._message(pod),
@@ -600,18 +601,18 @@ class CoexistenceMonitor:
             for reason, problem in problems:
                 if problem and problem not in self._reported_problems:
                     self._reported_problems.add(problem)
-                    self._recorder.record(self._crd, "Warning", reason, "Detect", problem)
+                    self._recorder.record(self._crd, WARNING, reason, "Detect", problem)
             if self._standing_by:
                 self._reported_standby = True
             elif self._reported_standby:
                 self._reported_standby = False
-                self._recorder.record(self._crd, "Normal", "Resumed", "Detect", RESUMED_NOTE)
+                self._recorder.record(self._crd, NORMAL, "Resumed", "Detect", RESUMED_NOTE)
         for uid, (ds, image) in self._drift.items():
             if (uid, image) in self._reported_drift:
                 continue
             self._reported_drift.add((uid, image))
             message = image_drift_message(ds, image, self._daemon_image)
-            self._recorder.record(ds, "Warning", "DaemonImageDrift", "Detect", message)
+            self._recorder.record(ds, WARNING, "DaemonImageDrift", "Detect", message)
 
     def _shares_our_lease(self, pod: Mapping[str, Any]) -> bool:
         return shares_lease(pod, self._own_lease)

@@ -67,8 +67,6 @@ ONE_CLIQUE = "OneClique"
 CLIQUE_NOT_SHARED = "CliqueNotShared"
 # hostManaged, yet a DaemonSet or daemon RCT made in driverManaged mode still exists.
 DRIVER_MANAGED_LEFTOVERS = "DriverManagedLeftovers"
-# The condition types hostManaged sets; our other types are removed in that mode.
-HOST_MANAGED_CONDITIONS = (c.CONDITION_READY, c.CONDITION_CHILDREN_READY)
 # A condition that is not True for one of these reasons is on its way, not wrong: a new CD
 # waiting for its workload, daemons within their grace period, nodes still joining
 # (spec.numNodes is informational, contract §14), a deletion someone asked for.
@@ -83,7 +81,6 @@ _MAX_LISTED = 5
 class ChildStatus(enum.Enum):
     OK = "Ok"
     CREATING = "Creating"
-    CREATED = "Creating"  # just created; the cache has not shown it yet
     MISSING = "Missing"
     FOREIGN = "Foreign"
     # The CD itself cannot work (e.g. no spec): nothing is created for it.

@@ -22,6 +22,7 @@ from computedomain.runtime import resources as r
 from computedomain.runtime.client import ApiError
 from computedomain.runtime.clock import parse_time
 from computedomain.runtime.controller import Result
+from computedomain.runtime.event_types import NORMAL, WARNING
 from computedomain.runtime.resources import Resource
 
 log = logging.getLogger(__name__)
@@ -83,7 +84,7 @@ class Cleanup:
             if regarding is not None and issued_delete:
                 ctx.recorder.record(
                     regarding,
-                    "Normal",
+                    NORMAL,
                     "Deleted",
                     "Delete",
                     f"Deleted {res.kind} {namespace}/{name}",
@@ -160,7 +161,7 @@ class Finalizer:
             names = ", ".join(sorted(objects.name(p) or "?" for p in pods))
             ctx.recorder.record(
                 obj,
-                "Warning",
+                WARNING,
                 "DaemonPodsStuck",
                 "Delete",
                 f"Daemon pods still present after {waited:.0f}s, removing the finalizer "
@@ -184,7 +185,7 @@ class Finalizer:
                     return Result(requeue=True)  # finalizers moved; re-read from the cache
                 else:
                     raise
-        ctx.recorder.record(obj, "Normal", "CleanedUp", "Delete", "Removed all children")
+        ctx.recorder.record(obj, NORMAL, "CleanedUp", "Delete", "Removed all children")
         ctx.metrics.forget_domain(cd.metadata.namespace, cd.metadata.name)
         ctx.forget(uid)
         log.info("Finalized ComputeDomain", extra={"uid": uid})

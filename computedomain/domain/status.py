@@ -27,12 +27,13 @@ from computedomain.domain.conditions import ChildKind, ChildState, DomainView
 from computedomain.domain.context import DomainMemory, ReconcileContext
 from computedomain.domain.keys import CDKey
 from computedomain.domain.modes import StatusMode, status_mode
-from computedomain.domain.transitions import ONCE_PER_DOMAIN, WARNING, transition_events
+from computedomain.domain.transitions import ONCE_PER_DOMAIN, transition_events
 from computedomain.domain.workload_check import WorkloadCheck
 from computedomain.runtime import objects
 from computedomain.runtime.client import ApiError
 from computedomain.runtime.clock import parse_time
 from computedomain.runtime.controller import Result
+from computedomain.runtime.event_types import WARNING
 
 log = logging.getLogger(__name__)
 

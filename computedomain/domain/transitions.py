@@ -35,9 +35,8 @@ from computedomain.domain.conditions import (
     WARNING_CONDITIONS,
     listing,
 )
+from computedomain.runtime.event_types import NORMAL, WARNING
 
-NORMAL = "Normal"
-WARNING = "Warning"
 # Placement findings: true for the domain's whole life once seen, and the advice does not
 # change, so a domain that flaps between sharing and not is told once.
 ONCE_PER_DOMAIN = frozenset({MULTIPLE_CLIQUES, CLIQUE_SHARED})

@@ -34,8 +34,6 @@ from computedomain.runtime.resources import EVENTS, Resource
 
 log = logging.getLogger(__name__)
 
-NORMAL = "Normal"
-WARNING = "Warning"
 MAX_NOTE_BYTES = 1024
 MAX_FIELD_LENGTH = 128
 _REFERENCE_FIELDS = ("apiVersion", "kind", "namespace", "name", "uid", "fieldPath")

@@ -107,7 +107,7 @@ EVERY_VERDICT = [
     view(nodes=(node("n1"), node("n2", clique="c.2")), pods=(pod("n1"), pod("n2"))),
     view(nodes=(node("n1"),), pods=(pod("n1"),), shared_cliques={CLIQUE: ("team/other",)}),
     view(children={**OK_CHILDREN, ChildKind.DAEMON_SET: ChildState(ChildStatus.FOREIGN, "x")}),
-    view(children={**OK_CHILDREN, ChildKind.DAEMON_SET: ChildState(ChildStatus.CREATED)}),
+    view(children={**OK_CHILDREN, ChildKind.DAEMON_SET: ChildState(ChildStatus.CREATING)}),
     view(missing_service_account="nvidia/sa"),
     view(children={ChildKind.SPEC: ChildState(ChildStatus.INVALID, "no spec")}),
     view(children={}),
@@ -206,7 +206,7 @@ def test_no_reason_is_a_condition_type_or_a_status_word() -> None:
             view(
                 nodes=(node("n1"),),
                 pods=(pod("n1"),),
-                children={**OK_CHILDREN, ChildKind.DAEMON_SET: ChildState(ChildStatus.CREATED)},
+                children={**OK_CHILDREN, ChildKind.DAEMON_SET: ChildState(ChildStatus.CREATING)},
             ),
             "False",
             "ChildrenNotReady",
