@@ -198,7 +198,14 @@ class ChildMaker:
             other = cd_uid_of(current)
             owner = next((str(CDKey.of(found)) for found in ctx.caches.cds_of(other or "")), None)
             advice = foreign_advice(cd, res, namespace, name, owner)
-            self._foreign[memo_key] = (ctx.clock.now(), advice)
+            now = ctx.clock.now()
+            # Expired memos are only ever replaced, and a deleted CD's never are: drop them
+            # here, so the memo holds no more than the refusals of the last recheck period.
+            for key in [
+                k for k, (at, _) in self._foreign.items() if now - at >= FOREIGN_RECHECK_SECONDS
+            ]:
+                del self._foreign[key]
+            self._foreign[memo_key] = (now, advice)
             ctx.metrics.inc_foreign_refused(res.kind)
             log.warning(
                 "Refused a foreign object", extra={"object": f"{namespace}/{name}", "owner": other}

@@ -85,8 +85,11 @@ class ComputeDomainReconciler:
             return Result() if standing_by else await self.sweeper.reconcile(key)
         obj = self._ctx.caches.compute_domain(key)
         if obj is None:
-            # Gone, also without our finalizer (removed by hand): its series go with it.
+            # Gone, also without our finalizer (removed by hand): its series go with it, and so
+            # does what this process remembered of it (by UID, which the key does not carry).
             self._ctx.metrics.forget_domain(key.namespace, key.name)
+            for uid in [uid for uid in self._ctx.memory if not self._ctx.caches.cds_of(uid)]:
+                self._ctx.forget(uid)
             return Result()
         if standing_by:
             return Result()

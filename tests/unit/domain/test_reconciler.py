@@ -11,6 +11,7 @@ from datetime import timedelta
 
 from computedomain.api import constants as c
 from computedomain.api.resources import CLIQUES, COMPUTE_DOMAINS
+from computedomain.domain.children import FOREIGN_RECHECK_SECONDS
 from computedomain.domain.keys import CDKey, OrphanKey
 from computedomain.domain.reconciler import CHILDREN_FIRST_REQUEUE
 from computedomain.runtime import resources as r
@@ -145,6 +146,44 @@ async def test_a_foreign_daemonset_is_refused_not_touched(world: World) -> None:
     foreign = world.client.objects[("daemonsets", DRIVER_NS, DAEMON)]
     assert "labels" not in foreign["metadata"]
     assert "deletionTimestamp" not in foreign["metadata"]
+
+
+async def test_a_refused_foreign_name_is_remembered_only_for_its_recheck_period(
+    world: World,
+) -> None:
+    """The memo of refused names spares the apiserver a create per reconcile; a memo whose
+    period is over is dropped when another refusal comes, so the memo of a CD deleted since
+    does not stay for the life of the process."""
+    first = world.client.add(COMPUTE_DOMAINS, compute_domain())
+    world.client.add(r.DAEMONSETS, {"metadata": {"name": DAEMON, "namespace": DRIVER_NS}})
+    world.fill(cds=[first], service_accounts=[service_account()])
+    await world.reconcile(CDKey(NS, "cd"))
+    memo = world.reconciler._children._foreign  # what this process keeps, not API state
+    assert list(memo) == [("daemonsets", DRIVER_NS, DAEMON)]
+
+    await world.clock.advance(FOREIGN_RECHECK_SECONDS)
+    other = {**compute_domain(), "metadata": {**compute_domain()["metadata"], "name": "other"}}
+    other["metadata"]["uid"] = GHOST
+    other["spec"] = {"numNodes": 0, "channel": {"resourceClaimTemplate": {"name": "other"}}}
+    world.client.add(
+        r.DAEMONSETS, {"metadata": {"name": c.daemon_name(GHOST), "namespace": DRIVER_NS}}
+    )
+    world.fill(cds=[world.client.add(COMPUTE_DOMAINS, other)], service_accounts=[service_account()])
+    await world.reconcile(CDKey(NS, "other"))
+    assert list(memo) == [("daemonsets", DRIVER_NS, c.daemon_name(GHOST))]
+
+
+async def test_a_cd_gone_from_the_cache_leaves_nothing_in_memory(world: World) -> None:
+    """What the process remembers of a CD (status window, grace timers) goes with it, also
+    when it left without our finalizer's pass (the finalizer removed by hand)."""
+    stores = with_children(world)
+    world.fill(service_accounts=[service_account()], **stores)
+    await world.reconcile(CDKey(NS, "cd"))
+    assert UID in world.reconciler._ctx.memory
+
+    world.caches.compute_domains.feed_list([])
+    assert await world.reconcile(CDKey(NS, "cd")) == Result()
+    assert world.reconciler._ctx.memory == {}
 
 
 async def test_deletion_with_daemon_pods_removes_children_and_labels_then_waits(
