@@ -13,7 +13,12 @@ sent), and may ``bump`` an object to play a writer that came in between.
 It also lists and watches as an informer needs: LIST pages (``limit``, a ``continue`` token that
 ``expire_continue`` makes answer 410 once), PartialObjectMetadata for ``metadata_only``, and a
 WATCH from a resourceVersion that streams every later write (410 Expired from before
-``compact``'s mark), until ``end_watches`` ends each stream cleanly. ``refuse`` answers any call
+``compact``'s mark), until ``end_watches`` ends each stream cleanly. Label selectors of every
+form (``k``, ``!k``, ``=``, ``!=``, ``in``, ``notin``; an unparsable one is a 400) and field
+selectors apply as the apiserver applies them; a merge patch changes metadata too; a JSON patch
+applies whole or not at all; a DELETE removes an object without finalizers at once and only
+marks one with them. tests/integration/test_fakeapi_agrees.py sends the same requests to the
+real apiserver and to this one and compares the answers. ``refuse`` answers any call
 with an error (an outage, a 429 with Retry-After, RBAC's 403: ``denied``), after recording it.
 """
 
@@ -22,7 +27,8 @@ from __future__ import annotations
 import asyncio
 import copy
 import itertools
-from collections.abc import AsyncIterator, Callable
+import re
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -184,7 +190,7 @@ class FakeApiServer:
         await asyncio.sleep(0)  # a round trip, as the watch's
         query = {"limit": limit, "continue_token": continue_token, "metadata_only": metadata_only}
         query["resource_version"] = more.get("resource_version")
-        if more.get("field_selector"):  # recorded, not applied: the caller filters again
+        if more.get("field_selector"):
             query["field_selector"] = more["field_selector"]
         self._record("list", res, namespace, label_selector or "", params=query)
         if continue_token in self.expire_continue:
@@ -193,7 +199,8 @@ class FakeApiServer:
         items = [
             _partial(obj) if metadata_only else copy.deepcopy(obj)
             for (plural, ns, _), obj in sorted(self.objects.items())
-            if plural == res.plural and _selected(obj, ns, namespace, label_selector)
+            if plural == res.plural
+            and _selected(obj, ns, namespace, label_selector, more.get("field_selector"))
         ]
         start = int(continue_token or 0)
         end = len(items) if limit is None else start + limit
@@ -210,6 +217,7 @@ class FakeApiServer:
         label_selector: str | None = None,
         resource_version: str | None = None,
         metadata_only: bool = False,
+        field_selector: str | None = None,
         **_: Any,
     ) -> AsyncIterator[tuple[str, Obj]]:
         """Every write after ``resource_version``, then each later one as it comes, until
@@ -227,16 +235,23 @@ class FakeApiServer:
                 since = rv
                 meta = obj["metadata"]
                 if plural == res.plural and _selected(
-                    obj, meta.get("namespace") or "", namespace, label_selector
+                    obj, meta.get("namespace") or "", namespace, label_selector, field_selector
                 ):
                     yield event, _partial(obj) if metadata_only else copy.deepcopy(obj)
             if generation == self._watch_generation and self._latest() == str(since):
                 await tick.wait()
 
     async def delete(self, res: Resource, name: str, namespace: str | None = None) -> None:
+        """As the apiserver: an object without finalizers is gone at once; one with finalizers
+        is marked (deletionTimestamp, a new resourceVersion) until they are removed."""
         self._record("delete", res, namespace, name)
         stored = self._stored(res, name, namespace)
-        stored["metadata"]["deletionTimestamp"] = "2025-01-01T00:00:00Z"
+        key = (res.plural, namespace or "", name)
+        if not stored["metadata"].get("finalizers"):
+            self._stored_as(key, "DELETED", stored)
+        elif not stored["metadata"].get("deletionTimestamp"):
+            stored["metadata"]["deletionTimestamp"] = "2025-01-01T00:00:00Z"
+            self._stored_as(key, "MODIFIED", stored)
 
     async def patch(
         self,
@@ -248,13 +263,15 @@ class FakeApiServer:
         subresource: str | None = None,
     ) -> Obj:
         self._record("patch", res, namespace, name, subresource or "", body=patch)
-        stored = self._stored(res, name, namespace)
+        # A patch applies whole or not at all (a failed test op leaves the object as it was).
+        stored = copy.deepcopy(self._stored(res, name, namespace))
         if patch_type == "json":
             for op in patch:
                 _apply(stored, op)
         else:
             self._precondition(res, stored, patch)
-            _merge(stored, {k: v for k, v in patch.items() if k != "metadata"})
+            _merge(stored, _writable(patch, subresource))
+        self.objects[(res.plural, namespace or "", name)] = stored
         if subresource == "status":
             for pruned in self.pruned_status_fields:
                 (stored.get("status") or {}).pop(pruned, None)
@@ -308,11 +325,85 @@ def denied(verb: str, res: Resource) -> ApiError:
     )
 
 
-def _selected(obj: Obj, ns: str, namespace: str | None, label_selector: str | None) -> bool:
-    key, _, value = (label_selector or "").partition("=")
-    return (namespace is None or ns == namespace) and (
-        not key or objects.labels(obj).get(key) == value
+def _selected(
+    obj: Obj,
+    ns: str,
+    namespace: str | None,
+    label_selector: str | None,
+    field_selector: str | None = None,
+) -> bool:
+    return (
+        (namespace is None or ns == namespace)
+        and label_selector_matches(label_selector or "", objects.labels(obj))
+        and _fields_match(field_selector or "", obj)
     )
+
+
+# One requirement of a label selector, as the apiserver parses it: `k`, `!k`, `k=v`, `k==v`,
+# `k!=v`, `k in (a,b)`, `k notin (a,b)`.
+_REQUIREMENT = re.compile(
+    r"\s*(?:!(?P<absent>[^\s!=,()]+)"
+    r"|(?P<key>[^\s!=,()]+)\s*(?:(?P<op>==|=|!=)\s*(?P<value>[^\s,()]*)"
+    r"|\s+(?P<set>in|notin)\s*\((?P<values>[^)]*)\))?)\s*(?:,|$)"
+)
+
+
+def label_selector_matches(selector: str, labels: Mapping[str, Any]) -> bool:
+    """Whether ``labels`` match ``selector`` (every requirement, comma = and); a selector the
+    apiserver would refuse raises, so a test cannot pass on one it never parsed."""
+    pos = 0
+    while pos < len(selector):
+        term = _REQUIREMENT.match(selector, pos)
+        if term is None or term.end() == pos:
+            raise ApiError(400, "BadRequest", f"unable to parse requirement: {selector[pos:]!r}")
+        pos = term.end()
+        if term["absent"]:
+            if term["absent"] in labels:
+                return False
+            continue
+        key, value = term["key"], labels.get(term["key"])
+        if term["op"] in ("=", "=="):
+            ok = value == term["value"]
+        elif term["op"] == "!=":
+            ok = value != term["value"]
+        elif term["set"]:
+            allowed = {v.strip() for v in term["values"].split(",")}
+            ok = value in allowed if term["set"] == "in" else value not in allowed
+        else:
+            ok = key in labels
+        if not ok:
+            return False
+    return True
+
+
+def _fields_match(selector: str, obj: Obj) -> bool:
+    """Field selectors (`path=value`, `path==value`, `path!=value`, comma = and) on the object's
+    fields, as the apiserver applies the ones each resource supports (ours: metadata.name,
+    metadata.namespace, a pod's status.phase and spec.nodeName)."""
+    for term in filter(None, selector.split(",")):
+        negate = "!=" in term
+        path, _, wanted = term.partition("!=" if negate else "=")
+        wanted = wanted.removeprefix("=")
+        value: Any = obj
+        for part in path.split("."):
+            value = value.get(part) if isinstance(value, dict) else None
+        if ((value or "") == wanted) == negate:
+            return False
+    return True
+
+
+def _writable(patch: Obj, subresource: str | None) -> Obj:
+    """What a merge patch may change: its metadata but the resourceVersion precondition and
+    the identity fields; on the status subresource, the status only."""
+    if subresource == "status":
+        return {"status": patch["status"]} if "status" in patch else {}
+    meta = {
+        k: v
+        for k, v in (patch.get("metadata") or {}).items()
+        if k not in ("resourceVersion", "name", "namespace", "uid", "creationTimestamp")
+    }
+    body = {k: v for k, v in patch.items() if k != "metadata"}
+    return {**body, "metadata": meta} if meta else body
 
 
 def _partial(obj: Obj) -> Obj:
