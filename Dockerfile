@@ -17,7 +17,7 @@ RUN uv export --quiet --frozen --no-dev --no-emit-project --format requirements-
         -o /tmp/requirements.txt \
     && python -m venv /opt/venv \
     && /opt/venv/bin/pip install --no-cache-dir --require-hashes --no-deps -r /tmp/requirements.txt
-COPY README.md ./
+COPY README.md LICENSE ./
 COPY computedomain ./computedomain
 # The project itself, as a wheel, without touching the locked dependencies.
 RUN uv build --wheel --out-dir /tmp/dist \
