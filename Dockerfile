@@ -1,9 +1,10 @@
 # syntax=docker/dockerfile:1
 # The computedomain controller image. Dependencies come only from uv.lock, hash-checked; the
 # runtime stage receives nothing but the virtualenv. The base is pinned by the digest of Docker
-# Hub's manifest list (amd64 and arm64 among its entries), as published in August 2026; a newer
-# base is a change here. hack/image.sh builds FROM a stand-in pinned by its own digest where
-# Docker Hub cannot be reached.
+# Hub's python:3.11-slim-bookworm manifest list as recorded in August 2026 (`skopeo inspect --raw
+# docker://docker.io/library/python:3.11-slim-bookworm` shows today's and its architectures); a
+# newer base is a change here. Where Docker Hub cannot be reached, hack/image.sh builds FROM a
+# stand-in pinned by its own digest instead.
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm@sha256:2e32f7d302adc1c37428355c1e646897c0c53f4fd60b6a551245fb90ee129f91
 
 FROM ${PYTHON_IMAGE} AS builder
