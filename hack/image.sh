@@ -5,8 +5,9 @@
 # also written with both images as an OCI layout, dist/computedomain-controller-<version>.oci,
 # and its digest printed: `skopeo copy --all --preserve-digests
 # oci:dist/computedomain-controller-<version>.oci:<version> docker://<registry>/<name>:<version>`
-# publishes it under that same digest. Then the arm64 image's --version runs under emulation
-# (through the list, podman run --arch arm64), and each architecture's size is printed. With
+# publishes it under that same digest. Each architecture's size is printed; then the list's
+# arm64 entry is checked to be the arm64 image, whose --version runs under emulation (podman run
+# --arch arm64; it checks that the process runs as aarch64). With
 # --run, also the smoke run of this machine's architecture's image with podman: --help,
 # --version, the list of installed modules (the controller's distribution, none of the lab's),
 # and the controller itself against a local control plane until it has reconciled
