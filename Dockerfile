@@ -1,8 +1,11 @@
 # syntax=docker/dockerfile:1
 # The computedomain controller image. Dependencies come only from uv.lock, hash-checked; the
-# runtime stage receives nothing but the virtualenv. For releases, pin both FROM lines by digest
-# (python:3.11-slim-bookworm@sha256:...).
-ARG PYTHON_IMAGE=python:3.11-slim-bookworm
+# runtime stage receives nothing but the virtualenv. The base is pinned by the digest of Docker
+# Hub's python:3.11-slim-bookworm manifest list as recorded in August 2026 (`skopeo inspect --raw
+# docker://docker.io/library/python:3.11-slim-bookworm` shows today's and its architectures); a
+# newer base is a change here. Where Docker Hub cannot be reached, hack/image.sh builds FROM a
+# stand-in pinned by its own digest instead.
+ARG PYTHON_IMAGE=python:3.11-slim-bookworm@sha256:2e32f7d302adc1c37428355c1e646897c0c53f4fd60b6a551245fb90ee129f91
 
 FROM ${PYTHON_IMAGE} AS builder
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
@@ -15,7 +18,7 @@ RUN uv export --quiet --frozen --no-dev --no-emit-project --format requirements-
         -o /tmp/requirements.txt \
     && python -m venv /opt/venv \
     && /opt/venv/bin/pip install --no-cache-dir --require-hashes --no-deps -r /tmp/requirements.txt
-COPY README.md ./
+COPY README.md LICENSE ./
 COPY computedomain ./computedomain
 # The project itself, as a wheel, without touching the locked dependencies.
 RUN uv build --wheel --out-dir /tmp/dist \

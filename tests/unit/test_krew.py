@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.kit.release import PROJECT_VERSION
+
 ROOT = Path(__file__).resolve().parents[2]
 TEMPLATE = ROOT / "manifests" / "krew" / "cdom.yaml"
 URI = "https://example.org/releases/v0.1.0/kubectl-cdom.tar.gz"
@@ -39,7 +41,7 @@ def test_the_manifest_is_the_template_filled_in_for_the_archive(built: Path) -> 
     assert manifest["apiVersion"] == "krew.googlecontainertools.github.com/v1alpha2"
     assert manifest["kind"] == "Plugin"
     assert manifest["metadata"] == template["metadata"] == {"name": "cdom"}
-    assert manifest["spec"]["version"] == "v0.1.0"
+    assert manifest["spec"]["version"] == f"v{PROJECT_VERSION}"
     assert manifest["spec"]["homepage"] == HOMEPAGE
     sha256 = hashlib.sha256(archive.read_bytes()).hexdigest()
     with tarfile.open(archive) as tar:

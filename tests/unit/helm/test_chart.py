@@ -13,6 +13,7 @@ import yaml
 
 from computedomain.api.constants import NVIDIA_COMPONENT_LABEL
 from computedomain.config import INERT_FLAGS, SETTINGS, parse_settings
+from tests.kit.release import PROJECT_VERSION
 from tests.unit.helm.support import (
     CHART,
     NVIDIA_VALUES,
@@ -97,8 +98,8 @@ def settings_from(objects: list[Obj], namespace: str) -> Any:
 def test_chart_metadata() -> None:
     chart = load(CHART / "Chart.yaml")
     assert chart["name"] == "computedomain-controller"
-    assert chart["version"] == "0.1.0"
-    assert chart["appVersion"] == "0.1.0"
+    assert chart["version"] == PROJECT_VERSION
+    assert chart["appVersion"] == PROJECT_VERSION
     assert chart["kubeVersion"] == ">=1.34.0-0"
 
 
@@ -270,7 +271,8 @@ def test_deployment_equals_manifests_manager_apart_from_documented_differences(
         assert c[key] == src_c[key], key
     for key in ("resources", "securityContext", "volumeMounts"):
         assert c[key] == src_c[key], key
-    assert c["image"] == "computedomain-controller:0.1.0"  # kustomization's newName:newTag
+    # kustomization's newName:newTag
+    assert c["image"] == f"computedomain-controller:{PROJECT_VERSION}"
     for key in ("serviceAccountName", "terminationGracePeriodSeconds", "securityContext"):
         assert pod[key] == src_pod[key], key
     for key in ("affinity", "tolerations", "volumes"):
@@ -293,7 +295,10 @@ def test_pod_labels(default: list[Obj]) -> None:
         "app.kubernetes.io/component": "controller",
         "app.kubernetes.io/part-of": "computedomain",
     }
-    assert deployment["metadata"]["labels"]["helm.sh/chart"] == "computedomain-controller-0.1.0"
+    assert (
+        deployment["metadata"]["labels"]["helm.sh/chart"]
+        == f"computedomain-controller-{PROJECT_VERSION}"
+    )
 
 
 @pytest.mark.parametrize(

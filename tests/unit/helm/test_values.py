@@ -25,6 +25,7 @@ from computedomain.devcluster.upstream import (
     upstream_required,
 )
 from computedomain.domain.selectors import matches, parse_selector
+from tests.kit.release import PROJECT_VERSION
 from tests.unit.helm.support import (
     CHART,
     NVIDIA_VALUES,
@@ -249,7 +250,7 @@ def test_image_is_nvidias_driver_image_and_controller_image_is_ours(helm: Path) 
     default = render(helm)
     # No NVIDIA release written: the controller reads the kubelet plugin's image.
     assert "IMAGE_NAME" not in env_of(default)
-    assert container(default)["image"] == "computedomain-controller:0.1.0"
+    assert container(default)["image"] == f"computedomain-controller:{PROJECT_VERSION}"
     assert container(default)["imagePullPolicy"] == "IfNotPresent"
 
     moved = render(
