@@ -140,7 +140,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=[],
         help="with --as: act as a member of this group too (repeat for more)",
     )
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    commands = parser.add_subparsers(
+        dest="command",
+        required=True,
+        metavar="COMMAND",
+        help="one of these (`kubectl cdom COMMAND --help` explains its flags):",
+    )
     cliques = commands.add_parser(
         "cliques",
         help="per NVLink clique: nodes, Ready, held by a domain, free; which domains hold them",
@@ -278,9 +283,11 @@ async def _list(
 async def _cliques(args: argparse.Namespace) -> int:
     client = await _client(args)
     try:
-        nodes, domains = await asyncio.gather(_nodes(client), _domains(client))
+        nodes, (domains, hidden) = await asyncio.gather(_nodes(client), _domains(client))
     finally:
         await client.close()
+    if hidden:
+        print(f"not shown (forbidden): {hidden}", file=sys.stderr)
     rows = clique_capacity(nodes, domains)
     fit: tuple[bool, str] | None = fits_message(rows, args.fits) if args.fits else None
     if args.output == "table":
@@ -305,21 +312,17 @@ async def _nodes(client: KubeClient) -> list[Obj]:
         ) from None
 
 
-async def _domains(client: KubeClient) -> list[Obj]:
+async def _domains(client: KubeClient) -> tuple[list[Obj], str]:
     """Every ComputeDomain, else (list forbidden cluster-wide) those of the context's
-    namespace: the nodes other domains hold are then shown by the domain's UID."""
+    namespace, and what is not shown then: the nodes other domains hold show their UID."""
     try:
-        return await _list(client, COMPUTE_DOMAINS)
+        return await _list(client, COMPUTE_DOMAINS), ""
     except ForbiddenError:
         pass
     unseen = Unseen()
     domains = await unseen.read("", _list(client, COMPUTE_DOMAINS, client.namespace))
     outside = "" if unseen.names else f" outside namespace {client.namespace}"
-    print(
-        f"not shown (forbidden): the names of ComputeDomains{outside} (shown by UID)",
-        file=sys.stderr,
-    )
-    return domains
+    return domains, f"the names of ComputeDomains{outside} (shown by UID)"
 
 
 async def _describe(args: argparse.Namespace) -> int:
