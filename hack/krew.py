@@ -134,6 +134,13 @@ def build_zipapp(target: Path) -> Path:
                 destination.parent.mkdir(parents=True, exist_ok=True)
                 shutil.copy2(source.with_suffix(".py"), destination)
         (tree / "__main__.py").write_text(MAIN)
+        # The distribution's metadata, as an install leaves it: --version reads it there.
+        version = metadata.version("computedomain")
+        dist_info = tree / f"computedomain-{version}.dist-info"
+        dist_info.mkdir()
+        (dist_info / "METADATA").write_text(
+            f"Metadata-Version: 2.1\nName: computedomain\nVersion: {version}\n"
+        )
         for path in tree.rglob("*"):  # zip entries carry times: fixed, for the same bytes
             os.utime(path, (ZIP_EPOCH, ZIP_EPOCH))
         app = target / "kubectl-cdom"

@@ -45,6 +45,8 @@ class Chain:
     # The last lines of the first daemon that is not Ready (its previous run's after a
     # restart), when the kubelet serves them: where a real daemon's own words are.
     daemon_log: str = ""
+    # What RBAC refused to list (e.g. "nodes"): empty above, and named in one line.
+    not_shown: list[str] = field(default_factory=list)
 
     @property
     def namespace(self) -> str:
@@ -326,7 +328,8 @@ def render(chain: Chain, finding: Finding | None) -> str:
         d.get("nodeName"): d for clique in chain.cliques for d in clique.get("daemons") or []
     }
     daemons_by_node = {p["spec"].get("nodeName"): p for p in chain.daemon_pods}
-    lines.append(f"Nodes ({len(chain.nodes)}):")
+    hidden = "nodes" in chain.not_shown
+    lines.append("Nodes: not shown" if hidden else f"Nodes ({len(chain.nodes)}):")
     for node in sorted(chain.nodes, key=lambda n: n["metadata"]["name"]):
         node_name = node["metadata"]["name"]
         clique = (node["metadata"].get("labels") or {}).get(c.GPU_CLIQUE_NODE_LABEL) or "-"
@@ -351,6 +354,8 @@ def render(chain: Chain, finding: Finding | None) -> str:
     if recent:
         lines.append("Events:")
         lines += [f"  {line}" for line in recent]
+    if chain.not_shown:
+        lines.append(f"not shown (forbidden): {', '.join(chain.not_shown)}")
     if finding is None:
         lines.append("No broken link: the domain is Ready.")
     else:

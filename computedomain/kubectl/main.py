@@ -1,10 +1,17 @@
 """The ``kubectl-computedomain`` console script (also ``kubectl-cdom``): kubectl finds it on the
 PATH as the plugin ``kubectl computedomain`` / ``kubectl cdom``.
 
+Global flags follow kubectl's: ``--kubeconfig``, ``--context``, ``--as``/``--as-group``
+(impersonation headers on every request) and ``--version``; a namespaced command defaults to the
+context's namespace (else the pod's in-cluster, else ``default``).
+
 Exit codes: 0 done (``--fits``: the job fits; ``describe``: the domain is Ready in a clique of its
 own; ``doctor``: no check failed), 1 ``--fits``: it does not fit now, ``describe``: a broken link
 was named, ``doctor``: a check failed, 2 bad usage, 3 the cluster could not be read or the domain
-does not exist (one line says why).
+does not exist (one line says why; a refusal, 403, too: ``cliques`` when Nodes cannot be listed,
+``describe`` when the domain or its namespace's pods and ResourceClaimTemplates cannot be read).
+``describe`` as a user who may read only the domain's namespace still answers 0 or 1 from what it
+read, and names in one line what it skipped as forbidden (Nodes, the IMEX daemons, ...).
 """
 
 from __future__ import annotations
@@ -14,7 +21,7 @@ import asyncio
 import json
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from dataclasses import asdict
 from datetime import UTC, datetime
 from typing import Any
@@ -22,6 +29,7 @@ from typing import Any
 import aiohttp
 import yaml
 
+from computedomain import distribution_version
 from computedomain.api import constants as c
 from computedomain.api.resources import CLIQUES, COMPUTE_DOMAINS
 from computedomain.domain.coexistence import CD_CRD_NAME, CLIQUE_CRD_NAME
@@ -29,13 +37,14 @@ from computedomain.kubectl import doctor
 from computedomain.kubectl.cliques import clique_capacity, fits_message, table
 from computedomain.kubectl.describe import (
     Chain,
+    Obj,
     channel_domain_ids,
     first_broken_link,
     first_unready_daemon,
     regarding,
     render,
 )
-from computedomain.runtime.client import ApiError, KubeClient, load_client
+from computedomain.runtime.client import ApiError, Impersonation, KubeClient, load_client
 from computedomain.runtime.errors import StartupError
 from computedomain.runtime.resources import (
     CUSTOM_RESOURCE_DEFINITIONS,
@@ -66,16 +75,77 @@ class ClusterError(RuntimeError):
     """The cluster could not be read; the message is one line."""
 
 
+class ForbiddenError(ClusterError):
+    """A read the user's RBAC refuses (403): a command may skip it and say so."""
+
+
+class Unseen:
+    """What a command skipped because RBAC refused it, in the order it was asked for (reads
+    run concurrently: refusals arrive in any order, the line names them in a fixed one)."""
+
+    def __init__(self) -> None:
+        self._asked: list[str] = []
+        self._refused: set[str] = set()
+
+    @property
+    def names(self) -> list[str]:
+        return [name for name in dict.fromkeys(self._asked) if name in self._refused]
+
+    def read(self, name: str, reading: Awaitable[list[Obj]]) -> Awaitable[list[Obj]]:
+        """``reading``'s items, or none when it is forbidden (then ``name`` is named)."""
+        self._asked.append(name)
+        return self._read(name, reading)
+
+    async def _read(self, name: str, reading: Awaitable[list[Obj]]) -> list[Obj]:
+        try:
+            return await reading
+        except ForbiddenError:
+            self._refused.add(name)
+            return []
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="kubectl computedomain",
-        description="NVIDIA ComputeDomains at a glance (also `kubectl cdom`).",
+        description="NVIDIA ComputeDomains at a glance (also `kubectl cdom`). The global flags "
+        "go before the command, as kubectl's: `kubectl cdom --context prod describe job`.",
+    )
+    parser.add_argument(
+        "--version",
+        action="version",
+        version=f"kubectl-cdom {distribution_version()}",
+        help="print the plugin's version and exit",
     )
     parser.add_argument(
         "--kubeconfig",
         help="kubeconfig file (default: $KUBECONFIG, in-cluster credentials, ~/.kube/config)",
     )
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    parser.add_argument(
+        "--context",
+        help="the kubeconfig context to use (default: its current-context); its namespace is "
+        "the default of -n",
+    )
+    parser.add_argument(
+        "--as",
+        dest="as_user",
+        metavar="USER",
+        help="act as this user, e.g. system:serviceaccount:NAMESPACE:NAME (Impersonate-User "
+        "header on every request; you need RBAC's impersonate verb on that user)",
+    )
+    parser.add_argument(
+        "--as-group",
+        dest="as_groups",
+        metavar="GROUP",
+        action="append",
+        default=[],
+        help="with --as: act as a member of this group too (repeat for more)",
+    )
+    commands = parser.add_subparsers(
+        dest="command",
+        required=True,
+        metavar="COMMAND",
+        help="one of these (`kubectl cdom COMMAND --help` explains its flags):",
+    )
     cliques = commands.add_parser(
         "cliques",
         help="per NVLink clique: nodes, Ready, held by a domain, free; which domains hold them",
@@ -86,7 +156,9 @@ def build_parser() -> argparse.ArgumentParser:
             "restarts), then <none>: nodes without one. Per row: nodes in total, Ready, held by "
             "a ComputeDomain (node label resource.nvidia.com/computeDomain), free (Ready, "
             "schedulable, held by none), and the domains holding nodes there. One LIST of Nodes "
-            "and one of ComputeDomains."
+            "and one of ComputeDomains, both cluster-wide: it needs list on nodes (a "
+            "ClusterRole); without list on computedomains in all namespaces it reads those of "
+            "the context's namespace and shows the other holders by UID."
         ),
     )
     cliques.add_argument(
@@ -105,12 +177,19 @@ def build_parser() -> argparse.ArgumentParser:
             "its workload pods and the latest Events of each, then the first broken link in the "
             "order a domain comes up (controller, children, workload, node, daemon, clique, "
             "Ready; then whether it is one NVLink clique of its own), named, with what to do. "
-            "Exit 0 when the domain is Ready in a clique of its own, 1 when a link is broken."
+            "Exit 0 when the domain is Ready in a clique of its own, 1 when a link is broken. "
+            "Reads in the domain's namespace what lives there (the domain, its workload pods and "
+            "template, Events); Nodes, the IMEX daemons and their DaemonSets, cliques, "
+            "controller pods and other namespaces' claims cluster-wide: what RBAC forbids is "
+            "skipped and named in one line, and the verdict comes from what was read."
         ),
     )
     describe.add_argument("name", help="the ComputeDomain's name")
     describe.add_argument(
-        "-n", "--namespace", default="default", help="its namespace (default: default)"
+        "-n",
+        "--namespace",
+        help="its namespace (default: the context's namespace, else the pod's when run "
+        "in-cluster, else default)",
     )
     checkup = commands.add_parser(
         "doctor",
@@ -193,7 +272,10 @@ async def _list(
             return []
         if err.is_not_found and what is CLIQUES:
             return []  # an older CRD set: the daemons write status.nodes instead
-        raise ClusterError(f"cannot list {what.plural}: {err}") from None
+        where = f" in namespace {namespace}" if namespace else ""
+        if err.is_forbidden:
+            raise ForbiddenError(f"cannot list {what.plural}{where}: {err}") from None
+        raise ClusterError(f"cannot list {what.plural}{where}: {err}") from None
     items: list[dict[str, Any]] = listing.get("items") or []
     return items
 
@@ -201,9 +283,11 @@ async def _list(
 async def _cliques(args: argparse.Namespace) -> int:
     client = await _client(args)
     try:
-        nodes, domains = await asyncio.gather(_list(client, NODES), _list(client, COMPUTE_DOMAINS))
+        nodes, (domains, hidden) = await asyncio.gather(_nodes(client), _domains(client))
     finally:
         await client.close()
+    if hidden:
+        print(f"not shown (forbidden): {hidden}", file=sys.stderr)
     rows = clique_capacity(nodes, domains)
     fit: tuple[bool, str] | None = fits_message(rows, args.fits) if args.fits else None
     if args.output == "table":
@@ -218,10 +302,33 @@ async def _cliques(args: argparse.Namespace) -> int:
     return EXIT_NO_FIT if fit is not None and not fit[0] else 0
 
 
+async def _nodes(client: KubeClient) -> list[Obj]:
+    try:
+        return await _list(client, NODES)
+    except ForbiddenError as err:
+        raise ClusterError(
+            f"{err}: cliques reads every Node; a ClusterRole with list on nodes and "
+            "computedomains.resource.nvidia.com, bound to you by a ClusterRoleBinding, grants it"
+        ) from None
+
+
+async def _domains(client: KubeClient) -> tuple[list[Obj], str]:
+    """Every ComputeDomain, else (list forbidden cluster-wide) those of the context's
+    namespace, and what is not shown then: the nodes other domains hold show their UID."""
+    try:
+        return await _list(client, COMPUTE_DOMAINS), ""
+    except ForbiddenError:
+        pass
+    unseen = Unseen()
+    domains = await unseen.read("", _list(client, COMPUTE_DOMAINS, client.namespace))
+    outside = "" if unseen.names else f" outside namespace {client.namespace}"
+    return domains, f"the names of ComputeDomains{outside} (shown by UID)"
+
+
 async def _describe(args: argparse.Namespace) -> int:
     client = await _client(args)
     try:
-        chain = await gather_chain(client, args.namespace, args.name)
+        chain = await gather_chain(client, args.namespace or client.namespace, args.name)
     finally:
         await client.close()
     finding = first_broken_link(chain)
@@ -231,58 +338,68 @@ async def _describe(args: argparse.Namespace) -> int:
 
 async def gather_chain(client: KubeClient, namespace: str, name: str) -> Chain:
     """Everything of one domain, one LIST per kind (label-selected by its UID where the
-    controller labels the objects; its workload pods by the claim template they use)."""
+    controller labels the objects; its workload pods by the claim template they use).
+
+    What lives in the domain's namespace is read there, and must be readable: the domain, its
+    workload pods and template. The rest is cluster-wide (its IMEX daemons and their
+    DaemonSets and templates, Nodes, cliques, other namespaces' claims, controller pods) or
+    Events: what RBAC forbids is skipped and named in ``chain.not_shown``, so a user who may
+    read only their namespace still gets the chain and verdict as far as it goes."""
     try:
         cd = await client.get(COMPUTE_DOMAINS, name, namespace)
     except ApiError as err:
         if err.is_not_found:
             raise ClusterError(f"ComputeDomain {namespace}/{name} not found") from None
         raise ClusterError(f"cannot read ComputeDomain {namespace}/{name}: {err}") from None
-    selector = f"{c.CD_LABEL}={cd['metadata']['uid']}"
+    uid = cd["metadata"]["uid"]
+    selector = f"{c.CD_LABEL}={uid}"
     chain = Chain(cd)
-    listed, (our_pods, chain.nvidia_controller_pods) = await asyncio.gather(
-        asyncio.gather(
-            _list(client, DAEMONSETS, None, selector),
-            _list(client, RESOURCE_CLAIM_TEMPLATES, None, selector),
-            _list(client, PODS, None, selector),
-            _list(client, CLIQUES, None, selector),
-            _list(client, NODES, None, selector),
-            _list(client, PODS, namespace),
-            _list(client, RESOURCE_CLAIMS),
-        ),
-        _controller_pods(client),
-    )
+    unseen = Unseen()
     (
         chain.daemonsets,
-        templates,
+        chain.daemon_templates,
         chain.daemon_pods,
         chain.cliques,
         chain.nodes,
-        pods,
         claims,
-    ) = listed
+        templates,
+        pods,
+        our_pods,
+        *nvidia_pods,
+    ) = await asyncio.gather(
+        unseen.read("IMEX DaemonSets", _list(client, DAEMONSETS, None, selector)),
+        unseen.read(
+            "IMEX daemon ResourceClaimTemplates",
+            _list(
+                client,
+                RESOURCE_CLAIM_TEMPLATES,
+                None,
+                f"{selector},{c.TARGET_LABEL}={c.TARGET_DAEMON}",
+            ),
+        ),
+        unseen.read("IMEX daemon pods", _list(client, PODS, None, selector)),
+        unseen.read("ComputeDomainCliques", _list(client, CLIQUES, None, selector)),
+        unseen.read("nodes", _list(client, NODES, None, selector)),
+        unseen.read("ResourceClaims of other namespaces", _list(client, RESOURCE_CLAIMS)),
+        _list(client, RESOURCE_CLAIM_TEMPLATES, namespace, selector),
+        _list(client, PODS, namespace),
+        # Our controller's pods and NVIDIA's (one LIST per selector of its chart).
+        *(
+            unseen.read("controller pods", _list(client, PODS, None, pods_of))
+            for pods_of in (OWN_PODS, *c.NVIDIA_CONTROLLER_SELECTORS)
+        ),
+    )
+    chain.nvidia_controller_pods = [pod for found in nvidia_pods for pod in found]
     ours = doctor.our_pod(our_pods)
     seen = [o["metadata"]["namespace"] for o in chain.daemonsets + chain.nvidia_controller_pods]
     chain.own_lease = doctor.our_lease(ours, doctor.driver_namespace(ours, *seen))
-    uid = cd["metadata"]["uid"]
     chain.foreign_claims = [
         claim
         for claim in claims
         if claim["metadata"]["namespace"] != namespace and uid in channel_domain_ids(claim)
     ]
-    chain.daemon_templates = [
-        t
-        for t in templates
-        if (t["metadata"].get("labels") or {}).get(c.TARGET_LABEL) == c.TARGET_DAEMON
-    ]
     chain.workload_template = next(
-        (
-            t
-            for t in templates
-            if t["metadata"]["namespace"] == namespace
-            and t["metadata"]["name"] == chain.template_name
-        ),
-        None,
+        (t for t in templates if t["metadata"]["name"] == chain.template_name), None
     )
     chain.workload_pods = [
         pod
@@ -297,10 +414,16 @@ async def gather_chain(client: KubeClient, namespace: str, name: str) -> Chain:
     about |= {("DaemonSet", o["metadata"]["name"]) for o in chain.daemonsets}
     namespaces = {namespace, *(o["metadata"]["namespace"] for o in chain.daemonsets)}
     listed, chain.daemon_log = await asyncio.gather(
-        asyncio.gather(*(_list(client, EVENTS, ns) for ns in sorted(namespaces))),
+        asyncio.gather(
+            *(
+                unseen.read(f"Events in {ns}", _list(client, EVENTS, ns))
+                for ns in sorted(namespaces)
+            )
+        ),
         _daemon_log(client, first_unready_daemon(chain)),
     )
     chain.events = [event for events in listed for event in events if regarding(event) in about]
+    chain.not_shown = unseen.names
     return chain
 
 
@@ -467,23 +590,49 @@ async def gather_install(
     return install
 
 
+def impersonation(args: argparse.Namespace) -> Impersonation | None:
+    """``--as``/``--as-group`` as the client sends them (None: act as the kubeconfig's user)."""
+    if args.as_user is None:
+        return None
+    return Impersonation(args.as_user, tuple(args.as_groups))
+
+
 async def _client(args: argparse.Namespace) -> KubeClient:
     try:
         kubeconfig = args.kubeconfig or os.environ.get("KUBECONFIG") or None
-        return await load_client(kubeconfig, QPS, BURST, field_manager="kubectl-computedomain")
+        return await load_client(
+            kubeconfig,
+            QPS,
+            BURST,
+            field_manager="kubectl-computedomain",
+            context=args.context,
+            impersonate=impersonation(args),
+        )
     except StartupError as err:
         raise ClusterError(str(err)) from None
 
 
+def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.as_groups and args.as_user is None:
+        # kubectl refuses it too: a group is impersonated only along with a user.
+        parser.error("--as-group needs --as")
+    return args
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = parse(argv)
     command = {"describe": _describe, "doctor": _doctor}.get(args.command, _cliques)
     try:
         return asyncio.run(command(args))
     except ClusterError as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_CLUSTER
-    except (OSError, TimeoutError) as err:
+    except ApiError as err:  # a request no command turned into words: still one line
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_CLUSTER
+    except (OSError, TimeoutError, aiohttp.ClientError) as err:
         print(f"error: cannot reach the cluster: {err}", file=sys.stderr)
         return EXIT_CLUSTER
 

@@ -17,6 +17,7 @@ import logging
 import ssl
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 from urllib.parse import urlsplit
 
@@ -147,6 +148,7 @@ class CredentialConnection:
 
     def __init__(self, credentials: Credentials, authenticator: Authenticator) -> None:
         self.base_url = credentials.server.rstrip("/")
+        self.namespace = credentials.namespace
         self.server_hostname = credentials.tls_server_name
         self.proxy = credentials.proxy
         self.authenticator = authenticator
@@ -173,12 +175,28 @@ class CredentialConnection:
 
 
 async def connect(
-    first: ResolverRun, kubeconfig: str | None, clock: Clock | None = None
+    first: ResolverRun,
+    kubeconfig: str | None,
+    clock: Clock | None = None,
+    context: str | None = None,
 ) -> CredentialConnection:
     """Wait for ``first`` (started early) and build the connection; refreshes fork anew."""
     credentials = await first.result()
-    authenticator = Authenticator(credentials, lambda: resolve(kubeconfig), clock)
+    authenticator = Authenticator(credentials, lambda: resolve(kubeconfig, context), clock)
     return CredentialConnection(credentials, authenticator)
+
+
+@dataclass(frozen=True)
+class Impersonation:
+    """Who every request acts as (kubectl's --as and --as-group): the apiserver authorizes the
+    request as this user, if the caller may impersonate them."""
+
+    user: str
+    groups: tuple[str, ...] = ()
+
+    def headers(self) -> list[tuple[str, str]]:
+        # One Impersonate-Group header per group, as client-go sends them.
+        return [("Impersonate-User", self.user)] + [("Impersonate-Group", g) for g in self.groups]
 
 
 class KubeClient:
@@ -193,8 +211,13 @@ class KubeClient:
         clock: Clock | None = None,
         max_retries: int = DEFAULT_MAX_RETRIES,
         max_retry_wait: float = DEFAULT_MAX_RETRY_WAIT,
+        impersonate: Impersonation | None = None,
+        namespace: str = "default",
     ) -> None:
         self.connection = connection
+        self.impersonate = impersonate
+        # What a namespaced command defaults to: the kubeconfig context's namespace (kubectl's).
+        self.namespace = namespace
         self.max_retries = max_retries
         self.max_retry_wait = max_retry_wait
         self.field_manager = field_manager
@@ -325,9 +348,12 @@ class KubeClient:
         authorization: str | None,
         client_timeout: aiohttp.ClientTimeout | None,
     ) -> aiohttp.ClientResponse:
-        headers = {"Accept": accept, "Content-Type": content_type}
+        # Pairs, not a dict: impersonating several groups repeats Impersonate-Group.
+        headers = [("Accept", accept), ("Content-Type", content_type)]
         if authorization:
-            headers["Authorization"] = authorization
+            headers.append(("Authorization", authorization))
+        if self.impersonate is not None:
+            headers += self.impersonate.headers()
         return await self.connection.session.request(
             method,
             self.connection.base_url + path,
@@ -635,17 +661,26 @@ async def load_client(
     metrics: RuntimeMetrics | None = None,
     request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
     resolver: ResolverRun | None = None,
+    context: str | None = None,
+    impersonate: Impersonation | None = None,
 ) -> KubeClient:
     """Build a client from ``kubeconfig``, else in-cluster credentials, else ~/.kube/config.
 
-    ``resolver`` is the credential child if the caller started it early. Unusable credentials
-    raise StartupError with one line naming the file and the reason.
+    ``resolver`` is the credential child if the caller started it early. ``context`` picks a
+    kubeconfig context other than its current one (kubectl's --context); ``impersonate`` sends
+    every request as another user (kubectl's --as). The client's ``namespace`` is the context's,
+    else the pod's (in-cluster), else ``default``. Unusable credentials raise StartupError with
+    one line naming the file and the reason.
     """
-    connection = await connect(resolver or ResolverRun(kubeconfig), kubeconfig)
+    connection = await connect(
+        resolver or ResolverRun(kubeconfig, context), kubeconfig, context=context
+    )
     return KubeClient(
         connection,
         field_manager=field_manager,
         metrics=metrics,
         rate_limiter=TokenBucket(qps, burst),
         request_timeout=request_timeout,
+        impersonate=impersonate,
+        namespace=connection.namespace or "default",
     )

@@ -63,6 +63,9 @@ class Credentials:
     authorization: str | None = None  # the whole header value: "Bearer ..." or "Basic ..."
     expires_at: datetime | None = None  # the exec plugin's expirationTimestamp
     token_file: str | None = None  # re-read periodically (in-cluster projected token)
+    # The namespace a command defaults to, as kubectl picks it: the context's, else the pod's
+    # (in-cluster), else None (the caller's default).
+    namespace: str | None = None
 
     def to_json(self) -> str:
         answer: dict[str, Any] = {f.name: getattr(self, f.name) for f in fields(self)}
@@ -101,17 +104,19 @@ def _kubeconfig_path(kubeconfig: str | None) -> str | None:
     return path if kubeconfig or os.path.isfile(path) else None
 
 
-def resolver_args(kubeconfig: str | None) -> list[str]:
-    """The child's arguments: ``kubeconfig``, else in-cluster credentials, else ~/.kube/config."""
-    if kubeconfig is None and _in_cluster():
+def resolver_args(kubeconfig: str | None, context: str | None = None) -> list[str]:
+    """The child's arguments: ``kubeconfig``, else in-cluster credentials, else ~/.kube/config.
+    A ``context`` names one of a kubeconfig's contexts, so it never means in-cluster."""
+    if kubeconfig is None and context is None and _in_cluster():
         return ["--in-cluster"]
     path = _kubeconfig_path(kubeconfig)
     if path is None:
+        where = "" if context is None else f" (context {context!r} needs a kubeconfig)"
         raise StartupError(
             f"no credentials: KUBECONFIG is empty, this is not a pod with a service account, "
-            f"and {DEFAULT_KUBECONFIG} does not exist"
+            f"and {DEFAULT_KUBECONFIG} does not exist{where}"
         )
-    return ["--kubeconfig", path]
+    return ["--kubeconfig", path] + ([] if context is None else ["--context", context])
 
 
 def interpreter(executable: str | None = None, prefix: str | None = None) -> str:
@@ -136,11 +141,11 @@ def interpreter(executable: str | None = None, prefix: str | None = None) -> str
 class ResolverRun:
     """One resolver child, started at once so its imports overlap the caller's own."""
 
-    def __init__(self, kubeconfig: str | None) -> None:
+    def __init__(self, kubeconfig: str | None, context: str | None = None) -> None:
         self._error: StartupError | None = None
         self._process: subprocess.Popen[str] | None = None
         try:
-            args = resolver_args(kubeconfig)
+            args = resolver_args(kubeconfig, context)
         except StartupError as err:
             self._error = err
             return
@@ -181,8 +186,8 @@ class ResolverRun:
             self._process.communicate()
 
 
-async def resolve(kubeconfig: str | None) -> Credentials:
-    return await ResolverRun(kubeconfig).result()
+async def resolve(kubeconfig: str | None, context: str | None = None) -> Credentials:
+    return await ResolverRun(kubeconfig, context).result()
 
 
 class Authenticator:

@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import tarfile
+from importlib import metadata
 from pathlib import Path
 
 import pytest
@@ -96,6 +97,8 @@ def test_the_zipapp_runs_on_a_bare_interpreter(built: Path, tmp_path: Path) -> N
     helped = run("--help")
     assert helped.returncode == 0, helped.stderr
     assert helped.stdout.startswith("usage: kubectl computedomain")
+    versioned = run("--version")
+    assert versioned.stdout == f"kubectl-cdom {metadata.version('computedomain')}\n"
     # The credential resolver runs as a child from the zipapp too: it reads the kubeconfig.
     missing = run("--kubeconfig", str(tmp_path / "absent"), "cliques")
     assert missing.returncode == 3, missing.stderr
