@@ -59,6 +59,7 @@ from tests.integration.conftest import IdentityFactory
 from tests.integration.e2e_harness import EndToEnd, end_to_end, pod_ready, pod_running, workload
 from tests.kit.controllers import controllers_for, create_cd, stop_after_cleanup, wait_children
 from tests.kit.kubectl_plugin import cdom, doctor, lease_held
+from tests.kit.release import PROJECT_VERSION
 from tests.kit.waiting import eventually
 
 pytestmark = pytest.mark.integration
@@ -72,7 +73,7 @@ CHILD_RESOURCES = ("daemonsets", "resourceclaimtemplates")
 
 
 # Our controller image as the chart would pull it; the stand-in kubelet runs this checkout.
-IMAGE = "computedomain-controller:0.1.0"
+IMAGE = f"computedomain-controller:{PROJECT_VERSION}"
 # NVIDIA's driver namespace where a test installs NVIDIA's chart in the default shape.
 NVIDIA_NS = nvidia.FRESH.namespace
 
@@ -1483,7 +1484,7 @@ def install_readme_path(path: str, kubeconfig: Path) -> None:
              str(REPO_ROOT / "manifests/helm/computedomain-controller"),
              "-n", "computedomain-system", "--create-namespace", "--kubeconfig", str(kubeconfig),
              "--set", "controllerImage.repository=computedomain-controller",
-             "--set", "controllerImage.tag=0.1.0"]
+             "--set", f"controllerImage.tag={PROJECT_VERSION}"]
         )  # fmt: skip
     else:
         done = subprocess_run(

@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 from tests.kit.release import (
@@ -52,9 +53,10 @@ def test_the_charts_default_controller_image_tag_is_its_app_version() -> None:
     assert ".Values.controllerImage.tag | default .Chart.AppVersion" in helpers
 
 
-def test_the_console_script_prints_the_version() -> None:
-    script = Path(sys.executable).parent / "computedomain-controller"
+@pytest.mark.parametrize("script", ["computedomain-controller", "kubectl-cdom"])
+def test_the_console_scripts_print_the_version(script: str) -> None:
+    path = Path(sys.executable).parent / script
     result = subprocess.run(
-        [str(script), "--version"], capture_output=True, text=True, timeout=60, check=True
+        [str(path), "--version"], capture_output=True, text=True, timeout=60, check=True
     )
-    assert result.stdout == f"computedomain-controller {PROJECT_VERSION}\n"
+    assert result.stdout == f"{script} {PROJECT_VERSION}\n"
