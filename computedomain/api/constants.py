@@ -15,6 +15,8 @@ CD_KIND: Final = "ComputeDomain"
 CD_PLURAL: Final = "computedomains"
 CLIQUE_KIND: Final = "ComputeDomainClique"
 CLIQUE_PLURAL: Final = "computedomaincliques"
+CD_CRD_NAME: Final = f"{CD_PLURAL}.{GROUP}"
+CLIQUE_CRD_NAME: Final = f"{CLIQUE_PLURAL}.{GROUP}"
 
 DRIVER_NAME: Final = "compute-domain.nvidia.com"
 

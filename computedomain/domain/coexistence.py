@@ -42,8 +42,8 @@ from computedomain.runtime.events import EventRecorder
 
 log = logging.getLogger(__name__)
 
-CD_CRD_NAME = f"{c.CD_PLURAL}.{c.GROUP}"
-CLIQUE_CRD_NAME = f"{c.CLIQUE_PLURAL}.{c.GROUP}"
+CD_CRD_NAME = c.CD_CRD_NAME
+CLIQUE_CRD_NAME = c.CLIQUE_CRD_NAME
 CRD_INSTALL_COMMAND = "kubectl apply --server-side -f crds/"
 # Status fields NVIDIA's CRD has; everything else in our status is our addition.
 UPSTREAM_STATUS_FIELDS: tuple[str, ...] = ("status", "nodes")

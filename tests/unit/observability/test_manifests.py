@@ -13,31 +13,16 @@ from typing import Any
 import pytest
 import yaml
 
+from computedomain.api import rbac
+
 ROOT = Path(__file__).resolve().parents[3]
 MANIFESTS = ROOT / "manifests"
 
-# The verbs the controller's code uses; tests/integration/test_rbac.py removes each in turn.
-EXPECTED_CLUSTER_RULES = {
-    ("resource.nvidia.com", "computedomains"): {"list", "watch", "patch"},
-    ("resource.nvidia.com", "computedomains/status"): {"patch"},
-    ("resource.k8s.io", "resourceclaimtemplates"): {
-        "get", "list", "watch", "create", "delete", "patch",
-    },
-    ("", "nodes"): {"get", "list", "watch", "patch"},
-    ("events.k8s.io", "events"): {"create", "patch"},
-    # Another ComputeDomain controller anywhere: NVIDIA's pods and kubelet plugin, daemons
-    # outside the driver namespace (and, so, the driver namespace's daemons and their pods).
-    ("", "pods"): {"list", "watch"},
-    ("apps", "daemonsets"): {"list", "watch"},
-    # Only the ComputeDomain CRD (resourceNames): does it keep our status fields?
-    ("apiextensions.k8s.io", "customresourcedefinitions"): {"list", "watch"},
-}  # fmt: skip
-EXPECTED_NAMESPACE_RULES = {
-    ("apps", "daemonsets"): {"get", "create", "delete", "patch"},
-    ("resource.nvidia.com", "computedomaincliques"): {"list", "watch", "update"},
-    ("", "serviceaccounts"): {"list", "watch"},  # the daemon SA's presence (#586)
-}
-EXPECTED_LEADER_RULES = {("coordination.k8s.io", "leases"): {"get", "create", "update"}}
+# The verbs the controller's code uses (one table, in the product: doctor reviews each);
+# tests/integration/test_rbac.py removes each in turn.
+EXPECTED_CLUSTER_RULES = rbac.flat(rbac.CLUSTER)
+EXPECTED_NAMESPACE_RULES = rbac.flat(rbac.DRIVER_NAMESPACE)
+EXPECTED_LEADER_RULES = rbac.flat(rbac.LEASE_NAMESPACE)
 
 
 def load(path: Path) -> dict[str, Any]:
@@ -78,6 +63,27 @@ def test_controller_rbac_grants_exactly_the_verbs_the_code_uses(
     file: str, expected: dict[tuple[str, str], set[str]]
 ) -> None:
     assert rules_of(MANIFESTS / "rbac" / file) == expected
+
+
+@pytest.mark.parametrize(
+    ("file", "rules"),
+    [
+        ("role.yaml", rbac.CLUSTER),
+        ("namespace_role.yaml", rbac.DRIVER_NAMESPACE),
+        ("leader_election_role.yaml", rbac.LEASE_NAMESPACE),
+    ],
+)
+def test_controller_rbac_restricts_to_the_names_the_table_gives(
+    file: str, rules: tuple[rbac.Rule, ...]
+) -> None:
+    names = {
+        (group, resource): set(rule["resourceNames"])
+        for rule in load(MANIFESTS / "rbac" / file)["rules"]
+        if rule.get("resourceNames")
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+    }
+    assert names == {(rule.group, rule.resource): set(rule.names) for rule in rules if rule.names}
 
 
 def test_no_rbac_wildcards() -> None:
