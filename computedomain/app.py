@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
@@ -40,6 +39,7 @@ from computedomain.runtime.controller import Controller, Result
 from computedomain.runtime.credentials import ResolverRun
 from computedomain.runtime.events import EventRecorder
 from computedomain.runtime.heap import release_free_heap_every
+from computedomain.runtime.identity import new_identity
 from computedomain.runtime.metrics import RuntimeMetrics
 from computedomain.runtime.ratelimit import TokenBucket
 from computedomain.runtime.workqueue import LOW_PRIORITY, WorkQueue
@@ -144,7 +144,7 @@ class ControllerProcess:
             probe_address=s.probe_address or "",
             metrics_path=s.metrics_path,
         )
-        self.identity = f"{s.pod_name}-{uuid.uuid4()}"
+        self.identity = new_identity(s.pod_name)
         self.leading = asyncio.Event()
 
     def _requeue_all(self) -> None:

@@ -28,7 +28,6 @@ import contextlib
 import copy
 import logging
 import random
-import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
@@ -37,6 +36,7 @@ from prometheus_client import CollectorRegistry
 
 from computedomain.runtime.client import ApiError
 from computedomain.runtime.clock import Clock, SystemClock, format_microtime
+from computedomain.runtime.identity import identity_pod
 from computedomain.runtime.metrics import RuntimeMetrics
 from computedomain.runtime.resources import LEASES, Resource
 
@@ -327,11 +327,8 @@ class LeaderElector:
         return True
 
     def _held_by_previous_container(self, holder: str) -> bool:
-        if not self.restart_prefix or not holder.startswith(self.restart_prefix):
-            return False
-        try:  # "<prefix><uuid>" exactly: another pod whose name extends ours is not us
-            uuid.UUID(holder[len(self.restart_prefix) :])
-        except ValueError:
+        # "<prefix><uuid>" exactly: another pod whose name extends ours is not us.
+        if not self.restart_prefix or identity_pod(holder) != self.restart_prefix[:-1]:
             return False
         log.info(
             "Taking over the lease from a previous container of this pod",
