@@ -133,6 +133,8 @@ def build_zipapp(target: Path) -> Path:
                 destination = tree / Path(*module.split(".")).with_suffix(".py")
                 destination.parent.mkdir(parents=True, exist_ok=True)
                 shutil.copy2(source.with_suffix(".py"), destination)
+        # Our CRDs, where the wheel carries them too (kubectl cdom crds).
+        shutil.copytree(ROOT / "crds", tree / "computedomain" / "crds")
         (tree / "__main__.py").write_text(MAIN)
         # The distribution's metadata, as an install leaves it: --version reads it there.
         version = metadata.version("computedomain")

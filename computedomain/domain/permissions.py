@@ -94,56 +94,58 @@ def required(namespaces: Sequence[str], lease_namespace: str | None) -> list[Per
     return needed
 
 
+def optional_permissions(
+    driver_namespace: str,
+) -> tuple[tuple[list[Permission], str], ...]:
+    """What the controller does without: the permissions of each informer that is a nicety,
+    and what is lost without them. In order: the ComputeDomain CRD, the clique CRD, the daemon
+    ServiceAccount, NVIDIA's controller pods, NVIDIA's kubelet plugin, foreign IMEX daemons."""
+    crd = r.CUSTOM_RESOURCE_DEFINITIONS
+    crd_lost = (
+        "an outdated ComputeDomain CRD is learned from the first status write it prunes; "
+        "a CRD not installed shows only as its objects' informer failing (404)"
+    )
+    return (
+        (_list_watch(crd, name=CD_CRD_NAME), crd_lost),
+        (_list_watch(crd, name=CLIQUE_CRD_NAME), crd_lost),
+        (
+            _list_watch(r.SERVICE_ACCOUNTS, driver_namespace, c.DAEMON_SERVICE_ACCOUNT),
+            "a missing daemon ServiceAccount is not reported (DaemonServiceAccountMissing)",
+        ),
+        # A second controller, looked for in every namespace (coexistence): where the RBAC
+        # grants it only in the driver namespace (NVIDIA's shapes: DaemonSets), that sign is
+        # not seen, and the stand-by rests on the others.
+        (
+            _list_watch(r.PODS),
+            "pods of NVIDIA's controller are not looked for (no stand-by for them)",
+        ),
+        (
+            _list_watch(r.DAEMONSETS),
+            "NVIDIA's kubelet plugin is not looked for: its namespace is not checked against "
+            f"the driver namespace, and with IMAGE_NAME unset new IMEX daemons get "
+            f"{c.NVIDIA_DRIVER_IMAGE}",
+        ),
+        (
+            _list_watch(r.DAEMONSETS),
+            "IMEX daemons another controller makes outside the driver namespace are not seen",
+        ),
+    )
+
+
 def optional_informers(caches: Caches) -> list[tuple[Informer, list[Permission], str]]:
     """Informers the controller does without, the permissions each needs, and what is lost."""
-    crd = r.CUSTOM_RESOURCE_DEFINITIONS
     account = caches.service_accounts
-    return (
-        [
-            (
-                informer,
-                _list_watch(crd, name=name),
-                "an outdated ComputeDomain CRD is learned from the first status write it prunes; "
-                "a CRD not installed shows only as its objects' informer failing (404)",
-            )
-            for informer, name in (
-                (caches.crds, CD_CRD_NAME),
-                (caches.clique_crds, CLIQUE_CRD_NAME),
-            )
-        ]
-        + [
-            (
-                account,
-                _list_watch(r.SERVICE_ACCOUNTS, account.namespace or "", c.DAEMON_SERVICE_ACCOUNT),
-                "a missing daemon ServiceAccount is not reported (DaemonServiceAccountMissing)",
-            )
-        ]
-        + [
-            # A second controller, looked for in every namespace (coexistence): where the RBAC
-            # grants it only in the driver namespace (NVIDIA's shapes: DaemonSets), that sign is
-            # not seen, and the stand-by rests on the others.
-            (
-                informer,
-                _list_watch(r.PODS),
-                "pods of NVIDIA's controller are not looked for (no stand-by for them)",
-            )
-            for informer in caches.nvidia_controller_pods
-        ]
-        + [
-            (
-                caches.nvidia_daemonsets,
-                _list_watch(r.DAEMONSETS),
-                "NVIDIA's kubelet plugin is not looked for: its namespace is not checked against "
-                f"the driver namespace, and with IMAGE_NAME unset new IMEX daemons get "
-                f"{c.NVIDIA_DRIVER_IMAGE}",
-            ),
-            (
-                caches.foreign_daemonsets,
-                _list_watch(r.DAEMONSETS),
-                "IMEX daemons another controller makes outside the driver namespace are not seen",
-            ),
-        ]
+    cd_crd, clique_crd, service_account, pods, plugin, foreign = optional_permissions(
+        account.namespace or ""
     )
+    return [
+        (caches.crds, *cd_crd),
+        (caches.clique_crds, *clique_crd),
+        (account, *service_account),
+        *((informer, *pods) for informer in caches.nvidia_controller_pods),
+        (caches.nvidia_daemonsets, *plugin),
+        (caches.foreign_daemonsets, *foreign),
+    ]
 
 
 async def review(

@@ -33,7 +33,7 @@ from computedomain import distribution_version
 from computedomain.api import constants as c
 from computedomain.api.resources import CLIQUES, COMPUTE_DOMAINS
 from computedomain.domain.coexistence import CD_CRD_NAME, CLIQUE_CRD_NAME
-from computedomain.kubectl import doctor
+from computedomain.kubectl import doctor, shipped
 from computedomain.kubectl.cliques import clique_capacity, fits_message, table
 from computedomain.kubectl.describe import (
     Chain,
@@ -49,6 +49,7 @@ from computedomain.runtime.errors import StartupError
 from computedomain.runtime.resources import (
     CUSTOM_RESOURCE_DEFINITIONS,
     DAEMONSETS,
+    DEPLOYMENTS,
     DEVICE_CLASSES,
     EVENTS,
     LEASES,
@@ -198,11 +199,16 @@ def build_parser() -> argparse.ArgumentParser:
             "Checks, in the order to fix them: the CRDs (present, serving v1beta1, with our "
             "status fields), the DRA API (resource.k8s.io/v1) and NVIDIA's two DeviceClasses, "
             "NVIDIA's kubelet plugin Ready on every Ready node with nvidia.com/gpu.clique, our "
-            "controller leading (its Lease renewed in time), no NVIDIA controller running "
-            "beside it, the IMEX daemons' image equal to the kubelet plugin's, the daemon "
-            "ServiceAccount and its permissions, GPU nodes without a clique label. Exit 0 when "
-            "no check failed (warnings allowed), 1 when one did. The driver namespace and the "
-            "Lease are read from our controller's pod unless given."
+            "controller leading (its Lease renewed in time) and the Lease's holder one of our "
+            "running pods, this plugin's version against our controller's image, every verb "
+            "our controller uses reviewed for its pod's ServiceAccount (SubjectAccessReviews), "
+            "no NVIDIA controller running in any namespace (by its pods' labels, and by "
+            "Deployments running compute-domain-controller), the IMEX daemons' image equal to "
+            "the kubelet plugin's, the daemon ServiceAccount and its permissions, GPU nodes "
+            "without a clique label. Each fix is a command that needs no checkout (our CRDs: "
+            "`kubectl cdom crds`). Exit 0 when no check failed (warnings allowed), 1 when one "
+            "did. The driver namespace and the Lease are read from our controller's pod unless "
+            "given."
         ),
     )
     checkup.add_argument(
@@ -217,6 +223,15 @@ def build_parser() -> argparse.ArgumentParser:
         type=_lease_ref,
         help="the Lease our controller leads on (default: from its pod, else "
         f"<driver namespace>/{doctor.DEFAULT_LEASE_NAME})",
+    )
+    commands.add_parser(
+        "crds",
+        help="print the CRDs this plugin ships (pipe to kubectl apply --server-side -f -)",
+        description=(
+            "Our ComputeDomain and ComputeDomainClique CRDs (this release's), as one YAML "
+            f"stream: `{shipped.CRDS_COMMAND} | kubectl apply --server-side -f -` installs them, "
+            "with --force-conflicts upgrades NVIDIA's. Reads no cluster."
+        ),
     )
     return parser
 
@@ -469,6 +484,11 @@ async def _doctor(args: argparse.Namespace) -> int:
     return 1 if any(check.state == "fail" for check in checks) else 0
 
 
+async def _crds(_: argparse.Namespace) -> int:
+    print(shipped.crds(), end="")
+    return 0
+
+
 async def _get(client: KubeClient, what: Resource, name: str, namespace: str | None = None) -> Any:
     """One object, or None when it does not exist."""
     try:
@@ -490,39 +510,70 @@ async def _device_classes(client: KubeClient) -> list[str] | None:
     return [item["metadata"]["name"] for item in listing.get("items") or []]
 
 
-async def _denied(client: KubeClient, namespace: str) -> list[str]:
-    """What NVIDIA's IMEX daemon does that its ServiceAccount may not (SubjectAccessReviews)."""
-    user = f"system:serviceaccount:{namespace}:{c.DAEMON_SERVICE_ACCOUNT}"
+async def _review(
+    client: KubeClient, namespace: str, account: str, wanted: Sequence[doctor.Permission]
+) -> dict[doctor.Permission, bool]:
+    """Whether ServiceAccount ``namespace/account`` may do each of ``wanted``
+    (SubjectAccessReviews, as the apiserver would authorize its token)."""
+    user = f"system:serviceaccount:{namespace}:{account}"
+    groups = [
+        "system:serviceaccounts",
+        f"system:serviceaccounts:{namespace}",
+        "system:authenticated",
+    ]
 
-    async def allowed(verb: str, group: str, resource: str) -> bool:
-        plural, _, subresource = resource.partition("/")
-        attributes = {"verb": verb, "group": group, "resource": plural, "namespace": namespace}
-        if subresource:
-            attributes["subresource"] = subresource
+    async def allowed(permission: doctor.Permission) -> bool:
+        plural, _, subresource = permission.resource.partition("/")
+        attributes = {"verb": permission.verb, "group": permission.group, "resource": plural}
+        for key, value in (
+            ("subresource", subresource),
+            ("namespace", permission.namespace),
+            ("name", permission.name),
+        ):
+            if value:
+                attributes[key] = value
         body = {
             "apiVersion": "authorization.k8s.io/v1",
             "kind": "SubjectAccessReview",
-            "spec": {
-                "user": user,
-                "groups": ["system:serviceaccounts", f"system:serviceaccounts:{namespace}"],
-                "resourceAttributes": attributes,
-            },
+            "spec": {"user": user, "groups": groups, "resourceAttributes": attributes},
         }
         try:
             review = await client.create(SUBJECT_ACCESS_REVIEWS, body)
         except ApiError as err:
             raise ClusterError(
-                f"cannot check the daemon's permissions (create subjectaccessreviews): {err}"
+                f"cannot check the permissions of ServiceAccount {namespace}/{account} (create "
+                f"subjectaccessreviews): {err}"
             ) from None
         return bool((review.get("status") or {}).get("allowed"))
 
-    wanted = doctor.DAEMON_PERMISSIONS
-    answers = await asyncio.gather(*(allowed(*permission) for permission in wanted))
-    return [
-        f"{verb} {resource}"
-        for (verb, _, resource), ok in zip(wanted, answers, strict=True)
-        if not ok
+    answers = await asyncio.gather(*(allowed(permission) for permission in wanted))
+    return dict(zip(wanted, answers, strict=True))
+
+
+async def _denied(client: KubeClient, namespace: str) -> list[str]:
+    """What NVIDIA's IMEX daemon does that its ServiceAccount may not."""
+    wanted = [
+        doctor.Permission(verb, group, resource, namespace)
+        for verb, group, resource in doctor.DAEMON_PERMISSIONS
     ]
+    answers = await _review(client, namespace, c.DAEMON_SERVICE_ACCOUNT, wanted)
+    return [f"{p.verb} {p.resource}" for p in wanted if not answers[p]]
+
+
+async def _controller_allowed(
+    client: KubeClient, account: tuple[str, str] | None, driver_namespace: str, lease_namespace: str
+) -> dict[doctor.Permission, bool]:
+    """What our controller's ServiceAccount may do of what it uses; {} with no pod of ours."""
+    if account is None:
+        return {}
+    wanted = doctor.controller_reviews(driver_namespace, lease_namespace)
+    return await _review(client, *account, wanted)
+
+
+async def _nvidia_controller_deployments(client: KubeClient) -> list[dict[str, Any]]:
+    """Deployments in any namespace that run NVIDIA's controller command (its pods may carry
+    labels no selector of ours knows)."""
+    return [d for d in await _list(client, DEPLOYMENTS) if doctor.runs_nvidia_controller(d)]
 
 
 async def gather_install(
@@ -537,6 +588,7 @@ async def gather_install(
         nvidia_daemonsets,
         nodes,
         (our_pods, nvidia_pods),
+        nvidia_deployments,
     ) = await asyncio.gather(
         _get(client, CUSTOM_RESOURCE_DEFINITIONS, CD_CRD_NAME),
         _get(client, CUSTOM_RESOURCE_DEFINITIONS, CLIQUE_CRD_NAME),
@@ -544,6 +596,7 @@ async def gather_install(
         _list(client, DAEMONSETS, None, c.NVIDIA_CHART_DAEMONSETS_SELECTOR),
         _list(client, NODES),
         _controller_pods(client),
+        _nvidia_controller_deployments(client),
     )
     ours = doctor.our_pod(our_pods)
     install = doctor.Install(
@@ -558,6 +611,9 @@ async def gather_install(
         our_pods=our_pods,
         nvidia_controller_pods=nvidia_pods,
         daemon_image=doctor.pod_env(ours, "IMAGE_NAME") or "",
+        controller_account=doctor.service_account(ours),
+        plugin_version=distribution_version(),
+        nvidia_controller_deployments=nvidia_deployments,
     )
     plugin = doctor.plugin_daemonset(install)
     install.driver_namespace = driver_namespace or doctor.driver_namespace(
@@ -580,12 +636,16 @@ async def gather_install(
         install.daemon_daemonsets,
         install.daemon_service_account,
         install.daemon_denied,
+        install.controller_allowed,
     ) = await asyncio.gather(
         plugin_pods(),
         _get(client, LEASES, install.lease_ref[1], install.lease_ref[0]),
         _list(client, DAEMONSETS, install.driver_namespace, c.CD_LABEL),
         _get(client, SERVICE_ACCOUNTS, c.DAEMON_SERVICE_ACCOUNT, install.driver_namespace),
         _denied(client, install.driver_namespace),
+        _controller_allowed(
+            client, install.controller_account, install.driver_namespace, install.lease_ref[0]
+        ),
     )
     return install
 
@@ -623,7 +683,7 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse(argv)
-    command = {"describe": _describe, "doctor": _doctor}.get(args.command, _cliques)
+    command = {"describe": _describe, "doctor": _doctor, "crds": _crds}.get(args.command, _cliques)
     try:
         return asyncio.run(command(args))
     except ClusterError as err:

@@ -13,6 +13,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 CONTROLLER_PACKAGES = {"api", "domain", "kubectl", "observability", "runtime"}
@@ -86,3 +87,26 @@ def test_every_module_of_the_wheel_imports_without_the_checkout(
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
+
+
+def test_the_wheel_carries_our_crds_and_the_plugin_prints_them(wheel: Path, tmp_path: Path) -> None:
+    """`kubectl cdom crds` after a pip install: crds/ in the wheel as package data, the same
+    bytes, printed by the plugin run from the wheel alone."""
+    sources = sorted((ROOT / "crds").glob("*.yaml"))
+    assert sources
+    with zipfile.ZipFile(wheel) as archive:
+        for source in sources:
+            assert archive.read(f"computedomain/crds/{source.name}") == source.read_bytes()
+        archive.extractall(tmp_path / "site")
+    path = os.pathsep.join([str(tmp_path / "site"), sysconfig.get_paths()["purelib"]])
+    result = subprocess.run(
+        [sys.executable, "-S", "-m", "computedomain.kubectl.main", "crds"],
+        cwd=tmp_path, env={"PYTHONPATH": path, "PATH": os.environ.get("PATH", "")},
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    names = [doc["metadata"]["name"] for doc in yaml.safe_load_all(result.stdout) if doc]
+    assert names == [
+        "computedomaincliques.resource.nvidia.com",
+        "computedomains.resource.nvidia.com",
+    ]

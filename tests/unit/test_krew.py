@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from computedomain.kubectl.shipped import crds as crds_stream
 from tests.kit.release import PROJECT_VERSION
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -103,3 +104,7 @@ def test_the_zipapp_runs_on_a_bare_interpreter(built: Path, tmp_path: Path) -> N
     missing = run("--kubeconfig", str(tmp_path / "absent"), "cliques")
     assert missing.returncode == 3, missing.stderr
     assert missing.stderr.startswith("error: kubeconfig"), missing.stderr
+    # Our CRDs from the zipapp, for the fixes that apply them without a checkout.
+    printed = run("crds")
+    assert printed.returncode == 0, printed.stderr
+    assert printed.stdout == crds_stream(), "the zipapp's CRDs are not crds/"
