@@ -3,19 +3,32 @@ script a user runs (a separate process, the test's kubeconfig)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from computedomain.api import constants as c
 from computedomain.devcluster.watching import watch_object, watch_objects
+from computedomain.kubectl import shipped
+from computedomain.kubectl.doctor import controller_permissions
 from computedomain.runtime import resources as r
+from computedomain.runtime.client import ApiError
 from computedomain.runtime.objects import condition
 from computedomain.sim.faults import FaultSettings
 from tests.integration.e2e_harness import FAST_DAEMONS, STATEFULSETS, EndToEnd, cd_ready, workload
+from tests.integration.test_rbac import (
+    RBAC_DIR,
+    RBAC_KINDS,
+    install,
+    localize,
+    uninstall,
+    without_verb,
+)
 from tests.kit.controllers import clique_gauges
 from tests.kit.kubectl_plugin import cdom, doctor, lease_held
 from tests.kit.waiting import eventually
@@ -277,3 +290,111 @@ async def test_doctor_names_each_broken_part_of_the_install_with_its_fix(
     link = broken_link(out)
     assert link[0] == "First broken link: children"
     assert link[1].strip().startswith("DaemonServiceAccountMissing:")
+
+
+OUR_POD = "computedomain-controller-doctor-0"
+
+
+async def running_pod_of_ours(e2e: EndToEnd, node: str, account: str) -> dict[str, Any]:
+    """A controller pod of ours as the cluster shows it (our labels, its ServiceAccount and
+    image, Running on a fleet node): the in-process controller runs under its name."""
+    body = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": OUR_POD, "labels": dict(c.OWN_POD_LABELS)},
+        "spec": {
+            "nodeName": node,
+            "serviceAccountName": account,
+            "containers": [
+                {"name": "controller", "image": f"computedomain-controller:v{shipped.version()}"}
+            ],
+        },
+    }
+    await e2e.kube.create(r.PODS, body, e2e.driver_namespace)
+    status = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}
+    return await e2e.kube.patch(
+        r.PODS, OUR_POD, {"status": status}, e2e.driver_namespace, subresource="status"
+    )
+
+
+async def test_doctor_as_admin_names_a_verb_removed_from_our_rbac(
+    e2e: EndToEnd, kubeconfig_path: Path, fleet_nodes: list[str]
+) -> None:
+    """Our RBAC (manifests/rbac) bound to our ServiceAccount in the driver namespace, a pod of
+    ours running as it, our controller leading under that pod's name: doctor, run as the
+    cluster admin, reviews every verb of ours for that ServiceAccount and passes it, finds the
+    Lease holder among our pods and our image's tag equal to its version. With one verb removed
+    from our ClusterRole on purpose, it names exactly that verb."""
+    kustomization = yaml.safe_load((RBAC_DIR / "kustomization.yaml").read_text())
+    objects = [yaml.safe_load((RBAC_DIR / name).read_text()) for name in kustomization["resources"]]
+    # The driver namespace comes with the daemon's ServiceAccount (as NVIDIA's chart makes it).
+    objects = [o for o in objects if o["metadata"]["name"] != c.DAEMON_SERVICE_ACCOUNT]
+    installed = await install(e2e.kube, objects, e2e.driver_namespace)
+    try:
+        account = "computedomain-controller"
+        await running_pod_of_ours(e2e, fleet_nodes[-1], account)
+        await e2e.start_controller(LEADER_ELECTION_ENABLED="true", POD_NAME=OUR_POD)
+        await watch_object(
+            e2e.kube,
+            r.LEASES,
+            "nvidia-compute-domain-controller",
+            lease_held,
+            namespace=e2e.driver_namespace,
+            within=30,
+            what="our Lease held",
+        )
+        args = ("--driver-namespace", e2e.driver_namespace)
+        _, checks = await doctor(kubeconfig_path, *args)
+        print(json.dumps({k: checks[k] for k in ("controller RBAC", "lease holder")}, indent=1))
+        sa = f"{e2e.driver_namespace}/{account}"
+        verbs = len(controller_permissions(e2e.driver_namespace, e2e.driver_namespace))
+        assert checks["controller RBAC"] == {
+            "name": "controller RBAC",
+            "state": "ok",
+            "detail": f"controller ServiceAccount {sa} may do each of the {verbs} things ours does",
+            "fix": "",
+        }
+        assert checks["lease holder"]["state"] == "ok", checks["lease holder"]
+        assert (
+            f"is our pod {e2e.driver_namespace}/{OUR_POD} (Running)"
+            in (checks["lease holder"]["detail"])
+        )
+        assert checks["version"]["state"] == "ok", checks["version"]
+
+        # One verb of ours removed on purpose from the ClusterRole: the status write.
+        grant = ("ClusterRole", account, c.GROUP, f"{c.CD_PLURAL}/status", "patch")
+        (crippled,) = [
+            o
+            for o in without_verb(objects, grant)
+            if o["kind"] == "ClusterRole" and o["metadata"]["name"] == account
+        ]
+        res, body = localize(crippled, e2e.driver_namespace)
+        assert res is RBAC_KINDS["ClusterRole"]
+        await e2e.kube.patch(res, body["metadata"]["name"], {"rules": body["rules"]})
+
+        async def named() -> dict[str, Any] | None:
+            _, checks = await doctor(kubeconfig_path, *args)
+            check = checks["controller RBAC"]
+            return check if check["state"] != "ok" else None
+
+        check = await eventually(named, within=20, what="doctor to see the verb removed")
+        print(json.dumps(check, indent=1))
+        assert check["state"] == "fail"
+        assert check["detail"] == (
+            f"controller ServiceAccount {sa} cannot patch computedomains/status"
+        )
+        assert "helm upgrade --reuse-values" in check["fix"]
+    finally:
+        await uninstall(e2e.kube, installed)
+        # Gone before the next test: a pod of ours left running would be every doctor's.
+        with contextlib.suppress(ApiError):
+            await e2e.kube.delete(r.PODS, OUR_POD, e2e.driver_namespace)
+        await watch_object(
+            e2e.kube,
+            r.PODS,
+            OUR_POD,
+            lambda pod: pod is None,
+            namespace=e2e.driver_namespace,
+            within=30,
+            what="our pod deleted",
+        )

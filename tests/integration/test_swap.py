@@ -50,6 +50,7 @@ from computedomain.devcluster.upstream import (
 from computedomain.devcluster.watching import Objects, watch_object, watch_objects
 from computedomain.domain.coexistence import CD_CRD_NAME
 from computedomain.domain.keys import CDKey
+from computedomain.kubectl.doctor import CRD_UPGRADE_COMMAND
 from computedomain.runtime import resources as r
 from computedomain.runtime.client import KubeClient
 from computedomain.runtime.objects import condition
@@ -849,7 +850,7 @@ async def test_doctor_on_nvidias_install_names_what_the_swap_must_fix(
         assert code == 1
         assert checks["CRDs"]["state"] == "fail"
         assert "lacks status fields conditions, observedGeneration" in checks["CRDs"]["detail"]
-        assert checks["CRDs"]["fix"] == "kubectl apply --server-side --force-conflicts -f crds/"
+        assert checks["CRDs"]["fix"] == CRD_UPGRADE_COMMAND
         second = checks["second controller"]
         assert second["state"] == "fail"
         assert f"scale deployment {shape.deployment} --replicas=0" in second["fix"]
