@@ -52,7 +52,8 @@ CLUSTER: Final[tuple[Rule, ...]] = (
 DRIVER_NAMESPACE: Final[tuple[Rule, ...]] = (
     Rule("apps", "daemonsets", ("get", "create", "delete", "patch")),
     Rule(c.GROUP, c.CLIQUE_PLURAL, ("list", "watch", "update")),
-    Rule("", "serviceaccounts", ("list", "watch")),  # the daemon ServiceAccount's presence (#586)
+    # The daemon ServiceAccount's presence (#586): asked for by name (a field selector).
+    Rule("", "serviceaccounts", ("list", "watch"), (c.DAEMON_SERVICE_ACCOUNT,)),
 )
 # Role computedomain-controller-leader-election, in the Lease's namespace.
 LEASE_NAMESPACE: Final[tuple[Rule, ...]] = (

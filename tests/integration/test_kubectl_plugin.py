@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 import yaml
 
+from computedomain import distribution_version
 from computedomain.api import constants as c
 from computedomain.devcluster.watching import watch_object, watch_objects
-from computedomain.kubectl import shipped
 from computedomain.kubectl.doctor import controller_permissions
 from computedomain.runtime import resources as r
 from computedomain.runtime.client import ApiError
@@ -293,6 +293,7 @@ async def test_doctor_names_each_broken_part_of_the_install_with_its_fix(
 
 
 OUR_POD = "computedomain-controller-doctor-0"
+IMAGE = "computedomain-controller"
 
 
 async def running_pod_of_ours(e2e: EndToEnd, node: str, account: str) -> dict[str, Any]:
@@ -305,9 +306,7 @@ async def running_pod_of_ours(e2e: EndToEnd, node: str, account: str) -> dict[st
         "spec": {
             "nodeName": node,
             "serviceAccountName": account,
-            "containers": [
-                {"name": "controller", "image": f"computedomain-controller:v{shipped.version()}"}
-            ],
+            "containers": [{"name": "controller", "image": f"{IMAGE}:v{distribution_version()}"}],
         },
     }
     await e2e.kube.create(r.PODS, body, e2e.driver_namespace)
