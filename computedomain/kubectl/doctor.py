@@ -509,10 +509,12 @@ def check_controller_rbac(install: Install) -> Check:
     lost = [p for p in denied if p not in by_update and p not in missing]
     updated = [p.resource for p in denied if p in by_update]
     note = f"; patch not granted on {', '.join(updated)}: written by update" if updated else ""
+    which = "it" if len(missing or lost) == 1 else "them"
     fix = (
-        f"grant them to {sa}: our Helm chart's RBAC has every verb the controller uses (helm "
-        "upgrade --reuse-values of its release puts it back); other RBAC: add them to the roles "
-        f"bound to it (kubectl get clusterrolebindings,rolebindings -A -o wide | grep {account})"
+        f"grant {which} to {sa}: our Helm chart's RBAC has every verb the controller uses (helm "
+        f"upgrade --reuse-values of its release puts it back); other RBAC: add {which} to the "
+        "roles bound to it (kubectl get clusterrolebindings,rolebindings -A -o wide | grep "
+        f"{account})"
     )
     if missing:
         return Check(
