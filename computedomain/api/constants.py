@@ -220,3 +220,9 @@ CONDITION_TYPES: Final = (
 MAX_CONDITIONS: Final = 16
 # Category under which `kubectl get imex` lists ComputeDomains.
 CRD_CATEGORY: Final = "imex"
+
+# Our CRDs as the kubectl plugin prints them (kubectl/shipped.py), so the commands every message
+# gives (the controller's conditions and Events, doctor's fixes) work without a checkout.
+CRDS_COMMAND: Final = "kubectl cdom crds"
+CRD_INSTALL_COMMAND: Final = f"{CRDS_COMMAND} | kubectl apply --server-side -f -"
+CRD_UPGRADE_COMMAND: Final = f"{CRDS_COMMAND} | kubectl apply --server-side --force-conflicts -f -"

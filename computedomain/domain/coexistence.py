@@ -44,7 +44,7 @@ log = logging.getLogger(__name__)
 
 CD_CRD_NAME = c.CD_CRD_NAME
 CLIQUE_CRD_NAME = c.CLIQUE_CRD_NAME
-CRD_INSTALL_COMMAND = "kubectl apply --server-side -f crds/"
+CRD_INSTALL_COMMAND = c.CRD_INSTALL_COMMAND
 # Status fields NVIDIA's CRD has; everything else in our status is our addition.
 UPSTREAM_STATUS_FIELDS: tuple[str, ...] = ("status", "nodes")
 OUR_STATUS_FIELDS: tuple[str, ...] = (
@@ -54,7 +54,7 @@ OUR_STATUS_FIELDS: tuple[str, ...] = (
     "readyNodeCount",
     "cliqueCount",
 )
-CRD_UPGRADE_COMMAND = "kubectl apply --server-side --force-conflicts -f crds/"
+CRD_UPGRADE_COMMAND = c.CRD_UPGRADE_COMMAND
 RESUMED_NOTE = (
     "Nothing makes this controller stand by any more (no other ComputeDomain controller runs, "
     "and NVIDIA's kubelet plugin runs in its driver namespace): it manages every ComputeDomain "
@@ -87,7 +87,7 @@ def crd_outdated_message(missing: Iterable[str]) -> str:
         f"the installed ComputeDomain CRD lacks status fields {', '.join(missing)}: the apiserver "
         "drops them, so conditions and `kubectl wait --for=condition=Ready` do not work; only "
         f"status.status and status.nodes are written. Upgrade the CRD: {CRD_UPGRADE_COMMAND} "
-        "(the chart's crds/ holds the same files)"
+        "(or apply the chart's crds/, the same files)"
     )
 
 

@@ -26,7 +26,6 @@ from computedomain.domain.coexistence import (
     running_nvidia_controllers,
     shares_lease,
 )
-from computedomain.kubectl.shipped import CRDS_COMMAND
 from computedomain.runtime import access
 from computedomain.runtime.clock import parse_time
 from computedomain.runtime.identity import identity_pod
@@ -38,8 +37,8 @@ State = Literal["ok", "warn", "fail"]
 NAMES_SHOWN = 5
 DEFAULT_LEASE_NAME = "nvidia-compute-domain-controller"
 # Fixes that need our CRDs: from the plugin itself, so they work without a checkout.
-CRD_INSTALL_COMMAND = f"{CRDS_COMMAND} | kubectl apply --server-side -f -"
-CRD_UPGRADE_COMMAND = f"{CRDS_COMMAND} | kubectl apply --server-side --force-conflicts -f -"
+CRD_INSTALL_COMMAND = c.CRD_INSTALL_COMMAND
+CRD_UPGRADE_COMMAND = c.CRD_UPGRADE_COMMAND
 # The command NVIDIA's controller container runs (contract §19; the GPU Operator's as well).
 NVIDIA_CONTROLLER_COMMAND = "compute-domain-controller"
 OWN_POD_SELECTOR = ",".join(f"{key}={value}" for key, value in c.OWN_POD_LABELS.items())

@@ -12,8 +12,9 @@ from importlib import resources
 from importlib.abc import Traversable
 from pathlib import Path
 
-# `kubectl cdom crds | kubectl apply ...`: what the fixes that need our CRDs say.
-CRDS_COMMAND = "kubectl cdom crds"
+from computedomain.api.constants import CRDS_COMMAND
+
+__all__ = ["CRDS_COMMAND", "crds"]
 
 
 def _crd_directory() -> Traversable:

@@ -13,6 +13,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
+from computedomain.api import constants as c
 from computedomain.devcluster.clients import api_client_from_kubeconfig
 from computedomain.devcluster.controlplane import ControlPlane, free_port
 from computedomain.devcluster.crds import CRD_DIR, apply_crds
@@ -24,7 +25,7 @@ CONTROLLER_SCRIPT = Path(sys.executable).with_name("computedomain-controller")
 MISSING = (
     "CustomResourceDefinition computedomains.resource.nvidia.com, "
     "computedomaincliques.resource.nvidia.com not installed: install with "
-    "kubectl apply --server-side -f crds/"
+    f"{c.CRD_INSTALL_COMMAND}"
 )
 
 

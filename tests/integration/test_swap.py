@@ -796,7 +796,7 @@ async def test_outdated_crd_is_named_and_only_upstream_status_is_written(
         assert events[0]["regarding"]["kind"] == "CustomResourceDefinition"
         assert events[0]["regarding"]["name"] == "computedomains.resource.nvidia.com"
         assert events[0]["type"] == "Warning"
-        assert "kubectl apply --server-side --force-conflicts -f crds/" in events[0]["note"]
+        assert CRD_UPGRADE_COMMAND in events[0]["note"]
         print(f"Warning CRDOutdated: {events[0]['note']}")
 
         # No write loop: a reconcile of the unchanged CD writes nothing.

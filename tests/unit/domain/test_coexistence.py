@@ -64,7 +64,7 @@ def test_absent_crd_or_preserved_status_reports_nothing() -> None:
 def test_outdated_message_names_fields_and_the_fix_on_one_line() -> None:
     message = crd_outdated_message(("conditions", "nodeCount"))
     assert "conditions, nodeCount" in message
-    assert "kubectl apply --server-side --force-conflicts -f crds/" in message
+    assert c.CRD_UPGRADE_COMMAND in message
     assert "\n" not in message
 
 
