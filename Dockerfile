@@ -20,6 +20,7 @@ RUN uv export --quiet --frozen --no-dev --no-emit-project --format requirements-
     && /opt/venv/bin/pip install --no-cache-dir --require-hashes --no-deps -r /tmp/requirements.txt
 COPY README.md LICENSE ./
 COPY computedomain ./computedomain
+COPY crds ./crds
 # The project itself, as a wheel, without touching the locked dependencies.
 RUN uv build --wheel --out-dir /tmp/dist \
     && /opt/venv/bin/pip install --no-cache-dir --no-deps /tmp/dist/computedomain-*.whl

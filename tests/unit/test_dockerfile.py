@@ -105,3 +105,17 @@ def test_dockerignore_keeps_the_context_small() -> None:
         for part in args.split()[:-1]
     }
     assert copied <= allowed
+
+
+def test_the_build_copies_what_the_wheel_force_includes() -> None:
+    """pyproject's force-include (the CRDs) must be in the build context and copied, or the
+    image's `uv build` fails: "Forced include not found: /src/crds" (seen once)."""
+    wheel = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["hatch"]["build"]
+    forced = set(wheel["targets"]["wheel"].get("force-include", {}))
+    copied = {
+        part
+        for keyword, args in instructions()
+        if keyword == "COPY" and not args.startswith("--from")
+        for part in args.split()[:-1]
+    }
+    assert forced and forced <= copied, f"COPY {sorted(forced - copied)} into the builder stage"
