@@ -603,6 +603,13 @@ SETTINGS: Sequence[Setting] = (
             "on deletion, how long to wait for IMEX daemon pods to terminate before removing the "
             "finalizer anyway (with a Warning event)", "reconciler.daemon_pod_wait_timeout",
             check=seconds_at_least(1)),
+    Setting("--workload-release-timeout", "WORKLOAD_RELEASE_TIMEOUT", "5m", parse_duration,
+            "on deletion, how long a ComputeDomain keeps its IMEX daemons (and children and node "
+            "labels) while workload pods on nodes still use its channel ResourceClaimTemplate, "
+            "so a job that drains is not cut off from IMEX (CUDA error 719); past it, or when "
+            "no such pod is left, the deletion goes on (a Warning names the pods still running "
+            "then). 0: no wait, as NVIDIA's controller", "reconciler.workload_release_timeout",
+            check=seconds_at_least(0)),
     Setting("--daemon-ready-grace-period", "DAEMON_READY_GRACE_PERIOD", "2m", parse_duration,
             "how long an IMEX daemon may be not ready (starting: scheduling, image pull, IMEX "
             "start-up, ~30-60 s per #1152) before DaemonsReady says DaemonsNotReady and a Warning "

@@ -132,6 +132,8 @@ class DomainView:
     # Clique → other CDs (namespace/name) using nodes of that clique.
     shared_cliques: Mapping[str, Collection[str]] = field(default_factory=dict)
     deleting: bool = False
+    # Deleting: the workload pods still using the channel, which the IMEX daemons stay for.
+    workload_holders: tuple[str, ...] = ()
     # namespace/name of the daemon ServiceAccount when it does not exist; None when it does.
     missing_service_account: str | None = None
     # Joined nodes whose Node is gone or NotReady → why; their daemons never count as ready.
@@ -342,6 +344,15 @@ def _daemon_count(view: DomainView) -> int:
 
 
 def _ready_verdict(view: DomainView, children: _Verdict, daemons: _Verdict) -> _Verdict:
+    if view.deleting and view.workload_holders:
+        holders = view.workload_holders
+        use = "uses" if len(holders) == 1 else "use"
+        return _Verdict(
+            FALSE,
+            "Deleting",
+            f"The ComputeDomain is being deleted; its IMEX daemons stay while "
+            f"{plural(len(holders), 'workload pod')} still {use} its channel: {listing(holders)}",
+        )
     if view.deleting:
         remaining = sorted(p.name for p in view.pods)
         detail = (

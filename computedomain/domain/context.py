@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, Literal
 
 from computedomain.api.resources import COMPUTE_DOMAINS
@@ -42,6 +43,12 @@ class DomainMemory:
     # while longer), and whether a live LIST found no Node labelled for the CD any more.
     children_gone: set[str] = field(default_factory=set)
     node_labels_cleared: bool = False
+    # Deletion: whether its workload pods no longer hold it up (gone, timed out, unreadable),
+    # and whether the wait for them was announced (one Event).
+    workload_released: bool = False
+    workload_wait_announced: bool = False
+    # When the wait for them ended (wall clock): daemon pods get their own time from there.
+    workload_released_at: datetime | None = None
     # While the CD waits for its workload (workload_check): when this process may next LIST
     # its namespace's Pending pods, the interval while none of its pods are found (doubling),
     # and the pods the last LIST found not starting.

@@ -3,6 +3,13 @@
 Each step stands on its own and is idempotent, so nothing hangs: a DaemonSet removed by hand
 does not block the claim templates, a label that moved to another CD is left alone, and daemon
 pods get a bounded time to stop. The orphan sweeper reuses the first two steps.
+
+Before the first step, a CD whose workload pods still run on their nodes (a job draining, or
+deleted with its CD at once) keeps everything, its IMEX daemons above all, until those pods have
+stopped or WORKLOAD_RELEASE_TIMEOUT has passed: IMEX pulled from under a running CUDA process
+fails it (error 719). NVIDIA's controller does not wait. The pods are read as ``workload_check``
+reads them (one LIST of the CD's namespace from the watch cache, each poll while it waits); the
+controller watches no workload pod.
 """
 
 from __future__ import annotations
@@ -15,8 +22,9 @@ from computedomain.api import constants as c
 from computedomain.api.resources import COMPUTE_DOMAINS
 from computedomain.api.v1beta1 import ComputeDomain
 from computedomain.domain.caches import BY_CD
-from computedomain.domain.context import DELETION_POLL_SECONDS, ReconcileContext
+from computedomain.domain.context import DELETION_POLL_SECONDS, DomainMemory, ReconcileContext
 from computedomain.domain.status import StatusWriter
+from computedomain.domain.workload import pods_holding
 from computedomain.runtime import objects, patches
 from computedomain.runtime import resources as r
 from computedomain.runtime.client import ApiError
@@ -26,6 +34,11 @@ from computedomain.runtime.event_types import NORMAL, WARNING
 from computedomain.runtime.resources import Resource
 
 log = logging.getLogger(__name__)
+
+# While workload pods still use a deleted CD's channel, how often their namespace is read again.
+WORKLOAD_RELEASE_POLL_SECONDS = 5.0
+# Pods that may still run: the phases a pod leaves only by stopping.
+NOT_FINISHED = "status.phase!=Succeeded,status.phase!=Failed"
 
 
 class Cleanup:
@@ -143,6 +156,12 @@ class Finalizer:
         ctx.metrics.observe_deletion_started(
             cd.metadata.namespace, cd.metadata.name, deleted_at.timestamp()
         )
+        waited = (ctx.clock.wall() - deleted_at).total_seconds()
+        holders = await self._workload_still_running(cd, obj, waited)
+        if holders:
+            await self._status.update(cd, obj, {}, deleting=True, workload_holders=holders)
+            left = ctx.settings.workload_release_timeout - waited
+            return Result(requeue_after=max(0.0, min(WORKLOAD_RELEASE_POLL_SECONDS, left)))
         # Every child goes, also a DaemonSet or daemon RCT left from driverManaged mode: the
         # CD's deletion is what releases them (hostManaged never deletes them on a live CD).
         removed = await self._cleanup.remove_children_of(uid, regarding=obj)
@@ -152,7 +171,11 @@ class Finalizer:
             await self._cleanup.remove_node_labels(uid)
 
         pods = ctx.caches.pods_of(uid)
-        waited = (ctx.clock.wall() - deleted_at).total_seconds()
+        # Daemon pods get DAEMON_POD_WAIT_TIMEOUT from the moment their DaemonSet could go, not
+        # from the deletion's start: a wait for the workload came first.
+        released_at = ctx.memory_of(uid).workload_released_at
+        if released_at is not None and released_at > deleted_at:
+            waited = (ctx.clock.wall() - released_at).total_seconds()
         if pods and waited < ctx.settings.daemon_pod_wait_timeout:
             # Keep the CD while its daemon pods stop, so the plugin can still resolve it (#380).
             await self._status.update(cd, obj, {}, deleting=True)
@@ -190,3 +213,66 @@ class Finalizer:
         ctx.forget(uid)
         log.info("Finalized ComputeDomain", extra={"uid": uid})
         return Result()
+
+    async def _workload_still_running(
+        self, cd: ComputeDomain, obj: Mapping[str, Any], waited: float
+    ) -> tuple[str, ...]:
+        """The workload pods the deletion waits for now (none: go on). Read until one look
+        finds none, the timeout passes, or a LIST fails (a deletion never hangs on a read);
+        then never again for this CD."""
+        ctx = self._ctx
+        memory = ctx.memory_of(cd.metadata.uid)
+        timeout = ctx.settings.workload_release_timeout
+        if memory.workload_released or timeout <= 0 or ctx.settings.host_managed or not cd.spec:
+            return ()
+        template = cd.spec.channel.resource_claim_template.name
+        namespace = cd.metadata.namespace
+        try:
+            listed = await ctx.client.list(
+                r.PODS, namespace=namespace, field_selector=NOT_FINISHED, resource_version="0"
+            )
+        except ApiError as err:
+            log.warning(
+                "Could not list the workload pods of a deleted ComputeDomain; not waiting for them",
+                extra={"computeDomain": f"{namespace}/{cd.metadata.name}", "err": str(err)},
+            )
+            self._released(memory)
+            return ()
+        holders = tuple(pods_holding(listed.get("items") or [], template))
+        if holders and waited < timeout:
+            if not memory.workload_wait_announced:
+                memory.workload_wait_announced = True
+                ctx.recorder.record(
+                    obj,
+                    NORMAL,
+                    "WaitingForWorkloadPods",
+                    "Delete",
+                    f"IMEX daemons stay while {_pods(holders)} still {_use(holders)} "
+                    "ResourceClaimTemplate "
+                    f"{template} (at most {timeout:.0f}s): {', '.join(holders)}",
+                )
+            return holders
+        if holders:
+            ctx.recorder.record(
+                obj,
+                WARNING,
+                "WorkloadPodsStillRunning",
+                "Delete",
+                f"{_pods(holders)} still {_use(holders)} ResourceClaimTemplate {template} after "
+                f"{waited:.0f}s; removing the IMEX daemons anyway: {', '.join(holders)}",
+            )
+        self._released(memory)
+        return ()
+
+    def _released(self, memory: DomainMemory) -> None:
+        memory.workload_released = True
+        if memory.workload_wait_announced:  # it waited: the daemon pods' time starts now
+            memory.workload_released_at = self._ctx.clock.wall()
+
+
+def _pods(names: tuple[str, ...]) -> str:
+    return "1 workload pod" if len(names) == 1 else f"{len(names)} workload pods"
+
+
+def _use(names: tuple[str, ...]) -> str:
+    return "uses" if len(names) == 1 else "use"

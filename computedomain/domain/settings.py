@@ -35,6 +35,9 @@ class ReconcilerSettings:
     orphan_grace_period: float = 5.0
     # On deletion, how long daemon pods may take to stop before the finalizer goes anyway.
     daemon_pod_wait_timeout: float = 60.0
+    # On deletion, how long the IMEX daemons stay while workload pods still use the CD's
+    # channel (0: they go at once, as NVIDIA's controller does).
+    workload_release_timeout: float = 300.0
     # How long a daemon may be not ready (starting) before that is a problem worth a Warning.
     daemon_ready_grace_period: float = 120.0
     # driverManaged: IMEX daemons in a DaemonSet per CD; hostManaged: the host's nvidia-imex,

@@ -196,6 +196,7 @@ class StatusWriter:
         deleting: bool = False,
         mode: StatusMode | None = None,
         pods: list[projection.DaemonPod] | None = None,
+        workload_holders: tuple[str, ...] = (),
     ) -> Result:
         """View, desired status, coalescing, write, events: in that order, for ``mode`` and the
         CD's daemon ``pods`` (given by the caller for the whole reconcile; else read here)."""
@@ -203,6 +204,8 @@ class StatusWriter:
         mode = mode or status_mode(ctx, cd)
         pods = daemon_pods(ctx, cd) if pods is None else pods
         view, nodes = self.domain_view(cd, children, mode, pods, deleting)
+        if workload_holders:  # a deletion waits for them (deletion.py)
+            view = replace(view, workload_holders=workload_holders)
         # A CD waiting for its workload past the grace period: why its pods do not start.
         stuck, look_again = await self._workload.look(cd, cond.waits_for_workload(view))
         if stuck:

@@ -73,6 +73,23 @@ def claim_templates(pod: Mapping[str, Any]) -> set[str]:
     return names
 
 
+def holds_its_claims(pod: Mapping[str, Any]) -> bool:
+    """Whether a pod still holds the ResourceClaims it was given: placed on a node (its claims
+    allocated and reserved for it) and not finished. A pod being deleted still holds them until
+    its containers have stopped: that drain is what a deletion must not cut IMEX under."""
+    phase = (pod.get("status") or {}).get("phase")
+    return bool((pod.get("spec") or {}).get("nodeName")) and phase not in ("Succeeded", "Failed")
+
+
+def pods_holding(pods: Iterable[Mapping[str, Any]], template: str) -> list[str]:
+    """Names of the pods that use ``template`` (a CD's channel) and still hold their claims."""
+    return sorted(
+        objects.name(pod) or "?"
+        for pod in pods
+        if template in claim_templates(pod) and holds_its_claims(pod)
+    )
+
+
 def _waiting_error(pod: Mapping[str, Any]) -> str | None:
     """``<reason> (container <name>): <message>`` of the first container (init containers
     first) waiting for a reason other than starting, e.g. an image pull back-off."""

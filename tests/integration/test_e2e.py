@@ -8,18 +8,21 @@ runs, so the next test finds clean nodes.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
 
 from computedomain.api import constants as c
 from computedomain.api.resources import COMPUTE_DOMAINS
-from computedomain.devcluster.watching import watch_objects
+from computedomain.devcluster.watching import watch_object, watch_objects
 from computedomain.runtime import resources as r
+from computedomain.runtime.clock import parse_time
 from computedomain.runtime.objects import condition, labels
 from computedomain.sim.faults import FaultSettings
 from tests.integration.e2e_harness import (
     FAST_DAEMONS,
+    STATEFULSETS,
     EndToEnd,
     cd_ready,
     pod_running,
@@ -32,6 +35,14 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
 def _occurrences(event: dict[str, Any]) -> int:
     return int((event.get("series") or {}).get("count") or 1)
+
+
+def _ready_message(cd: dict[str, Any] | None) -> str:
+    return str(condition(cd or {}, "Ready").get("message") or "")
+
+
+def _reasons(events: list[dict[str, Any]]) -> set[str]:
+    return {str(e.get("reason")) for e in events}
 
 
 def _all_running(count: int) -> Any:
@@ -175,7 +186,12 @@ async def test_daemon_that_never_turns_ready_is_named(e2e: EndToEnd) -> None:
     }
 
 
-async def test_domain_deleted_while_its_workload_runs_leaves_nothing_behind(e2e: EndToEnd) -> None:
+async def test_domain_deleted_while_its_workload_runs_keeps_imex_until_it_stops_then_leaves_nothing(
+    e2e: EndToEnd,
+) -> None:
+    """A CD deleted under its running job (or with it, before its pods have drained) keeps its
+    IMEX daemons, children and node labels while the job's pods still use its channel, and says
+    so; once they have stopped, everything goes (WORKLOAD_RELEASE_TIMEOUT, default 5 min)."""
     await e2e.start_controller()
     await e2e.start_simulator()
     uid = (await e2e.create_cd("doomed"))["metadata"]["uid"]
@@ -183,9 +199,43 @@ async def test_domain_deleted_while_its_workload_runs_leaves_nothing_behind(e2e:
     await e2e.cd_until(
         "doomed", lambda o: cd_ready(o) and len(status_nodes(o)) == 2, "Ready with 2 nodes"
     )
-    await e2e.workload_pods("doomed", _all_running(2), "all Running")
+    pods = await e2e.workload_pods("doomed", _all_running(2), "all Running")
+    daemon = c.daemon_name(uid)
 
     await e2e.kube.delete(COMPUTE_DOMAINS, "doomed", e2e.namespace)
+    waiting = await e2e.cd_until(
+        "doomed",
+        lambda o: "IMEX daemons stay while 2 workload pods" in _ready_message(o),
+        "says it waits for its 2 workload pods",
+    )
+    assert all(name in _ready_message(waiting) for name in pods), _ready_message(waiting)
+    await e2e.events_for("doomed", lambda es: _reasons(es) >= {"WaitingForWorkloadPods"}, "wait")
+    # Over more than one look at the pods (every 5 s), the daemons' DaemonSet is not touched.
+    with pytest.raises(TimeoutError):
+        await watch_object(
+            e2e.kube,
+            r.DAEMONSETS,
+            daemon,
+            lambda ds: ds is None or "deletionTimestamp" in ds["metadata"],
+            namespace=e2e.driver_namespace,
+            within=12,
+            what="the IMEX DaemonSet left alone while the workload runs",
+        )
+    assert await e2e.nodes_labelled(uid, lambda n: len(n) == 2, "labels kept") != set()
+
+    stopped = time.time()
+    await e2e.kube.delete(STATEFULSETS, "doomed", e2e.namespace)
+    deleted = await watch_object(
+        e2e.kube,
+        r.DAEMONSETS,
+        daemon,
+        lambda ds: ds is None or "deletionTimestamp" in ds["metadata"],
+        namespace=e2e.driver_namespace,
+        within=90,
+        what="the IMEX DaemonSet deleted once the workload stopped",
+    )
+    if deleted is not None:  # seen going; the apiserver's stamp is in whole seconds
+        assert parse_time(deleted["metadata"]["deletionTimestamp"]).timestamp() >= int(stopped)
     await e2e.cd_until("doomed", lambda o: o is None, "the CD object gone", within=90)
     daemon = c.daemon_name(uid)
     for res, ns in (

@@ -211,6 +211,9 @@ RBAC_ENV = environ(
     orphan_grace_period="1s",
     orphan_sweep_interval="10s",
     daemon_pod_wait_timeout="20s",
+    # The deletion below happens under running workload pods: it looks for them (a LIST of
+    # pods in the CD's namespace), waits a second, and goes on.
+    workload_release_timeout="1s",
 )
 
 
@@ -525,7 +528,8 @@ async def scenario(
             watch_object(admin, res, "orphan", lambda o: o is None, namespace=ns, within=UNBOUNDED),
         )
 
-    # Deletion while the workloads still run: the controller itself strips the node labels.
+    # Deletion while the workloads still run: past WORKLOAD_RELEASE_TIMEOUT, the controller
+    # itself strips the node labels.
     await admin.delete(COMPUTE_DOMAINS, "cd", namespace)
     for node in nodes:
         await steps.run(

@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 from dataclasses import replace
 from datetime import timedelta
+from typing import Any
 
 from computedomain.api import constants as c
 from computedomain.api.resources import CLIQUES, COMPUTE_DOMAINS
@@ -41,6 +42,8 @@ FINALIZER_REMOVED = [
     {"op": "test", "path": "/metadata/finalizers/0", "value": c.FINALIZER},
     {"op": "remove", "path": "/metadata/finalizers/0"},
 ]
+# A deletion's first look: workload pods still running in the CD's namespace (none here).
+WORKLOAD_LIST = ("list", "pods", f"{NS}/")
 NEW_CD_CALLS = [
     ("patch", "computedomains", f"{NS}/cd"),  # the finalizer, before any child
     ("create", "resourceclaimtemplates", f"{DRIVER_NS}/{DAEMON}"),
@@ -216,6 +219,7 @@ async def test_deletion_with_daemon_pods_removes_children_and_labels_then_waits(
     result = await world.reconcile(CDKey(NS, "cd"))
 
     assert world.client.calls == [
+        WORKLOAD_LIST,
         ("delete", "resourceclaimtemplates", f"{NS}/channel"),  # the workload's first
         ("patch", "resourceclaimtemplates", f"{NS}/channel"),  # its finalizer
         ("delete", "resourceclaimtemplates", f"{DRIVER_NS}/{DAEMON}"),
@@ -228,7 +232,7 @@ async def test_deletion_with_daemon_pods_removes_children_and_labels_then_waits(
     ]
     # Each removal is conditional on what it removes (a test op first), never a blind write.
     label = "/metadata/labels/" + c.CD_LABEL.replace("/", "~1")
-    assert world.client.bodies[:8] == [
+    assert world.client.bodies[1:9] == [
         None,
         FINALIZER_REMOVED,
         None,
@@ -238,13 +242,90 @@ async def test_deletion_with_daemon_pods_removes_children_and_labels_then_waits(
         None,
         [{"op": "test", "path": label, "value": UID}, {"op": "remove", "path": label}],
     ]
-    status = world.client.bodies[8]
+    status = world.client.bodies[9]
     assert status["metadata"] == {"resourceVersion": cd["metadata"]["resourceVersion"]}
     assert [x["reason"] for x in status["status"]["conditions"]][:2] == ["Deleting", "Deleting"]
     assert result == Result(requeue_after=2.0)  # the CD keeps its finalizer for now
     assert world.client.objects[("computedomains", NS, "cd")]["metadata"]["finalizers"]
     assert c.CD_LABEL not in world.client.objects[("nodes", "", "n1")]["metadata"]["labels"]
     assert world.recorder.events.count(("Normal", "Deleted")) == 3
+
+
+def workload_pod(name: str, node: str | None = "n1", phase: str = "Running") -> dict[str, Any]:
+    """A pod of the CD's workload (its channel template), as the apiserver holds it."""
+    claim = {"name": "channel", "resourceClaimTemplateName": "channel"}
+    spec: dict[str, Any] = {"resourceClaims": [claim], **({"nodeName": node} if node else {})}
+    return {"metadata": {"name": name, "namespace": NS}, "spec": spec, "status": {"phase": phase}}
+
+
+async def test_a_deletion_keeps_the_imex_daemons_while_workload_pods_run_then_goes_on(
+    world: World,
+) -> None:
+    """Workload pods placed on nodes still use the channel: nothing is removed, the status
+    names them, one Event says so; once they have stopped, the deletion goes on as ever."""
+    stores = with_children(world)
+    stores["cds"] = [
+        world.client.add(
+            COMPUTE_DOMAINS,
+            compute_domain(
+                finalizers=[c.FINALIZER], deletionTimestamp=format_time(world.clock.wall())
+            ),
+        )
+    ]
+    world.client.add(r.PODS, workload_pod("job-0"))
+    world.client.add(r.PODS, workload_pod("job-1", phase="Succeeded"))  # done: holds nothing
+    world.client.add(r.PODS, workload_pod("job-2", node=None, phase="Pending"))  # never placed
+    world.fill(service_accounts=[service_account()], **stores)
+
+    assert await world.reconcile(CDKey(NS, "cd")) == Result(requeue_after=5.0)
+    assert world.client.calls == [WORKLOAD_LIST, ("patch", "computedomains/status", f"{NS}/cd")]
+    ready = world.client.objects[("computedomains", NS, "cd")]["status"]["conditions"][0]
+    assert (ready["reason"], ready["message"]) == (
+        "Deleting",
+        "The ComputeDomain is being deleted; its IMEX daemons stay while 1 workload pod still "
+        "uses its channel: job-0",
+    )
+    assert world.recorder.events == [("Normal", "WaitingForWorkloadPods")]
+
+    await world.clock.advance(5)
+    await world.reconcile(CDKey(NS, "cd"))
+    assert world.client.calls == [WORKLOAD_LIST]  # still running: nothing new to write or say
+    assert world.recorder.events == [("Normal", "WaitingForWorkloadPods")]
+
+    world.client.remove(r.PODS, "job-0", NS)  # it stopped
+    await world.clock.advance(5)
+    await world.reconcile(CDKey(NS, "cd"))
+    assert world.client.calls[0] == WORKLOAD_LIST
+    assert ("delete", "daemonsets", f"{DRIVER_NS}/{DAEMON}") in world.client.calls
+
+    await world.reconcile(CDKey(NS, "cd"))
+    assert WORKLOAD_LIST not in world.client.calls  # looked at until it found none, not after
+
+
+async def test_workload_pods_still_running_at_workload_release_timeout_do_not_hold_it(
+    world: World,
+) -> None:
+    deleted_at = world.clock.wall() - timedelta(seconds=SETTINGS.workload_release_timeout)
+    stores = with_children(world)
+    stores["cds"] = [
+        world.client.add(
+            COMPUTE_DOMAINS,
+            compute_domain(finalizers=[c.FINALIZER], deletionTimestamp=format_time(deleted_at)),
+        )
+    ]
+    world.client.add(r.PODS, workload_pod("job-0"))
+    world.fill(service_accounts=[service_account()], **stores)
+
+    await world.reconcile(CDKey(NS, "cd"))
+
+    assert ("delete", "daemonsets", f"{DRIVER_NS}/{DAEMON}") in world.client.calls
+    assert ("Warning", "WorkloadPodsStillRunning") in world.recorder.events
+    assert world.recorder.notes[
+        world.recorder.events.index(("Warning", "WorkloadPodsStillRunning"))
+    ] == (
+        "1 workload pod still uses ResourceClaimTemplate channel after 300s; removing the IMEX "
+        "daemons anyway: job-0"
+    )
 
 
 async def test_daemon_pods_hold_the_finalizer_until_daemon_pod_wait_timeout_then_not(
@@ -323,6 +404,7 @@ async def test_a_pass_after_the_finalizer_went_and_before_the_cds_deleted_event_
     world.fill(cds=[cd], service_accounts=[service_account()])
     assert await world.reconcile(CDKey(NS, "cd")) == Result()
     assert world.client.calls == [
+        WORKLOAD_LIST,
         ("list", "nodes", f"{c.CD_LABEL}={UID}"),
         ("patch", "computedomains", f"{NS}/cd"),  # our finalizer, the last one
     ]

@@ -97,6 +97,7 @@ async def test_deletion_by_update_removes_only_ours_and_daemonsets_keep_their_pa
     assert await world.reconcile(CDKey(NS, "cd")) == Result(requeue_after=2.0)
 
     assert world.client.calls == [
+        ("list", "pods", f"{NS}/"),  # workload pods still running: none
         ("delete", "resourceclaimtemplates", f"{NS}/channel"),
         ("get", "resourceclaimtemplates", f"{NS}/channel"),  # whole: the cache trims
         ("replace", "resourceclaimtemplates", f"{NS}/channel"),
@@ -110,7 +111,7 @@ async def test_deletion_by_update_removes_only_ours_and_daemonsets_keep_their_pa
         ("replace", "nodes", "n1"),  # ...which is PUT with its resourceVersion
         ("replace", "computedomains/status", f"{NS}/cd"),  # Ready=False while pods stop
     ]
-    node_sent = world.client.bodies[10]
+    node_sent = world.client.bodies[11]
     assert node_sent["metadata"]["labels"] == {"zone": "z"}
     assert node_sent["metadata"]["resourceVersion"] == node["metadata"]["resourceVersion"]
     for key in (("resourceclaimtemplates", NS, "channel"), ("nodes", "", "n1")):
@@ -137,6 +138,7 @@ async def test_a_409_on_the_finalizers_put_is_retried_from_a_fresh_read() -> Non
     assert await world.reconcile(CDKey(NS, "cd")) == Result()
 
     assert world.client.calls == [
+        ("list", "pods", f"{NS}/"),  # workload pods still running: none
         ("list", "nodes", f"{c.CD_LABEL}={UID}"),
         ("replace", "computedomains", f"{NS}/cd"),  # 409
         ("get", "computedomains", f"{NS}/cd"),
