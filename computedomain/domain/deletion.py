@@ -4,7 +4,7 @@ Each step stands on its own and is idempotent, so nothing hangs: a DaemonSet rem
 does not block the claim templates, a label that moved to another CD is left alone, and daemon
 pods get a bounded time to stop. The orphan sweeper reuses the first two steps.
 
-Before the first step, a CD whose workload pods still run on their nodes (a job draining, or
+Before the first step, a CD whose workload pods still run (Running: a job draining, or
 deleted with its CD at once) keeps everything, its IMEX daemons above all, until those pods have
 stopped or WORKLOAD_RELEASE_TIMEOUT has passed: IMEX pulled from under a running CUDA process
 fails it (error 719). NVIDIA's controller does not wait. The pods are read as ``workload_check``
@@ -37,8 +37,8 @@ log = logging.getLogger(__name__)
 
 # While workload pods still use a deleted CD's channel, how often their namespace is read again.
 WORKLOAD_RELEASE_POLL_SECONDS = 5.0
-# Pods that may still run: the phases a pod leaves only by stopping.
-NOT_FINISHED = "status.phase!=Succeeded,status.phase!=Failed"
+# The pods that may be using IMEX: running ones (also while being deleted: draining).
+RUNNING = "status.phase=Running"
 
 
 class Cleanup:
@@ -229,7 +229,7 @@ class Finalizer:
         namespace = cd.metadata.namespace
         try:
             listed = await ctx.client.list(
-                r.PODS, namespace=namespace, field_selector=NOT_FINISHED, resource_version="0"
+                r.PODS, namespace=namespace, field_selector=RUNNING, resource_version="0"
             )
         except ApiError as err:
             log.warning(

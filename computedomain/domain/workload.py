@@ -74,11 +74,11 @@ def claim_templates(pod: Mapping[str, Any]) -> set[str]:
 
 
 def holds_its_claims(pod: Mapping[str, Any]) -> bool:
-    """Whether a pod still holds the ResourceClaims it was given: placed on a node (its claims
-    allocated and reserved for it) and not finished. A pod being deleted still holds them until
-    its containers have stopped: that drain is what a deletion must not cut IMEX under."""
-    phase = (pod.get("status") or {}).get("phase")
-    return bool((pod.get("spec") or {}).get("nodeName")) and phase not in ("Succeeded", "Failed")
+    """Whether a pod runs with the ResourceClaims it was given (allocated and reserved for it
+    on its node): Running, also while being deleted until its containers have stopped, which
+    is the drain a deletion must not cut IMEX under. A Pending pod uses no IMEX yet."""
+    running = (pod.get("status") or {}).get("phase") == "Running"
+    return running and bool((pod.get("spec") or {}).get("nodeName"))
 
 
 def pods_holding(pods: Iterable[Mapping[str, Any]], template: str) -> list[str]:

@@ -261,7 +261,7 @@ def workload_pod(name: str, node: str | None = "n1", phase: str = "Running") -> 
 async def test_a_deletion_keeps_the_imex_daemons_while_workload_pods_run_then_goes_on(
     world: World,
 ) -> None:
-    """Workload pods placed on nodes still use the channel: nothing is removed, the status
+    """Running workload pods still use the channel: nothing is removed, the status
     names them, one Event says so; once they have stopped, the deletion goes on as ever."""
     stores = with_children(world)
     stores["cds"] = [
@@ -275,6 +275,7 @@ async def test_a_deletion_keeps_the_imex_daemons_while_workload_pods_run_then_go
     world.client.add(r.PODS, workload_pod("job-0"))
     world.client.add(r.PODS, workload_pod("job-1", phase="Succeeded"))  # done: holds nothing
     world.client.add(r.PODS, workload_pod("job-2", node=None, phase="Pending"))  # never placed
+    world.client.add(r.PODS, workload_pod("job-3", phase="Pending"))  # placed, not running yet
     world.fill(service_accounts=[service_account()], **stores)
 
     assert await world.reconcile(CDKey(NS, "cd")) == Result(requeue_after=5.0)

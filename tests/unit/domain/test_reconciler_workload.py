@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from computedomain.domain.deletion import NOT_FINISHED
+from computedomain.domain.deletion import RUNNING
 from computedomain.domain.keys import CDKey
 from computedomain.domain.status import GRACE_MARGIN_SECONDS
 from computedomain.domain.workload_check import IDLE_BACKOFF_FACTOR
@@ -206,6 +206,6 @@ async def test_deletion_forgets_the_workload(world: World) -> None:
         for call, params in zip(world.client.calls, world.client.params, strict=True)
         if call == POD_LIST
     ]
-    assert pod_lists == [NOT_FINISHED]
+    assert pod_lists == [RUNNING]
     got = world.client.objects.get(("computedomains", NS, "cd"))
     assert got is None or ready(world)["reason"] == "Deleting"
