@@ -64,6 +64,9 @@ ENV = environ(
     leader_election_renew_deadline="3s",
     leader_election_retry_period="500ms",
     daemon_pod_wait_timeout="20s",
+    # Its deletion happens under running workload pods: the controller looks for them (a LIST of
+    # pods, which NVIDIA's RBAC grants too), waits a second, and goes on.
+    workload_release_timeout="1s",
 )
 
 
