@@ -151,6 +151,18 @@ class EndToEnd:
             what="workload pods gone",
         )
 
+    async def daemon_pods_gone(self, uid: str, within: float = 60.0) -> None:
+        """No IMEX daemon pod of the domain with this UID is left."""
+        await watch_objects(
+            self.kube,
+            r.PODS,
+            lambda pods: not pods,
+            namespace=self.driver_namespace,
+            label_selector=f"{c.CD_LABEL}={uid}",
+            within=within,
+            what=f"daemon pods of {uid} gone",
+        )
+
     async def nodes_labelled(
         self, uid: str, predicate: Callable[[set[str]], bool], what: str
     ) -> set[str]:

@@ -36,19 +36,6 @@ PROTOCOLS = {
 Entry = dict[str, Any]
 
 
-async def daemon_pods_gone(env: EndToEnd, uid: str) -> None:
-    """Waits until no IMEX daemon pod of the domain with this UID is left."""
-    await watch_objects(
-        env.kube,
-        r.PODS,
-        lambda pods: not pods,
-        namespace=env.driver_namespace,
-        label_selector=f"{c.CD_LABEL}={uid}",
-        within=60,
-        what=f"daemon pods of {uid} gone",
-    )
-
-
 @dataclass
 class NvidiaFleet:
     env: EndToEnd
@@ -87,7 +74,7 @@ class NvidiaFleet:
         return status_nodes(cd)
 
     async def daemon_pods_gone(self, uid: str) -> None:
-        await daemon_pods_gone(self.env, uid)
+        await self.env.daemon_pods_gone(uid)
 
     async def daemon_pod(self, uid: str, node: str) -> dict[str, Any]:
         def on_node(pods: Objects) -> dict[str, Any] | None:

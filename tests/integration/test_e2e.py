@@ -210,34 +210,29 @@ async def test_domain_deleted_while_its_workload_runs_keeps_imex_until_it_stops_
     )
     assert all(name in _ready_message(waiting) for name in pods), _ready_message(waiting)
     await e2e.events_for("doomed", lambda es: _reasons(es) >= {"WaitingForWorkloadPods"}, "wait")
-    # Over more than one look at the pods (every 5 s), the daemons' DaemonSet is not touched.
-    with pytest.raises(TimeoutError):
-        await watch_object(
+
+    async def daemonset_deleted(within: float, what: str) -> dict[str, Any] | None:
+        return await watch_object(
             e2e.kube,
             r.DAEMONSETS,
             daemon,
             lambda ds: ds is None or "deletionTimestamp" in ds["metadata"],
             namespace=e2e.driver_namespace,
-            within=12,
-            what="the IMEX DaemonSet left alone while the workload runs",
+            within=within,
+            what=what,
         )
+
+    # Over more than one look at the pods (every 5 s), the daemons' DaemonSet is not touched.
+    with pytest.raises(TimeoutError):
+        await daemonset_deleted(12, "the IMEX DaemonSet left alone while the workload runs")
     assert await e2e.nodes_labelled(uid, lambda n: len(n) == 2, "labels kept") != set()
 
     stopped = time.time()
     await e2e.kube.delete(STATEFULSETS, "doomed", e2e.namespace)
-    deleted = await watch_object(
-        e2e.kube,
-        r.DAEMONSETS,
-        daemon,
-        lambda ds: ds is None or "deletionTimestamp" in ds["metadata"],
-        namespace=e2e.driver_namespace,
-        within=90,
-        what="the IMEX DaemonSet deleted once the workload stopped",
-    )
+    deleted = await daemonset_deleted(90, "the IMEX DaemonSet deleted once the workload stopped")
     if deleted is not None:  # seen going; the apiserver's stamp is in whole seconds
         assert parse_time(deleted["metadata"]["deletionTimestamp"]).timestamp() >= int(stopped)
     await e2e.cd_until("doomed", lambda o: o is None, "the CD object gone", within=90)
-    daemon = c.daemon_name(uid)
     for res, ns in (
         (r.DAEMONSETS, e2e.driver_namespace),
         (r.RESOURCE_CLAIM_TEMPLATES, e2e.driver_namespace),
@@ -258,14 +253,7 @@ async def test_domain_deleted_while_its_workload_runs_keeps_imex_until_it_stops_
     )
     assert await e2e.nodes_labelled(uid, lambda n: not n, "labels gone") == set()
     assert await e2e.cliques_of(uid, lambda cs: not cs, "cliques gone") == {}
-    await watch_objects(
-        e2e.kube,
-        r.PODS,
-        lambda ps: not ps,
-        namespace=e2e.driver_namespace,
-        label_selector=f"{c.CD_LABEL}={uid}",
-        what="daemon pods gone",
-    )
+    await e2e.daemon_pods_gone(uid, within=90)
 
 
 async def test_two_domains_sharing_a_clique_both_say_so(e2e: EndToEnd) -> None:

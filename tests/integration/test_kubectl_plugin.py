@@ -260,15 +260,7 @@ async def test_doctor_names_each_broken_part_of_the_install_with_its_fix(
     # Our controller leading on its Lease.
     await e2e.start_controller(LEADER_ELECTION_ENABLED="true")
 
-    await watch_object(
-        e2e.kube,
-        r.LEASES,
-        "nvidia-compute-domain-controller",
-        lease_held,
-        namespace=e2e.driver_namespace,
-        within=30,
-        what="our Lease held",
-    )
+    await our_lease_held(e2e)
     _, checks = await doctor(kubeconfig_path, "--driver-namespace", e2e.driver_namespace)
     assert checks["controller"]["state"] == "ok", checks["controller"]
     assert f"leads on Lease {lease}, renewed " in checks["controller"]["detail"]
@@ -294,6 +286,18 @@ async def test_doctor_names_each_broken_part_of_the_install_with_its_fix(
 
 OUR_POD = "computedomain-controller-doctor-0"
 IMAGE = "computedomain-controller"
+
+
+async def our_lease_held(e2e: EndToEnd) -> None:
+    await watch_object(
+        e2e.kube,
+        r.LEASES,
+        "nvidia-compute-domain-controller",
+        lease_held,
+        namespace=e2e.driver_namespace,
+        within=30,
+        what="our Lease held",
+    )
 
 
 async def running_pod_of_ours(e2e: EndToEnd, node: str, account: str) -> dict[str, Any]:
@@ -333,15 +337,7 @@ async def test_doctor_as_admin_names_a_verb_removed_from_our_rbac(
         account = "computedomain-controller"
         await running_pod_of_ours(e2e, fleet_nodes[-1], account)
         await e2e.start_controller(LEADER_ELECTION_ENABLED="true", POD_NAME=OUR_POD)
-        await watch_object(
-            e2e.kube,
-            r.LEASES,
-            "nvidia-compute-domain-controller",
-            lease_held,
-            namespace=e2e.driver_namespace,
-            within=30,
-            what="our Lease held",
-        )
+        await our_lease_held(e2e)
         args = ("--driver-namespace", e2e.driver_namespace)
         _, checks = await doctor(kubeconfig_path, *args)
         print(json.dumps({k: checks[k] for k in ("controller RBAC", "lease holder")}, indent=1))

@@ -91,7 +91,7 @@ from tests.integration.e2e_harness import (
     status_nodes,
     workload,
 )
-from tests.integration.nvidia_fleet import configured_as, daemon_pods_gone
+from tests.integration.nvidia_fleet import configured_as
 from tests.integration.nvidia_install import install_daemon_rbac, remove_cluster_objects
 from tests.integration.test_upstream_controller import SHARED_SETTINGS
 from tests.kit.indexes import watching_indexes
@@ -452,7 +452,7 @@ async def example_domain(node_side: NodeSide) -> dict[str, Any]:
     await env.kube.delete(COMPUTE_DOMAINS, "example", env.namespace)
     await env.cd_until("example", lambda cd: cd is None, "finalized")
     await env.nodes_labelled(uid, lambda names: not names, "labels removed")
-    await daemon_pods_gone(env, uid)
+    await env.daemon_pods_gone(uid)
     return seen
 
 
