@@ -370,6 +370,9 @@ async def gather_chain(client: KubeClient, namespace: str, name: str) -> Chain:
     selector = f"{c.CD_LABEL}={uid}"
     chain = Chain(cd)
     unseen = Unseen()
+    # Started now, run beside the reads below (it names its refusals after theirs: it starts
+    # only when they are all asked).
+    controller_pods = asyncio.ensure_future(_controller_pods(client, unseen))
     (
         chain.daemonsets,
         chain.daemon_templates,
@@ -379,8 +382,6 @@ async def gather_chain(client: KubeClient, namespace: str, name: str) -> Chain:
         claims,
         templates,
         pods,
-        our_pods,
-        *nvidia_pods,
     ) = await asyncio.gather(
         unseen.read("IMEX DaemonSets", _list(client, DAEMONSETS, None, selector)),
         unseen.read(
@@ -398,13 +399,8 @@ async def gather_chain(client: KubeClient, namespace: str, name: str) -> Chain:
         unseen.read("ResourceClaims of other namespaces", _list(client, RESOURCE_CLAIMS)),
         _list(client, RESOURCE_CLAIM_TEMPLATES, namespace, selector),
         _list(client, PODS, namespace),
-        # Our controller's pods and NVIDIA's (one LIST per selector of its chart).
-        *(
-            unseen.read("controller pods", _list(client, PODS, None, pods_of))
-            for pods_of in (OWN_PODS, *c.NVIDIA_CONTROLLER_SELECTORS)
-        ),
     )
-    chain.nvidia_controller_pods = [pod for found in nvidia_pods for pod in found]
+    our_pods, chain.nvidia_controller_pods = await controller_pods
     ours = doctor.our_pod(our_pods)
     seen = [o["metadata"]["namespace"] for o in chain.daemonsets + chain.nvidia_controller_pods]
     chain.own_lease = doctor.our_lease(ours, doctor.driver_namespace(ours, *seen))
@@ -460,12 +456,17 @@ async def _daemon_log(client: KubeClient, daemon: dict[str, Any] | None) -> str:
 
 
 async def _controller_pods(
-    client: KubeClient,
+    client: KubeClient, unseen: Unseen | None = None
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """Our controller's pods and NVIDIA's (one LIST per selector of its chart), all namespaces."""
+    """Our controller's pods and NVIDIA's (one LIST per selector of its chart), all namespaces;
+    with ``unseen``, a refused LIST is none found, and named there."""
+
+    def read(selector: str) -> Awaitable[list[Obj]]:
+        reading = _list(client, PODS, None, selector)
+        return reading if unseen is None else unseen.read("controller pods", reading)
+
     ours, *nvidia = await asyncio.gather(
-        _list(client, PODS, None, OWN_PODS),
-        *(_list(client, PODS, None, selector) for selector in c.NVIDIA_CONTROLLER_SELECTORS),
+        read(OWN_PODS), *(read(selector) for selector in c.NVIDIA_CONTROLLER_SELECTORS)
     )
     return ours, [pod for found in nvidia for pod in found]
 
