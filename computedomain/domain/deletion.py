@@ -23,6 +23,7 @@ from computedomain.api.resources import COMPUTE_DOMAINS
 from computedomain.api.v1beta1 import ComputeDomain
 from computedomain.domain.caches import BY_CD
 from computedomain.domain.context import DELETION_POLL_SECONDS, DomainMemory, ReconcileContext
+from computedomain.domain.projection import plural
 from computedomain.domain.status import StatusWriter
 from computedomain.domain.workload import pods_holding
 from computedomain.runtime import objects, patches
@@ -271,7 +272,7 @@ class Finalizer:
 
 
 def _pods(names: tuple[str, ...]) -> str:
-    return "1 workload pod" if len(names) == 1 else f"{len(names)} workload pods"
+    return plural(len(names), "workload pod")
 
 
 def _use(names: tuple[str, ...]) -> str:
