@@ -393,6 +393,40 @@ async def test_a_retried_deletion_skips_what_is_already_gone(world: World) -> No
         assert not [call for call in world.client.calls if call[0] in ("delete", "list")]
 
 
+async def test_a_node_label_that_moved_to_another_cd_after_the_list_is_left_alone(
+    world: World,
+) -> None:
+    """Between the deletion's live LIST of labelled Nodes and its patch, the plugin gives the
+    Node to another CD: the guarded patch is refused (422), the other CD's label stays, and the
+    deletion goes on without counting that Node as cleared."""
+    deleted_at = format_time(world.clock.wall())
+    cd = world.client.add(
+        COMPUTE_DOMAINS, compute_domain(finalizers=[c.FINALIZER], deletionTimestamp=deleted_at)
+    )
+    world.client.add(r.NODES, {"metadata": {"name": "n1", "labels": {c.CD_LABEL: UID}}})
+    world.fill(cds=[cd], service_accounts=[service_account()])
+    listed = world.client.list
+
+    async def list_then_the_plugin_moves_n1(res: r.Resource, **kwargs: Any) -> Any:
+        answer = await listed(res, **kwargs)
+        if res == r.NODES:
+            world.client.objects[("nodes", "", "n1")]["metadata"]["labels"][c.CD_LABEL] = GHOST
+        return answer
+
+    world.client.list = list_then_the_plugin_moves_n1  # type: ignore[method-assign]
+
+    assert await world.reconcile(CDKey(NS, "cd")) == Result()
+
+    assert world.client.calls == [
+        WORKLOAD_LIST,
+        ("list", "nodes", f"{c.CD_LABEL}={UID}"),
+        ("patch", "nodes", "n1"),  # refused: its test op names UID, the label now GHOST
+        ("patch", "computedomains", f"{NS}/cd"),  # the finalizer goes all the same
+    ]
+    assert world.client.objects[("nodes", "", "n1")]["metadata"]["labels"] == {c.CD_LABEL: GHOST}
+    assert world.recorder.events.count(("Normal", "CleanedUp")) == 1
+
+
 async def test_a_pass_after_the_finalizer_went_and_before_the_cds_deleted_event_writes_nothing(
     world: World,
 ) -> None:
