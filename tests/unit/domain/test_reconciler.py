@@ -407,10 +407,11 @@ async def test_a_node_label_that_moved_to_another_cd_after_the_list_is_left_alon
     world.fill(cds=[cd], service_accounts=[service_account()])
     listed = world.client.list
 
-    async def list_then_the_plugin_moves_n1(res: r.Resource, **kwargs: Any) -> Any:
-        answer = await listed(res, **kwargs)
-        if res == r.NODES:
+    async def list_then_the_plugin_moves_n1(*args: Any, **kwargs: Any) -> Any:
+        answer = await listed(*args, **kwargs)
+        if args and args[0] == r.NODES:
             world.client.objects[("nodes", "", "n1")]["metadata"]["labels"][c.CD_LABEL] = GHOST
+            world.client.bump(r.NODES, "n1")
         return answer
 
     world.client.list = list_then_the_plugin_moves_n1  # type: ignore[method-assign]
