@@ -1,7 +1,8 @@
-"""What README.md and docs/operations.md cite exists in the code: the files they name, the flags
-of our commands (controller, `kubectl cdom`, hack/ scripts), environment variables, metrics,
-alerts and `kubectl cdom` subcommands. Other tests go the other way (every setting, metric and
-alert is documented); this one catches a doc left behind by a rename.
+"""What README.md, docs/operations.md and docs/runbooks.md cite exists in the code: the files
+they name, the flags of our commands (controller, `kubectl cdom`, hack/ scripts), environment
+variables, metrics, alerts and `kubectl cdom` subcommands; and the modules and definitions
+docs/design.md's map names. Other tests go the other way (every setting, metric and alert is
+documented); this one catches a doc left behind by a rename.
 
 Citations are read from code: inline `code` spans and fenced blocks. A flag counts as ours when
 the command it follows is ours; a flag cited alone must be one of any of our commands or of
@@ -272,3 +273,33 @@ def test_every_alert_it_names_is_a_rule(doc: str) -> None:
     named = set(re.findall(r"\b(ComputeDomain[A-Z][A-Za-z]+)\b", (ROOT / doc).read_text()))
     unknown = sorted(named - alerts - KINDS)
     assert not unknown, f"{doc} names alerts that are not in {RULES.name}: {unknown}"
+
+
+def design_map() -> list[str]:
+    """The rows of docs/design.md's map (one CD from its watch event to its status write)."""
+    text = (ROOT / "docs" / "design.md").read_text()
+    section = text.split("## The map", 1)[1].split("\n## ", 1)[0]
+    return [line for line in section.splitlines() if line.startswith("| ") and ".py" in line]
+
+
+def test_the_design_map_names_modules_and_definitions_that_exist() -> None:
+    """Each `module.py` in the map is a module of ours, and each name cited after it in the
+    same cell (`Class`, `function`, `Class.method`) is defined there: the map follows renames."""
+    rows = design_map()
+    assert len(rows) >= 10, "the map lost its rows"
+    wrong = []
+    for row in rows:
+        for cell in row.split("|"):
+            module: Path | None = None
+            for span in re.findall(r"`([^`]+)`", cell):
+                if span.endswith(".py"):
+                    module = ROOT / "computedomain" / span
+                    if not module.is_file():
+                        wrong.append(f"{span}: no such module")
+                        module = None
+                elif module is not None and re.fullmatch(r"[A-Za-z_][\w.]*", span):
+                    source = module.read_text()
+                    for name in span.split("."):
+                        if not re.search(rf"^\s*(?:async def|def|class) {name}\b", source, re.M):
+                            wrong.append(f"{module.relative_to(ROOT)}: no {name}")
+    assert not wrong, f"docs/design.md's map names what does not exist: {wrong}"
