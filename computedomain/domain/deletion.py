@@ -36,8 +36,9 @@ from computedomain.runtime.resources import Resource
 
 log = logging.getLogger(__name__)
 
-# While workload pods still use a deleted CD's channel, how often their namespace is read again.
-WORKLOAD_RELEASE_POLL_SECONDS = 5.0
+# While workload pods still use a deleted CD's channel, how often their namespace is read again:
+# as often as the daemon pods are looked at, so the IMEX daemons go soon after the last pod stops.
+WORKLOAD_RELEASE_POLL_SECONDS = DELETION_POLL_SECONDS
 # The pods that may be using IMEX: running ones (also while being deleted: draining).
 RUNNING = "status.phase=Running"
 

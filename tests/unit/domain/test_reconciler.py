@@ -278,7 +278,7 @@ async def test_a_deletion_keeps_the_imex_daemons_while_workload_pods_run_then_go
     world.client.add(r.PODS, workload_pod("job-3", phase="Pending"))  # placed, not running yet
     world.fill(service_accounts=[service_account()], **stores)
 
-    assert await world.reconcile(CDKey(NS, "cd")) == Result(requeue_after=5.0)
+    assert await world.reconcile(CDKey(NS, "cd")) == Result(requeue_after=2.0)
     assert world.client.calls == [WORKLOAD_LIST, ("patch", "computedomains/status", f"{NS}/cd")]
     ready = world.client.objects[("computedomains", NS, "cd")]["status"]["conditions"][0]
     assert (ready["reason"], ready["message"]) == (
@@ -288,13 +288,13 @@ async def test_a_deletion_keeps_the_imex_daemons_while_workload_pods_run_then_go
     )
     assert world.recorder.events == [("Normal", "WaitingForWorkloadPods")]
 
-    await world.clock.advance(5)
+    await world.clock.advance(2)
     await world.reconcile(CDKey(NS, "cd"))
     assert world.client.calls == [WORKLOAD_LIST]  # still running: nothing new to write or say
     assert world.recorder.events == [("Normal", "WaitingForWorkloadPods")]
 
     world.client.remove(r.PODS, "job-0", NS)  # it stopped
-    await world.clock.advance(5)
+    await world.clock.advance(2)
     await world.reconcile(CDKey(NS, "cd"))
     assert world.client.calls[0] == WORKLOAD_LIST
     assert ("delete", "daemonsets", f"{DRIVER_NS}/{DAEMON}") in world.client.calls
