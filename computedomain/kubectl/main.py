@@ -1,7 +1,7 @@
 """The ``kubectl-computedomain`` console script (also ``kubectl-cdom``): kubectl finds it on the
 PATH as the plugin ``kubectl computedomain`` / ``kubectl cdom``.
 
-Global flags follow kubectl's: ``--kubeconfig``, ``--context``, ``--as``/``--as-group``
+Global flags follow kubectl's: ``--kubeconfig``, ``--context``, ``--as``/``--as-group``/``--as-uid``
 (impersonation headers on every request) and ``--version``; a namespaced command defaults to the
 context's namespace (else the pod's in-cluster, else ``default``).
 
@@ -140,6 +140,12 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         default=[],
         help="with --as: act as a member of this group too (repeat for more)",
+    )
+    parser.add_argument(
+        "--as-uid",
+        metavar="UID",
+        help="with --as: act with this user UID too (Impersonate-Uid header; you need RBAC's "
+        "impersonate verb on uids)",
     )
     commands = parser.add_subparsers(
         dest="command",
@@ -652,10 +658,11 @@ async def gather_install(
 
 
 def impersonation(args: argparse.Namespace) -> Impersonation | None:
-    """``--as``/``--as-group`` as the client sends them (None: act as the kubeconfig's user)."""
+    """``--as``/``--as-group``/``--as-uid`` as the client sends them (None: act as the
+    kubeconfig's user)."""
     if args.as_user is None:
         return None
-    return Impersonation(args.as_user, tuple(args.as_groups))
+    return Impersonation(args.as_user, tuple(args.as_groups), args.as_uid)
 
 
 async def _client(args: argparse.Namespace) -> KubeClient:
@@ -676,9 +683,9 @@ async def _client(args: argparse.Namespace) -> KubeClient:
 def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = build_parser()
     args = parser.parse_args(argv)
-    if args.as_groups and args.as_user is None:
-        # kubectl refuses it too: a group is impersonated only along with a user.
-        parser.error("--as-group needs --as")
+    if args.as_user is None and (args.as_groups or args.as_uid is not None):
+        # kubectl refuses it too: a group or UID is impersonated only along with a user.
+        parser.error(f"{'--as-group' if args.as_groups else '--as-uid'} needs --as")
     return args
 
 

@@ -188,15 +188,18 @@ async def connect(
 
 @dataclass(frozen=True)
 class Impersonation:
-    """Who every request acts as (kubectl's --as and --as-group): the apiserver authorizes the
-    request as this user, if the caller may impersonate them."""
+    """Who every request acts as (kubectl's --as, --as-group and --as-uid): the apiserver
+    authorizes the request as this user, if the caller may impersonate them."""
 
     user: str
     groups: tuple[str, ...] = ()
+    uid: str | None = None
 
     def headers(self) -> list[tuple[str, str]]:
         # One Impersonate-Group header per group, as client-go sends them.
-        return [("Impersonate-User", self.user)] + [("Impersonate-Group", g) for g in self.groups]
+        headers = [("Impersonate-User", self.user)]
+        headers += [("Impersonate-Group", g) for g in self.groups]
+        return headers + ([("Impersonate-Uid", self.uid)] if self.uid is not None else [])
 
 
 class KubeClient:

@@ -1,7 +1,7 @@
-"""`kubectl cdom` follows kubectl's conventions on the real control plane: `--as`/`--as-group`
-act as a user bound only to a namespace-scoped Role (describe answers from what that user may
-read and names in one line what it may not; cliques says in one line what it needs), and
-`--context` picks a kubeconfig context whose namespace is `describe`'s default."""
+"""`kubectl cdom` follows kubectl's conventions on the real control plane: `--as`, `--as-group` and
+`--as-uid` act as a user bound only to a namespace-scoped Role (describe answers from what that
+user may read and names in one line what it may not; cliques says in one line what it needs),
+and `--context` picks a kubeconfig context whose namespace is `describe`'s default."""
 
 from __future__ import annotations
 
@@ -115,6 +115,12 @@ async def test_a_namespace_only_user_and_a_context_namespace(
         kubeconfig_path, "--as", "jane", "--as-group", GROUP, "describe", "job", "-n", e2e.namespace
     )
     assert (code, grouped) == (0, out), err
+    # With a UID too (--as-uid, the Impersonate-Uid header the apiserver checks): the same.
+    code, with_uid, err = await cdom(
+        kubeconfig_path, "--as", "jane", "--as-group", GROUP, "--as-uid", "1234",
+        "describe", "job", "-n", e2e.namespace,
+    )  # fmt: skip
+    assert (code, with_uid) == (0, out), err
     # Without the group the user may read nothing: one line, exit 3.
     code, none, err = await cdom(
         kubeconfig_path, "--as", "jane", "describe", "job", "-n", e2e.namespace

@@ -33,21 +33,28 @@ def test_the_global_flags_are_kubectls() -> None:
             "a",
             "--as-group",
             "b",
+            "--as-uid",
+            "1234",
             "describe",
             "job",
         ]
     )
     assert (args.kubeconfig, args.context, args.namespace) == ("/k", "prod", None)
-    assert plugin.impersonation(args) == Impersonation("system:serviceaccount:team:ml", ("a", "b"))
+    assert plugin.impersonation(args) == Impersonation(
+        "system:serviceaccount:team:ml", ("a", "b"), "1234"
+    )
     assert plugin.impersonation(plugin.parse(["cliques"])) is None
     assert plugin.parse(["describe", "job", "-n", "other"]).namespace == "other"
 
 
-def test_a_group_without_a_user_is_bad_usage(capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize("flag", ["--as-group", "--as-uid"])
+def test_a_group_or_uid_without_a_user_is_bad_usage(
+    flag: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     with pytest.raises(SystemExit) as exited:
-        plugin.parse(["--as-group", "a", "cliques"])
+        plugin.parse([flag, "a", "cliques"])
     assert exited.value.code == plugin.EXIT_USAGE
-    assert "--as-group needs --as" in capsys.readouterr().err
+    assert f"{flag} needs --as" in capsys.readouterr().err
 
 
 def test_version_is_the_distributions(capsys: pytest.CaptureFixture[str]) -> None:

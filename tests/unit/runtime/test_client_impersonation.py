@@ -1,5 +1,5 @@
-"""kubectl's --as/--as-group: every request the client sends (reads, writes, watches, logs) carries
-the impersonation headers, one Impersonate-Group per group; without them, none."""
+"""kubectl's --as/--as-group/--as-uid: every request the client sends (reads, writes, watches,
+logs) carries the impersonation headers, one Impersonate-Group per group; without them, none."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from computedomain.runtime.client import Impersonation, KubeClient
 from computedomain.runtime.resources import PODS
 from tests.kit.plainhttp import PlainConnection
 
-Seen = list[tuple[str, str | None, list[str]]]
+Seen = list[tuple[str, str | None, list[str], str | None]]
 
 
 @pytest.fixture
@@ -28,6 +28,7 @@ async def server() -> AsyncIterator[tuple[TestServer, Seen]]:
                 request.method,
                 headers.get("Impersonate-User"),
                 headers.getall("Impersonate-Group", []),
+                headers.get("Impersonate-Uid"),
             )
         )
         if request.path.endswith("/log"):
@@ -68,8 +69,8 @@ async def test_every_request_acts_as_the_impersonated_user(
     finally:
         await impersonating.close()
     assert [method for method, *_ in seen] == ["GET", "GET", "POST", "PATCH", "GET", "GET"]
-    assert {(user, tuple(groups)) for _, user, groups in seen} == {
-        ("system:serviceaccount:team:ml", ("ml-users", "system:authenticated"))
+    assert {(user, tuple(groups), uid) for _, user, groups, uid in seen} == {
+        ("system:serviceaccount:team:ml", ("ml-users", "system:authenticated"), None)
     }
 
     seen.clear()
@@ -78,4 +79,12 @@ async def test_every_request_acts_as_the_impersonated_user(
         await every_verb(plain)
     finally:
         await plain.close()
-    assert {(user, tuple(groups)) for _, user, groups in seen} == {(None, ())}
+    assert {(user, tuple(groups), uid) for _, user, groups, uid in seen} == {(None, (), None)}
+
+    seen.clear()
+    with_uid = KubeClient(connect(), impersonate=Impersonation("jane", uid="1234"))
+    try:
+        await every_verb(with_uid)
+    finally:
+        await with_uid.close()
+    assert {(user, tuple(groups), uid) for _, user, groups, uid in seen} == {("jane", (), "1234")}
