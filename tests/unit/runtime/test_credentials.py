@@ -186,3 +186,28 @@ def test_the_resolver_runs_on_this_environments_python_even_when_argv0_is_a_scri
 
     assert interpreter(script, str(tmp_path)) == str(python)
     assert interpreter("/usr/bin/python3.11", str(tmp_path)) == "/usr/bin/python3.11"
+
+
+def test_the_resolver_child_loads_no_generated_api_or_model_module(tmp_path: Path) -> None:
+    # The child is on the controller's start-up path: with the library's generated modules it
+    # took 0.75 s and peaked at 75 MiB, without them 0.44 s and 41 MiB.
+    config = tmp_path / "config"
+    config.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+        "clusters: [{name: c, cluster: {server: 'https://127.0.0.1:6443'}}]\n"
+        "users: [{name: u, user: {token: t0ken}}]\n"
+        "contexts: [{name: c, context: {cluster: c, user: u}}]\n"
+    )
+    probe = (
+        "import sys\n"
+        "from computedomain.runtime import resolve_credentials\n"
+        f"code = resolve_credentials.main(['--kubeconfig', {str(config)!r}])\n"
+        "prefixes = ('kubernetes_asyncio.client.models.', 'kubernetes_asyncio.client.api.')\n"
+        "print(code, sorted(m for m in sys.modules if m.startswith(prefixes))[:3])\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=120
+    )
+    answer, loaded = done.stdout.strip().splitlines()
+    assert Credentials.from_json(answer).authorization == "Bearer t0ken"
+    assert loaded == "0 []", loaded
