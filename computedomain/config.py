@@ -620,7 +620,8 @@ SETTINGS: Sequence[Setting] = (
             "changes within this window are folded into one write at its end, and while they "
             "keep coming the window doubles after each such write, up to 4x this (a bring-up "
             "costs a few status writes per CD, not several per daemon; a Ready flip and "
-            "deletion are never delayed; 0 writes every change at once)",
+            "deletion are never delayed, nor a clique entry; a daemon pod seen before its "
+            "entry waits at most one window for it; 0 writes every change at once)",
             "reconciler.status_coalesce_window", check=seconds_at_least(0, 60)),
     Setting("--workload-start-grace-period", "WORKLOAD_START_GRACE_PERIOD", "5m", parse_duration,
             "how long a ComputeDomain may wait for its workload (no IMEX daemon yet), and a pod "

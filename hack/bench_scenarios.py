@@ -419,6 +419,7 @@ class Bench:
         and until no DaemonSet or daemon RCT of theirs is left."""
         n = len(names)
         writes_before, requests_before = self.ctl.writes(), self.ctl.running.requests()
+        tally_before = self.ctl.tally.snapshot()
 
         def none_of_theirs(objects: dict[str, Obj]) -> bool:
             return not any(labels(o).get(c.CD_LABEL) in uids for o in objects.values())
@@ -448,6 +449,7 @@ class Bench:
             "all_gone_s": round(complete, 2),
             "cds_per_s": round(n / complete, 1),
             "writes_per_cd": round((self.ctl.writes() - writes_before) / n, 2),
+            "writes_per_cd_by_call": self.ctl.writes_since(tally_before, n),
             "requests_per_s_until_gone": round(requests / complete, 1),
         }
         self.say(f"deletion: {n} CDs and their children gone in {complete:.1f}s")

@@ -341,6 +341,9 @@ class Versus:
             "writes_per_cd_without_events": round(created_without_events / n, 2),
             "deletion_s": round(max(gone.values()), 2),
             "deletion_writes_per_cd": round(self.writes(mark, user) / n, 2),
+            "deletion_writes_by_call": tally(
+                w for w in self.audit.writes(mark, user) if w.verb in WRITE_VERBS
+            ),
         }
 
     async def daemon_changes(self, ns: str, user: str) -> dict[str, Any]:
@@ -402,6 +405,7 @@ class Versus:
         await self.quiet(user)
         writes = self.writes(mark, user)
         without_events = self.writes(mark, user, events=False)
+        by_call = tally(w for w in self.audit.writes(mark, user) if w.verb in WRITE_VERBS)
         await self.client.delete(STATEFULSETS, "joins", ns)
         await watch_until(
             self.client, r.PODS, lambda objs: not objs, namespace=ns, what="pods gone"
@@ -421,6 +425,7 @@ class Versus:
             "entry_ready_to_status_s": {k: round(v, 4) for k, v in summary(latencies).items()},
             "writes_per_change": round(writes / (2 * changes), 2),
             "writes_per_change_without_events": round(without_events / (2 * changes), 2),
+            "writes_by_call": by_call,
         }
 
 

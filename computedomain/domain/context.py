@@ -39,6 +39,8 @@ class DomainMemory:
     status_written_at: float | None = None
     status_window: float | None = None
     status_held: bool = False
+    # When (clock.now()) a change of the conditions' words alone was first held (status.py).
+    progress_held_since: float | None = None
     # Deletion: children the apiserver answered 404 for (by UID; the cache may show them a
     # while longer), and whether a live LIST found no Node labelled for the CD any more.
     children_gone: set[str] = field(default_factory=set)

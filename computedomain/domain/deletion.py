@@ -68,44 +68,57 @@ class Cleanup:
         targets += [(r.DAEMONSETS, ds) for ds in ctx.caches.daemonsets_of(uid)]
         gone = ctx.memory_of(uid).children_gone
         remaining = 0
-        for res, child in targets:
-            remaining += 1
-            if objects.uid(child) in gone:
-                continue  # known gone; its watch event has not reached the cache yet
-            name, namespace = objects.name(child), objects.namespace(child)
-            issued_delete = not objects.meta(child).get("deletionTimestamp")
-            try:
-                if issued_delete:
-                    deleted = await ctx.client.delete(res, name, namespace)
-                    if deleted is not None and objects.meta(deleted).get("deletionTimestamp"):
-                        # Kept by a finalizer: the cache learns it is going, so a retried
-                        # pass does not delete it again.
-                        ctx.caches.observe_write(res, deleted)
-                        child = deleted
-                patch = patches.remove_finalizer(child, c.FINALIZER)
-                if patch is not None:
-                    # By update (no patch granted), read whole first: the caches trim children.
-                    written = await ctx.patcher.patch(
-                        res, name, patch, namespace, patch_type="json"
-                    )
-                    ctx.caches.observe_write(res, written)
-            except ApiError as err:
-                if err.is_not_found:
-                    gone.add(objects.uid(child) or "")
-                    continue
-                if err.is_invalid:  # finalizer list changed under us; next pass re-reads
-                    continue
-                raise
-            if regarding is not None and issued_delete:
+        # One Event per pass names every child it deleted (as `Created` names those it made):
+        # three Events per CD said what one says. Recorded also when a later call fails.
+        deleted_now: list[tuple[str, dict[str, Any]]] = []
+        try:
+            for res, child in targets:
+                remaining += 1
+                if objects.uid(child) in gone:
+                    continue  # known gone; its watch event has not reached the cache yet
+                if await self._remove(res, child, gone):
+                    what = f"{res.kind} {objects.object_key(child)}"
+                    deleted_now.append((what, objects.reference(child, res)))
+        finally:
+            if regarding is not None and deleted_now:
                 ctx.recorder.record(
                     regarding,
                     NORMAL,
                     "Deleted",
                     "Delete",
-                    f"Deleted {res.kind} {namespace}/{name}",
-                    related=objects.reference(child, res),
+                    "Deleted " + ", ".join(what for what, _ in deleted_now),
+                    # One child: the Event points at it; several: the note names them.
+                    related=deleted_now[0][1] if len(deleted_now) == 1 else None,
                 )
         return remaining
+
+    async def _remove(self, res: Resource, child: dict[str, Any], gone: set[str]) -> bool:
+        """Delete ``child`` (unless already deleting) and strip our finalizer from it; whether
+        this call issued its delete. A child found gone joins ``gone``."""
+        ctx = self._ctx
+        name, namespace = objects.name(child), objects.namespace(child)
+        issued_delete = not objects.meta(child).get("deletionTimestamp")
+        try:
+            if issued_delete:
+                deleted = await ctx.client.delete(res, name, namespace)
+                if deleted is not None and objects.meta(deleted).get("deletionTimestamp"):
+                    # Kept by a finalizer: the cache learns it is going, so a retried
+                    # pass does not delete it again.
+                    ctx.caches.observe_write(res, deleted)
+                    child = deleted
+            patch = patches.remove_finalizer(child, c.FINALIZER)
+            if patch is not None:
+                # By update (no patch granted), read whole first: the caches trim children.
+                written = await ctx.patcher.patch(res, name, patch, namespace, patch_type="json")
+                ctx.caches.observe_write(res, written)
+        except ApiError as err:
+            if err.is_not_found:
+                gone.add(objects.uid(child) or "")
+                return False
+            if err.is_invalid:  # finalizer list changed under us; next pass re-reads
+                return False
+            raise
+        return issued_delete
 
     async def remove_node_labels(self, uid: str) -> int:
         """Strip the CD label from Nodes still naming ``uid``, only while it still names ``uid``.

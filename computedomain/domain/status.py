@@ -49,6 +49,32 @@ def _ready(conditions: Sequence[Condition]) -> str | None:
     return next((x.status for x in conditions if x.type == "Ready"), None)
 
 
+def _healthy(ready: Condition | None) -> bool:
+    return ready is not None and (ready.status == "True" or ready.reason in cond.PROGRESS_REASONS)
+
+
+def _progress_only(
+    stored: Mapping[str, Any],
+    desired: Mapping[str, Any],
+    previous: Sequence[Condition],
+    conditions: Sequence[Condition],
+) -> bool:
+    """Only the conditions changed, Ready says the CD is on its way (a daemon starting within
+    its grace period, waiting for the workload) and said nothing was wrong before: no node,
+    count or global status moved, so no consumer acts on this write (the plugin reads
+    status.nodes), and no problem is taken back."""
+    ready = next((x for x in conditions if x.type == "Ready"), None)
+    if ready is None or ready.status != "False" or ready.reason not in cond.PROGRESS_REASONS:
+        return False
+    if not _healthy(next((x for x in previous if x.type == "Ready"), None)):
+        return False
+
+    def rest(status: Mapping[str, Any]) -> dict[str, Any]:
+        return {k: v for k, v in status.items() if k != "conditions"}
+
+    return bool(stored) and projection.status_equal(rest(stored), rest(desired))
+
+
 def desired_status(
     cd: ComputeDomain,
     view: DomainView,
@@ -230,16 +256,23 @@ class StatusWriter:
             desired = {k: desired[k] for k in coexistence.UPSTREAM_STATUS_FIELDS}
         stored = dict(obj.get("status") or {})
         if projection.status_equal(stored, desired):
+            memory.progress_held_since = None  # what was held is moot: nothing to write
             if mode.upstream_only and conditions != previous:
                 # No write carries them, yet their transitions are still news.
                 self._emit_transitions(obj, cd, previous, conditions, nodes)
                 memory.conditions = conditions
             return result
 
-        # A verdict a workload or a person waits on (Ready either way) and deletion go out now.
+        # A verdict a workload or a person waits on (Ready either way) and deletion go out now;
+        # a daemon starting that changed nothing but the conditions' words waits a window.
         flips = stored.get("status") != desired["status"]
         flips = flips or _ready(previous) != _ready(conditions)
-        hold = None if deleting or flips else self._coalescing(memory)
+        if deleting:
+            hold = None
+        elif _progress_only(stored, desired, previous, conditions):
+            hold = self._progress_hold(memory)
+        else:
+            hold = None if flips else self._coalescing(memory)
         if hold is not None:
             # Folded into one write at the window's end; that reconcile recomputes from the
             # caches, so it carries whatever changed meanwhile.
@@ -329,6 +362,23 @@ class StatusWriter:
         memory.status_held = True
         return wait
 
+    def _progress_hold(self, memory: DomainMemory) -> float | None:
+        """How long a change of the conditions' words alone waits, or None: write now.
+
+        A daemon pod seen before its daemon's clique entry (Ready False, DaemonsStarting) is
+        news to nobody: the workload waits for the node's entry, which is written at once. Held
+        one window from when it was first seen, it is folded into that entry's write; a daemon
+        slower than the window still shows as starting, at most one window late.
+        """
+        base = self._ctx.settings.status_coalesce_window
+        if base <= 0:
+            return None
+        now = self._ctx.clock.now()
+        if memory.progress_held_since is None:
+            memory.progress_held_since = now
+        wait = max(memory.progress_held_since + base - now, self._coalescing(memory) or 0.0)
+        return wait if wait > 0 else None
+
     def _wrote(self, memory: DomainMemory) -> None:
         """A status write went out: the next window is twice as long if this write folded held
         changes (they keep coming), up to ``MAX_WINDOW_FACTOR``, else the configured one."""
@@ -337,6 +387,7 @@ class StatusWriter:
         grown = min(window * 2, base * MAX_WINDOW_FACTOR)
         memory.status_window = grown if memory.status_held else base
         memory.status_held = False
+        memory.progress_held_since = None
         memory.status_written_at = self._ctx.clock.now()
 
     def _observe_metrics(

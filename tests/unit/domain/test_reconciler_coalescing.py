@@ -100,7 +100,18 @@ def set_daemons(world: World, entries: dict[str, str]) -> None:
     )
 
 
-def start(world: World) -> None:
+def set_pods(world: World, pods: dict[str, str]) -> None:
+    """Daemon pods as the caches see them, before their daemons wrote any clique entry."""
+    since = format_time(world.clock.wall())
+    world.caches.daemon_pods[0].feed_list(
+        [
+            world.client.add(r.PODS, daemon_pod(name, status == c.STATUS_READY, since))
+            for name, status in pods.items()
+        ]
+    )
+
+
+def start(world: World, num_nodes: int = len(NODES)) -> None:
     """A CD with its children and the three Nodes; nothing of it written yet."""
     daemonset = labelled(DAEMON, DRIVER_NS)
     # Its daemons speak the cliques protocol: the controller projects status.nodes.
@@ -108,7 +119,7 @@ def start(world: World) -> None:
     container = {"name": c.DAEMON_CONTAINER, "env": env}
     daemonset["spec"] = {"template": {"spec": {"containers": [container]}}}
     stores = with_children(world, daemonset)
-    stores["cds"][0]["spec"]["numNodes"] = len(NODES)
+    stores["cds"][0]["spec"]["numNodes"] = num_nodes
     world.fill(
         **stores,
         nodes=[node(n) for n in CLIQUE_OF],
@@ -164,6 +175,58 @@ async def test_changes_within_the_window_are_one_write_with_the_latest_state() -
     status = world.client.objects[("computedomains", NS, "cd")]["status"]
     assert status["status"] == c.STATUS_READY
     assert ("Normal", "AllNodesJoined") in world.recorder.events
+
+
+def ready_condition(world: World) -> tuple[str, str]:
+    status = world.client.objects[("computedomains", NS, "cd")]["status"]
+    ready = next(x for x in status["conditions"] if x["type"] == "Ready")
+    return ready["status"], ready["reason"]
+
+
+async def test_a_daemon_pod_seen_before_its_clique_entry_waits_for_the_entry() -> None:
+    """A join, one daemon at a time (issue 32): its pod shows before its clique entry, and that
+    changes only the conditions' words (Ready False, DaemonsStarting). Held a window from when
+    first seen, the entry's write carries it: two status writes per join (NotReady, Ready),
+    not three; the entry itself is not held."""
+    world = make_world(WINDOW)
+    start(world, num_nodes=0)
+    set_daemons(world, {"n1": c.STATUS_READY})
+    await world.reconcile(KEY)
+    assert world.client.calls == [STATUS_PATCH]
+    assert ready_condition(world) == ("True", "AllNodesJoined")
+
+    await world.clock.advance(10 * WINDOW)  # quiet: an ordinary change would go out at once
+    set_pods(world, {"n1": c.STATUS_READY, "n2": c.STATUS_NOT_READY})
+    result = await world.reconcile(KEY)
+    assert world.client.calls == []
+    assert result.requeue_after == pytest.approx(WINDOW)
+    assert ready_condition(world) == ("True", "AllNodesJoined")
+
+    await world.clock.advance(0.3)
+    set_daemons(world, {"n1": c.STATUS_READY, "n2": c.STATUS_NOT_READY})
+    await world.reconcile(KEY)
+    assert world.client.calls == [STATUS_PATCH]  # the entry: at once, with the pod's words
+    assert stored_nodes(world) == [("n1", c.STATUS_READY), ("n2", c.STATUS_NOT_READY)]
+    assert ready_condition(world) == ("False", "DaemonsStarting")
+
+
+async def test_a_daemon_slower_than_the_window_shows_as_starting_at_its_end() -> None:
+    """Held at most one window from when first seen, however often the CD is looked at."""
+    world = make_world(WINDOW)
+    start(world, num_nodes=0)
+    set_daemons(world, {"n1": c.STATUS_READY})
+    await world.reconcile(KEY)
+    await world.clock.advance(10 * WINDOW)
+    set_pods(world, {"n1": c.STATUS_READY, "n2": c.STATUS_NOT_READY})
+    assert (await world.reconcile(KEY)).requeue_after == pytest.approx(WINDOW)
+    await world.clock.advance(0.6)
+    assert (await world.reconcile(KEY)).requeue_after == pytest.approx(WINDOW - 0.6)
+    assert world.client.calls == []
+    await world.clock.advance(WINDOW - 0.6)
+    await world.reconcile(KEY)
+    assert world.client.calls == [STATUS_PATCH]
+    assert stored_nodes(world) == [("n1", c.STATUS_READY)]
+    assert ready_condition(world) == ("False", "DaemonsStarting")
 
 
 async def test_an_isolated_change_is_written_at_once() -> None:
