@@ -1,0 +1,141 @@
+"""Which NVLink clique a ComputeDomain's workload pods go to (pure; the placement webhook's
+decision, computedomain/admission/).
+
+Multi-node NVLink works only within one clique, and NVIDIA's driver does not place a job's pods
+(the usual fix, a required pod affinity on ``nvidia.com/gpu.clique``, puts the first pod
+anywhere, also where the rest has no room). So, once per ComputeDomain, one clique is chosen:
+
+1. the clique recorded on the CD (``RECORDED_CLIQUE_ANNOTATION``): decided once, kept;
+2. else the clique the CD already uses (the nodes it holds, by the node label the kubelet plugin
+   sets, or failing those what its daemons report in ``status.nodes``): its pods must join them;
+3. else the clique with the most room that fits the job: free nodes (domain/capacity.py) less
+   those promised to other CDs that recorded a clique and do not hold all their nodes yet (their
+   pods are admitted but not placed, so the nodes still look free);
+4. else none: the pods are admitted unchanged and the CD says so.
+
+The decision is recorded in an annotation, not in ``status``: NVIDIA's CRD may be the installed
+one, and its structural schema prunes any status field it does not name (contract §2.3); metadata
+is never pruned.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from computedomain.domain.capacity import NOT_CLIQUES, CliqueCapacity
+
+# Opt-in: this label on a namespace, or this annotation on a ComputeDomain, set to "true".
+PLACEMENT_OPT_IN = "placement.computedomain.io/enabled"
+# The decision, written once on the CD (with a resourceVersion precondition): a clique, or empty
+# when none fitted (then NO_FIT_ANNOTATION says why).
+RECORDED_CLIQUE_ANNOTATION = "placement.computedomain.io/clique"
+NO_FIT_ANNOTATION = "placement.computedomain.io/unplaced"
+
+# Why a clique was chosen (also the reason of the Placed condition and of the Event).
+RECORDED = "Recorded"
+IN_USE = "CliqueInUse"
+MOST_ROOM = "MostFreeNodes"
+NO_CLIQUE_FITS = "NoCliqueFits"
+
+
+@dataclass(frozen=True)
+class Decision:
+    clique: str | None
+    reason: str
+    message: str
+
+
+def opted_in(cd: Mapping[str, Any], namespace_labels: Mapping[str, str]) -> bool:
+    annotations = (cd.get("metadata") or {}).get("annotations") or {}
+    return "true" in (annotations.get(PLACEMENT_OPT_IN), namespace_labels.get(PLACEMENT_OPT_IN))
+
+
+def domain_key(cd: Mapping[str, Any]) -> str:
+    """How capacity rows name a domain (``CliqueCapacity.domains``)."""
+    meta = cd.get("metadata") or {}
+    return f"{meta.get('namespace')}/{meta.get('name')}"
+
+
+def job_size(cd: Mapping[str, Any]) -> int:
+    """Nodes the job needs: ``spec.numNodes`` (0, "no expectation", counts as one node)."""
+    num_nodes = (cd.get("spec") or {}).get("numNodes") or 0
+    return max(int(num_nodes), 1)
+
+
+def recorded_clique(cd: Mapping[str, Any]) -> str | None:
+    """The recorded decision: a clique name, "" for "none fitted", None when not decided."""
+    annotations = (cd.get("metadata") or {}).get("annotations") or {}
+    value = annotations.get(RECORDED_CLIQUE_ANNOTATION)
+    return None if value is None else str(value)
+
+
+def clique_in_use(cd: Mapping[str, Any], rows: Sequence[CliqueCapacity]) -> str | None:
+    """The clique holding most of the CD's nodes; else the one its daemons report most."""
+    key = domain_key(cd)
+    held = Counter(
+        {r.clique: r.domains[key] for r in rows if key in r.domains and r.clique not in NOT_CLIQUES}
+    )
+    if not held:
+        for entry in (cd.get("status") or {}).get("nodes") or []:
+            if entry.get("cliqueID"):
+                held[str(entry["cliqueID"])] += 1
+    if not held:
+        return None
+    return min(held, key=lambda clique: (-held[clique], clique))
+
+
+def promised(
+    rows: Sequence[CliqueCapacity], domains: Iterable[Mapping[str, Any]], but: str
+) -> Counter[str]:
+    """Per clique, nodes that CDs other than ``but`` recorded there and do not hold yet."""
+    held = {r.clique: r.domains for r in rows}
+    out: Counter[str] = Counter()
+    for cd in domains:
+        clique = recorded_clique(cd)
+        key = domain_key(cd)
+        if not clique or key == but or (cd.get("metadata") or {}).get("deletionTimestamp"):
+            continue
+        missing = job_size(cd) - held.get(clique, {}).get(key, 0)
+        if missing > 0:
+            out[clique] += missing
+    return out
+
+
+def decide(
+    cd: Mapping[str, Any],
+    rows: Sequence[CliqueCapacity],
+    domains: Iterable[Mapping[str, Any]],
+) -> Decision:
+    """The clique for ``cd``'s pods (see the module's docstring for the order)."""
+    recorded = recorded_clique(cd)
+    if recorded:
+        return Decision(recorded, RECORDED, f"clique {recorded}, recorded on the ComputeDomain")
+    in_use = clique_in_use(cd, rows)
+    if in_use:
+        return Decision(in_use, IN_USE, f"clique {in_use}, where the ComputeDomain's nodes are")
+    size = job_size(cd)
+    taken = promised(rows, domains, but=domain_key(cd))
+    room = {r.clique: r.free - taken[r.clique] for r in rows if r.clique not in NOT_CLIQUES}
+    fits = [clique for clique, n in room.items() if n >= size]
+    if fits:
+        best = min(fits, key=lambda clique: (-room[clique], clique))
+        return Decision(
+            best,
+            MOST_ROOM,
+            f"clique {best}: {room[best]} free nodes not promised to other ComputeDomains, "
+            f"the most of the cliques with room for {size}",
+        )
+    if not room:
+        return Decision(
+            None, NO_CLIQUE_FITS, f"no clique for {size} nodes: no node has an NVLink clique label"
+        )
+    largest = min(room, key=lambda clique: (-room[clique], clique))
+    return Decision(
+        None,
+        NO_CLIQUE_FITS,
+        f"no clique has {size} free nodes: the most, {max(room[largest], 0)}, are in clique "
+        f"{largest}; the pods are admitted without a clique",
+    )
