@@ -41,6 +41,12 @@ MOST_ROOM = "MostFreeNodes"
 NO_CLIQUE_FITS = "NoCliqueFits"
 
 
+# The CD's condition that says what placement decided (the reconciler writes it, from the
+# annotations: it owns status). Not one of NVIDIA's, and present only on CDs placed.
+CONDITION_PLACED = "Placed"
+CLIQUE_CHOSEN = "CliqueChosen"
+
+
 @dataclass(frozen=True)
 class Decision:
     clique: str | None
@@ -139,3 +145,21 @@ def decide(
         f"no clique has {size} free nodes: the most, {max(room[largest], 0)}, are in clique "
         f"{largest}; the pods are admitted without a clique",
     )
+
+
+def placed_condition(annotations: Mapping[str, str]) -> tuple[bool, str, str] | None:
+    """(status, reason, message) of the Placed condition; None for a CD never placed."""
+    clique = annotations.get(RECORDED_CLIQUE_ANNOTATION)
+    if clique is None:
+        return None
+    if clique:
+        return (
+            True,
+            CLIQUE_CHOSEN,
+            (
+                f"its workload pods are given a required node affinity to NVLink clique {clique} "
+                "by the placement webhook"
+            ),
+        )
+    why = annotations.get(NO_FIT_ANNOTATION) or "no clique had room for the job"
+    return False, NO_CLIQUE_FITS, f"{why} (decided once, when its first pod was admitted)"

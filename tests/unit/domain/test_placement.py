@@ -5,18 +5,24 @@ from __future__ import annotations
 from typing import Any
 
 from computedomain.api import constants as c
+from computedomain.api.resources import COMPUTE_DOMAINS
 from computedomain.domain.capacity import clique_capacity
+from computedomain.domain.keys import CDKey
 from computedomain.domain.placement import (
+    CONDITION_PLACED,
     IN_USE,
     MOST_ROOM,
     NO_CLIQUE_FITS,
+    NO_FIT_ANNOTATION,
     PLACEMENT_OPT_IN,
     RECORDED,
     RECORDED_CLIQUE_ANNOTATION,
     decide,
     opted_in,
+    placed_condition,
     promised,
 )
+from tests.kit.world import NS, compute_domain, make_world, service_account
 
 
 def node(name: str, clique: str | None, held: str = "") -> dict[str, Any]:
@@ -110,3 +116,27 @@ def test_opt_in_by_namespace_label_or_domain_annotation() -> None:
     assert opted_in(job, {PLACEMENT_OPT_IN: "true"})
     job["metadata"]["annotations"][PLACEMENT_OPT_IN] = "true"
     assert opted_in(job, {})
+
+
+async def test_the_reconciler_says_what_placement_decided_in_a_placed_condition() -> None:
+    world = make_world()
+    unplaced = {RECORDED_CLIQUE_ANNOTATION: "", NO_FIT_ANNOTATION: "no clique has 8 free nodes"}
+    cd = world.client.add(COMPUTE_DOMAINS, compute_domain(annotations=unplaced))
+    world.fill(cds=[cd], service_accounts=[service_account()])
+    await world.reconcile(CDKey(NS, "cd"))
+    conditions = world.client.objects[("computedomains", NS, "cd")]["status"]["conditions"]
+    (placed,) = [x for x in conditions if x["type"] == CONDITION_PLACED]
+    assert (placed["status"], placed["reason"]) == ("False", NO_CLIQUE_FITS)
+    assert placed["message"].startswith("no clique has 8 free nodes")
+    # The webhook's one Event says it; the condition's turn adds none.
+    assert [e for e in world.recorder.events if e[1] == NO_CLIQUE_FITS] == []
+
+
+def test_a_domain_never_placed_has_no_placed_condition() -> None:
+    assert placed_condition({}) is None
+    assert placed_condition({RECORDED_CLIQUE_ANNOTATION: "A.0"}) == (
+        True,
+        "CliqueChosen",
+        "its workload pods are given a required node affinity to NVLink clique A.0 by the "
+        "placement webhook",
+    )
