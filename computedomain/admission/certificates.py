@@ -187,6 +187,8 @@ async def write_ca_bundle(client: KubeClient, configuration: str, ca_pem: bytes)
             if not err.is_conflict:
                 raise
             continue
-        log.info("Wrote the webhook's CA into its configuration", extra={"name": configuration})
+        log.info(
+            "Wrote the webhook's CA into its configuration", extra={"configuration": configuration}
+        )
         return True
     return False
