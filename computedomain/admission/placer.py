@@ -157,9 +157,7 @@ class Placer:
             except ApiError as err:
                 if not err.is_conflict:
                     raise
-                current = await self._client.get(
-                    COMPUTE_DOMAINS, objects.name(current), objects.namespace(current)
-                )
+                current = await self._read_again(current)
                 continue
             self._announce(written, decision)
             return self._remember(written, decision.clique or "")
@@ -167,6 +165,18 @@ class Placer:
             f"ComputeDomain {objects.object_key(cd)} changed under {MAX_ATTEMPTS} placement "
             "decisions in a row"
         )
+
+    async def _read_again(self, cd: Mapping[str, Any]) -> Mapping[str, Any]:
+        """The CD as stored now: a LIST by name, as the controller's RBAC grants list on
+        ComputeDomains, not get (api/rbac.py)."""
+        listed = await self._client.list(
+            COMPUTE_DOMAINS,
+            namespace=objects.namespace(cd),
+            field_selector=f"metadata.name={objects.name(cd)}",
+        )
+        for found in listed["items"]:
+            return dict(found)
+        raise RuntimeError(f"ComputeDomain {objects.object_key(cd)} is gone")
 
     def _remember(self, cd: Mapping[str, Any], clique: str) -> str:
         self._recorded[objects.uid(cd) or ""] = clique

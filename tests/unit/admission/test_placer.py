@@ -179,4 +179,4 @@ async def test_a_write_between_the_read_and_the_decision_is_retried_on_the_new_v
     placed = await placer.place(NS, pod("job"), namespace_opted_in=False)
     assert clique(placed) == "A"
     verbs = [call[0] for call in api.calls]
-    assert verbs == ["patch", "get", "patch"]
+    assert verbs == ["patch", "list", "patch"]
