@@ -30,16 +30,20 @@ from computedomain.domain.placement import (
     NO_FIT_ANNOTATION,
     RECORDED,
     RECORDED_CLIQUE_ANNOTATION,
+    RECORDED_SIZE_ANNOTATION,
+    SIZED_OWNERS,
     Decision,
     decide,
     opted_in,
     recorded_clique,
+    workload_size,
 )
 from computedomain.domain.workload import claim_templates
 from computedomain.runtime import objects
 from computedomain.runtime.client import KubeClient
 from computedomain.runtime.errors import ApiError
 from computedomain.runtime.events import EventRecorder
+from computedomain.runtime.resources import JOBS, STATEFULSETS
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +90,7 @@ class Placer:
         )
         if cd is None or not (namespace_opted_in or opted_in(cd, {})):
             return None
-        return Placement(objects.object_key(cd), await self.clique_for(cd))
+        return Placement(objects.object_key(cd), await self.clique_for(cd, pod))
 
     def _domain_in_cache(self, namespace: str, templates: set[str]) -> dict[str, Any] | None:
         for cd in self._caches.cds.list():
@@ -109,14 +113,37 @@ class Placer:
             return self._recorded[uid]
         return recorded_clique(cd)
 
-    async def clique_for(self, cd: Mapping[str, Any]) -> str | None:
+    async def clique_for(
+        self, cd: Mapping[str, Any], pod: Mapping[str, Any] | None = None
+    ) -> str | None:
+        """The CD's clique ("" recorded: none); ``pod`` (the one admitted) sizes the job by its
+        owning workload when the decision is made now."""
         known = self._known(cd)
         if known is None:
             async with self._deciding:
                 known = self._known(cd)
                 if known is None:
-                    known = await self._decide_and_record(cd)
+                    workload = await self._workload_size(objects.namespace(cd) or "", pod or {})
+                    known = await self._decide_and_record(cd, workload)
         return known or None
+
+    async def _workload_size(self, namespace: str, pod: Mapping[str, Any]) -> int | None:
+        """The size of the StatefulSet or Job that owns ``pod`` (one GET, once per CD); None
+        for a pod of anything else, or when it cannot be read (then ``spec.numNodes``)."""
+        for owner in (pod.get("metadata") or {}).get("ownerReferences") or []:
+            found = (owner.get("apiVersion"), owner.get("kind"))
+            if not owner.get("controller") or found not in SIZED_OWNERS:
+                continue
+            res = STATEFULSETS if found[1] == "StatefulSet" else JOBS
+            try:
+                return workload_size(await self._client.get(res, owner["name"], namespace))
+            except ApiError as err:
+                log.warning(
+                    "Cannot read the pod's %s; the job is sized by spec.numNodes",
+                    found[1],
+                    extra={"owner": owner.get("name"), "err": str(err)},
+                )
+        return None
 
     def _domains(self) -> list[Mapping[str, Any]]:
         """The cached CDs, with what this process recorded that the cache does not show yet."""
@@ -139,12 +166,12 @@ class Placer:
             del self._recorded[uid]
         return out
 
-    async def _decide_and_record(self, cd: Mapping[str, Any]) -> str:
+    async def _decide_and_record(self, cd: Mapping[str, Any], workload: int | None) -> str:
         current: Mapping[str, Any] = cd
         for _ in range(MAX_ATTEMPTS):
             domains = self._domains()
             rows = clique_capacity(self._caches.nodes.store.list(), domains)
-            decision = decide(current, rows, domains)
+            decision = decide(current, rows, domains, workload)
             if decision.reason == RECORDED:
                 return self._remember(current, decision.clique or "")
             try:
@@ -198,6 +225,8 @@ def _record(cd: Mapping[str, Any], decision: Decision) -> dict[str, Any]:
     """A merge patch that succeeds only on the CD as read (its resourceVersion)."""
     annotations: dict[str, str | None] = {RECORDED_CLIQUE_ANNOTATION: decision.clique or ""}
     annotations[NO_FIT_ANNOTATION] = None if decision.clique else decision.message
+    if decision.size:
+        annotations[RECORDED_SIZE_ANNOTATION] = str(decision.size)
     return {
         "metadata": {
             "resourceVersion": objects.resource_version(cd),

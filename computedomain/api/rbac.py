@@ -61,10 +61,16 @@ LEASE_NAMESPACE: Final[tuple[Rule, ...]] = (
 )
 
 
-# Only with the placement webhook (PLACEMENT_WEBHOOK_ADDRESS) and the certificate the controller
-# makes: the CA goes into the webhook configuration's caBundle, the certificate into a Secret
-# of the driver namespace that every replica serves (create cannot be limited by name).
+# Only with the placement webhook (PLACEMENT_WEBHOOK_ADDRESS): the owner of a CD's first pod
+# sizes the job (one GET per CD).
 WEBHOOK_CLUSTER: Final[tuple[Rule, ...]] = (
+    Rule("apps", "statefulsets", ("get",)),
+    Rule("batch", "jobs", ("get",)),
+)
+# ... and with the certificate the controller makes (no cert-manager): the CA goes into the
+# webhook configuration's caBundle, the certificate into a Secret of the driver namespace that
+# every replica serves (create cannot be limited by name).
+WEBHOOK_CERTIFICATE_CLUSTER: Final[tuple[Rule, ...]] = (
     Rule(
         "admissionregistration.k8s.io",
         "mutatingwebhookconfigurations",

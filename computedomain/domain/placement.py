@@ -8,7 +8,8 @@ anywhere, also where the rest has no room). So, once per ComputeDomain, one cliq
 1. the clique recorded on the CD (``RECORDED_CLIQUE_ANNOTATION``): decided once, kept;
 2. else the clique the CD already uses (the nodes it holds, by the node label the kubelet plugin
    sets, or failing those what its daemons report in ``status.nodes``): its pods must join them;
-3. else the clique with the most room that fits the job: free nodes (domain/capacity.py) less
+3. else the clique with the most room that fits the job (``spec.numNodes``, or the owning
+   StatefulSet's replicas or Job's parallelism when larger): free nodes (domain/capacity.py) less
    those promised to other CDs that recorded a clique and do not hold all their nodes yet (their
    pods are admitted but not placed, so the nodes still look free);
 4. else none: the pods are admitted unchanged and the CD says so.
@@ -33,6 +34,11 @@ PLACEMENT_OPT_IN = "placement.computedomain.io/enabled"
 # when none fitted (then NO_FIT_ANNOTATION says why).
 RECORDED_CLIQUE_ANNOTATION = "placement.computedomain.io/clique"
 NO_FIT_ANNOTATION = "placement.computedomain.io/unplaced"
+# The job size the decision was made for (nodes), so later decisions for other CDs count the
+# nodes promised to this one right.
+RECORDED_SIZE_ANNOTATION = "placement.computedomain.io/nodes"
+# The owners whose size a pod's job takes (apiVersion, kind), and where it reads it.
+SIZED_OWNERS = (("apps/v1", "StatefulSet"), ("batch/v1", "Job"))
 
 # Why a clique was chosen (also the reason of the Placed condition and of the Event).
 RECORDED = "Recorded"
@@ -52,6 +58,8 @@ class Decision:
     clique: str | None
     reason: str
     message: str
+    # The nodes the job was sized at (0: not sized here, the decision was recorded or in use).
+    size: int = 0
 
 
 def opted_in(cd: Mapping[str, Any], namespace_labels: Mapping[str, str]) -> bool:
@@ -65,10 +73,30 @@ def domain_key(cd: Mapping[str, Any]) -> str:
     return f"{meta.get('namespace')}/{meta.get('name')}"
 
 
-def job_size(cd: Mapping[str, Any]) -> int:
-    """Nodes the job needs: ``spec.numNodes`` (0, "no expectation", counts as one node)."""
-    num_nodes = (cd.get("spec") or {}).get("numNodes") or 0
-    return max(int(num_nodes), 1)
+def workload_size(owner: Mapping[str, Any] | None) -> int | None:
+    """Pods the owning workload runs at once: a StatefulSet's replicas, a Job's parallelism
+    (at most its completions). None for anything else."""
+    if owner is None:
+        return None
+    spec = owner.get("spec") or {}
+    if owner.get("kind") == "StatefulSet":
+        return int(spec.get("replicas", 1) or 0)
+    if owner.get("kind") == "Job":
+        parallelism = int(spec.get("parallelism", 1) or 0)
+        completions = spec.get("completions")
+        return parallelism if completions is None else min(parallelism, int(completions))
+    return None
+
+
+def job_size(cd: Mapping[str, Any], workload: int | None = None) -> int:
+    """Nodes the job needs (one pod per node): the size recorded with the decision, else the
+    larger of ``spec.numNodes`` and the owning workload's size; at least one."""
+    annotations = (cd.get("metadata") or {}).get("annotations") or {}
+    recorded = str(annotations.get(RECORDED_SIZE_ANNOTATION) or "")
+    if recorded.isdigit():
+        return max(int(recorded), 1)
+    num_nodes = int((cd.get("spec") or {}).get("numNodes") or 0)
+    return max(num_nodes, workload or 0, 1)
 
 
 def recorded_clique(cd: Mapping[str, Any]) -> str | None:
@@ -114,6 +142,7 @@ def decide(
     cd: Mapping[str, Any],
     rows: Sequence[CliqueCapacity],
     domains: Iterable[Mapping[str, Any]],
+    workload: int | None = None,
 ) -> Decision:
     """The clique for ``cd``'s pods (see the module's docstring for the order)."""
     recorded = recorded_clique(cd)
@@ -122,7 +151,7 @@ def decide(
     in_use = clique_in_use(cd, rows)
     if in_use:
         return Decision(in_use, IN_USE, f"clique {in_use}, where the ComputeDomain's nodes are")
-    size = job_size(cd)
+    size = job_size(cd, workload)
     taken = promised(rows, domains, but=domain_key(cd))
     room = {r.clique: r.free - taken[r.clique] for r in rows if r.clique not in NOT_CLIQUES}
     fits = [clique for clique, n in room.items() if n >= size]
@@ -133,10 +162,14 @@ def decide(
             MOST_ROOM,
             f"clique {best}: {room[best]} free nodes not promised to other ComputeDomains, "
             f"the most of the cliques with room for {size}",
+            size,
         )
     if not room:
         return Decision(
-            None, NO_CLIQUE_FITS, f"no clique for {size} nodes: no node has an NVLink clique label"
+            None,
+            NO_CLIQUE_FITS,
+            f"no clique for {size} nodes: no node has an NVLink clique label",
+            size,
         )
     largest = min(room, key=lambda clique: (-room[clique], clique))
     return Decision(
@@ -144,6 +177,7 @@ def decide(
         NO_CLIQUE_FITS,
         f"no clique has {size} free nodes: the most, {max(room[largest], 0)}, are in clique "
         f"{largest}; the pods are admitted without a clique",
+        size,
     )
 
 

@@ -53,6 +53,8 @@ CONFIG_MAPS = Resource("", "v1", "configmaps", "ConfigMap", namespaced=True)
 SECRETS = Resource("", "v1", "secrets", "Secret", namespaced=True)
 DAEMONSETS = Resource("apps", "v1", "daemonsets", "DaemonSet", namespaced=True)
 DEPLOYMENTS = Resource("apps", "v1", "deployments", "Deployment", namespaced=True)
+STATEFULSETS = Resource("apps", "v1", "statefulsets", "StatefulSet", namespaced=True)
+JOBS = Resource("batch", "v1", "jobs", "Job", namespaced=True)
 CUSTOM_RESOURCE_DEFINITIONS = Resource(
     "apiextensions.k8s.io",
     "v1",

@@ -32,7 +32,7 @@ def rules(role: dict[str, Any]) -> tuple[rbac.Rule, ...]:
 
 def test_the_rbac_is_the_webhooks_rules() -> None:
     roles = {d["kind"]: d for d in documents("role.yaml") if d["kind"].endswith("Role")}
-    assert rules(roles["ClusterRole"]) == rbac.WEBHOOK_CLUSTER
+    assert rules(roles["ClusterRole"]) == rbac.WEBHOOK_CLUSTER + rbac.WEBHOOK_CERTIFICATE_CLUSTER
     assert rules(roles["Role"]) == rbac.WEBHOOK_DRIVER_NAMESPACE
 
 

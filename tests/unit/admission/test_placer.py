@@ -180,3 +180,32 @@ async def test_a_write_between_the_read_and_the_decision_is_retried_on_the_new_v
     assert clique(placed) == "A"
     verbs = [call[0] for call in api.calls]
     assert verbs == ["patch", "list", "patch"]
+
+
+async def test_the_statefulset_owning_the_first_pod_sizes_the_job() -> None:
+    from computedomain.domain.placement import RECORDED_SIZE_ANNOTATION
+    from computedomain.runtime.resources import STATEFULSETS
+
+    api = FakeApiServer()
+    api.add(COMPUTE_DOMAINS, domain("job", 0))  # numNodes 0: the size is the workload's
+    api.add(
+        STATEFULSETS, {"metadata": {"name": "workers", "namespace": NS}, "spec": {"replicas": 5}}
+    )
+    placer, _ = replica(api, fleet(A=4, B=6))
+    owned = pod("job")
+    owned["metadata"] = {"ownerReferences": [
+        {"apiVersion": "apps/v1", "kind": "StatefulSet", "name": "workers", "controller": True}
+    ]}  # fmt: skip
+    assert clique(await placer.place(NS, owned, namespace_opted_in=False)) == "B"
+    assert stored(api, "job")["metadata"]["annotations"][RECORDED_SIZE_ANNOTATION] == "5"
+
+
+async def test_an_owner_that_cannot_be_read_leaves_the_size_to_num_nodes() -> None:
+    api = FakeApiServer()
+    api.add(COMPUTE_DOMAINS, domain("job", 3))
+    placer, _ = replica(api, fleet(A=4))
+    owned = pod("job")
+    owned["metadata"] = {"ownerReferences": [
+        {"apiVersion": "batch/v1", "kind": "Job", "name": "gone", "controller": True}
+    ]}  # fmt: skip
+    assert clique(await placer.place(NS, owned, namespace_opted_in=False)) == "A"

@@ -140,3 +140,21 @@ def test_a_domain_never_placed_has_no_placed_condition() -> None:
         "its workload pods are given a required node affinity to NVLink clique A.0 by the "
         "placement webhook",
     )
+
+
+def test_the_owning_workload_sizes_the_job_when_larger_than_num_nodes() -> None:
+    from computedomain.domain.placement import RECORDED_SIZE_ANNOTATION, job_size, workload_size
+
+    statefulset = {"kind": "StatefulSet", "spec": {"replicas": 8}}
+    job = {"kind": "Job", "spec": {"parallelism": 6, "completions": 4}}
+    assert (workload_size(statefulset), workload_size(job), workload_size(None)) == (8, 4, None)
+    assert workload_size({"kind": "Deployment", "spec": {"replicas": 3}}) is None
+    assert job_size(cd("job", 0), workload=8) == 8
+    assert job_size(cd("job", 10), workload=8) == 10
+    # Recorded with the decision: what other CDs' decisions count as promised.
+    recorded = cd("job", 0)
+    recorded["metadata"]["annotations"][RECORDED_SIZE_ANNOTATION] = "8"
+    assert job_size(recorded) == 8
+    rows = clique_capacity(fleet({"A.0": 6, "B.0": 10}), [])
+    decision = decide(cd("job", 0), rows, [], workload=8)
+    assert (decision.clique, decision.size) == ("B.0", 8)

@@ -61,7 +61,7 @@ def test_on_the_controller_serves_the_service_with_the_certificate_it_makes(helm
         assert (names["operator"], names["values"]) == ("NotIn", ["kube-system", RELEASE_NS])
     assert paths == {NAMESPACE_PATH, DOMAIN_PATH}
     cluster = find(objects, "ClusterRole", "computedomain-controller-placement-webhook")
-    assert flat(cluster) == rbac.flat(rbac.WEBHOOK_CLUSTER)
+    assert flat(cluster) == rbac.flat(rbac.WEBHOOK_CLUSTER + rbac.WEBHOOK_CERTIFICATE_CLUSTER)
     role = find(objects, "Role", "computedomain-controller-placement-webhook")
     assert role["metadata"]["namespace"] == settings.driver_namespace
     assert flat(role) == rbac.flat(rbac.WEBHOOK_DRIVER_NAMESPACE)
@@ -82,4 +82,8 @@ def test_with_cert_manager_the_controller_reads_the_mounted_certificate(helm: Pa
         f"{RELEASE_NS}/computedomain-placement-webhook"
     )
     # cert-manager's certificate needs none of the controller's own RBAC for it.
-    assert not [n for k, n in kinds(objects) if k.endswith("Role") and "placement" in n]
+    assert [k for k, n in kinds(objects) if k.endswith("Role") and "placement" in n] == [
+        "ClusterRole"
+    ]
+    cluster = find(objects, "ClusterRole", "computedomain-controller-placement-webhook")
+    assert flat(cluster) == rbac.flat(rbac.WEBHOOK_CLUSTER)
