@@ -16,6 +16,7 @@ import base64
 import datetime
 import ipaddress
 import logging
+import os
 import ssl
 import tempfile
 from collections.abc import Sequence
@@ -44,15 +45,18 @@ class ServingCertificate:
     ca_pem: bytes
 
     def ssl_context(self) -> ssl.SSLContext:
-        """A server context (the ssl module reads a chain only from files: a private
-        directory, removed once read)."""
         context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        self.load_into(context)
+        return context
+
+    def load_into(self, context: ssl.SSLContext) -> None:
+        """Serve this certificate from now on (connections already open keep theirs). The ssl
+        module reads a chain only from files: a private directory, removed once read."""
         with tempfile.TemporaryDirectory(prefix="computedomain-webhook-") as directory:
             cert, key = Path(directory, CERT_FILE), Path(directory, KEY_FILE)
             cert.write_bytes(self.cert_pem)
             key.write_bytes(self.key_pem)  # in a directory only this user can read
             context.load_cert_chain(cert, key)
-        return context
 
 
 def from_directory(directory: str) -> ServingCertificate:
@@ -64,6 +68,13 @@ def from_directory(directory: str) -> ServingCertificate:
         key_pem=(folder / KEY_FILE).read_bytes(),
         ca_pem=ca.read_bytes() if ca.exists() else b"",
     )
+
+
+def files_version(directory: str) -> tuple[tuple[int, int], ...]:
+    """Changes when the mounted files do: a Secret's update swaps the files behind symlinks
+    (new inode, new mtime), which ``stat`` follows."""
+    stats = (os.stat(Path(directory, name)) for name in (CERT_FILE, KEY_FILE))
+    return tuple((st.st_ino, st.st_mtime_ns) for st in stats)
 
 
 def issue(hosts: Sequence[str], now: datetime.datetime | None = None) -> ServingCertificate:

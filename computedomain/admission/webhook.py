@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,8 +26,10 @@ from computedomain.runtime.metrics import RuntimeMetrics
 
 log = logging.getLogger(__name__)
 
-# How often the configuration's caBundle is checked again (a chart upgrade may reset it).
+# How often the configuration's caBundle is checked again (a chart upgrade may reset it), and
+# the mounted certificate's files (cert-manager renews it, by default a month before it expires).
 CA_BUNDLE_RECHECK = 60.0
+CERTIFICATE_RECHECK = 60.0
 
 
 @dataclass
@@ -51,6 +54,7 @@ class PlacementWebhook:
         self.placer = Placer(self.client, self.caches, self.recorder)
         self.server: WebhookServer | None = None
         self.certificate: certificates.ServingCertificate | None = None
+        self.ssl_context: ssl.SSLContext | None = None
 
     async def place(
         self, namespace: str, pod: dict[str, Any], namespace_opted_in: bool
@@ -73,17 +77,42 @@ class PlacementWebhook:
                 self.client, s.driver_namespace, s.placement_webhook_secret,
                 s.placement_webhook_hosts,
             )  # fmt: skip
-        self.server = WebhookServer(
-            self.place, s.placement_webhook_address, self.certificate.ssl_context()
-        )
+        self.ssl_context = self.certificate.ssl_context()
+        self.server = WebhookServer(self.place, s.placement_webhook_address, self.ssl_context)
         await self.server.start()
 
     async def run(self) -> None:
         """Events, and the caBundle kept (when the controller made the certificate)."""
         async with asyncio.TaskGroup() as group:
             group.create_task(self.recorder.run())
-            if not self.settings.placement_webhook_cert_dir:
+            if self.settings.placement_webhook_cert_dir:
+                group.create_task(self._follow_mounted_certificate())
+            else:
                 group.create_task(self._keep_ca_bundle())
+
+    def reload_if_changed(self, seen: tuple[tuple[int, int], ...]) -> tuple[tuple[int, int], ...]:
+        """The mounted certificate served again when its files changed; their version now."""
+        directory = self.settings.placement_webhook_cert_dir
+        assert directory is not None
+        assert self.ssl_context is not None
+        now = certificates.files_version(directory)
+        if now != seen:
+            self.certificate = certificates.from_directory(directory)
+            self.certificate.load_into(self.ssl_context)
+            log.info("Serving the renewed webhook certificate", extra={"dir": directory})
+        return now
+
+    async def _follow_mounted_certificate(self) -> None:
+        directory = self.settings.placement_webhook_cert_dir
+        assert directory is not None
+        seen = certificates.files_version(directory)
+        while True:
+            await self.clock.sleep(CERTIFICATE_RECHECK)
+            try:
+                seen = self.reload_if_changed(seen)
+            except (OSError, ssl.SSLError) as err:
+                # Halfway through a Secret's update, or a bad pair: keep serving the old one.
+                log.warning("Cannot read the renewed certificate", extra={"err": repr(err)})
 
     async def _keep_ca_bundle(self) -> None:
         assert self.certificate is not None

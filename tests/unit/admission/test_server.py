@@ -7,6 +7,7 @@ import base64
 import json
 import ssl
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -116,3 +117,40 @@ async def test_what_is_no_admission_review_is_a_bad_request(
 ) -> None:
     status, _ = await post(served, NAMESPACE_PATH, {"kind": "Nothing"})
     assert status == 400
+
+
+async def test_a_renewed_mounted_certificate_is_served_without_a_restart(tmp_path: Path) -> None:
+    def mount(made: certificates.ServingCertificate) -> None:
+        # As the kubelet updates a Secret volume: new files, not the old ones rewritten.
+        for name, data in (
+            (certificates.CERT_FILE, made.cert_pem),
+            (certificates.KEY_FILE, made.key_pem),
+        ):
+            new = tmp_path / f".{name}.new"
+            new.write_bytes(data)
+            new.replace(tmp_path / name)
+
+    first, renewed = certificates.issue(["127.0.0.1"]), certificates.issue(["127.0.0.1"])
+    mount(first)
+    context = certificates.from_directory(str(tmp_path)).ssl_context()
+    seen = certificates.files_version(str(tmp_path))
+    server = WebhookServer(Places(), "127.0.0.1:0", context)
+    await server.start()
+    try:
+
+        async def answered(ca: bytes) -> bool:
+            trust = ssl.create_default_context(cadata=ca.decode())
+            try:
+                status, _ = await post((server, Places(), trust), NAMESPACE_PATH, review())
+            except aiohttp.ClientConnectorCertificateError:
+                return False
+            return status == 200
+
+        assert await answered(first.ca_pem)
+        mount(renewed)
+        assert certificates.files_version(str(tmp_path)) != seen
+        certificates.from_directory(str(tmp_path)).load_into(context)
+        assert await answered(renewed.ca_pem)
+        assert not await answered(first.ca_pem)
+    finally:
+        await server.stop()
