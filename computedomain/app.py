@@ -150,7 +150,13 @@ class ControllerProcess:
         # Opt-in (PLACEMENT_WEBHOOK_ADDRESS): served by every replica, leader or not.
         self.webhook = (
             PlacementWebhook(
-                s, self.client, self.caches, self.runtime_metrics, self.clock, REPORTING_CONTROLLER
+                s,
+                self.client,
+                self.caches,
+                self.runtime_metrics,
+                self.clock,
+                REPORTING_CONTROLLER,
+                self.domain_metrics,
             )
             if s.placement_webhook_address
             else None

@@ -17,6 +17,7 @@ import base64
 import json
 import logging
 import ssl
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -35,6 +36,8 @@ DOMAIN_PATH = "/place/domain"
 DECISION_BUDGET = 4.0
 
 Place = Callable[[str, dict[str, Any], bool], Awaitable[Placement | None]]
+# (outcome, seconds) of each answer (DomainMetrics.observe_admission).
+Observe = Callable[[str, float], None]
 
 
 def review_response(uid: str, patch: list[dict[str, Any]] | None) -> dict[str, Any]:
@@ -52,6 +55,7 @@ class WebhookServer:
         address: str,
         ssl_context: ssl.SSLContext | None,
         budget: float = DECISION_BUDGET,
+        observe: Observe = lambda outcome, seconds: None,
     ) -> None:
         bind = parse_address(address)
         if bind is None:
@@ -60,6 +64,7 @@ class WebhookServer:
         self._place = place
         self._ssl = ssl_context
         self._budget = budget
+        self._observe = observe
         self._runner: web.AppRunner | None = None
         self.url_base: str | None = None
 
@@ -115,9 +120,17 @@ class WebhookServer:
     async def _patch(
         self, review: dict[str, Any], namespace_opted_in: bool
     ) -> list[dict[str, Any]] | None:
+        started = time.monotonic()
+        outcome, patch = await self._decide(review, namespace_opted_in)
+        self._observe(outcome, time.monotonic() - started)
+        return patch
+
+    async def _decide(
+        self, review: dict[str, Any], namespace_opted_in: bool
+    ) -> tuple[str, list[dict[str, Any]] | None]:
         pod = review.get("object") or {}
         if review.get("operation") != "CREATE" or (review.get("kind") or {}).get("kind") != "Pod":
-            return None
+            return "skipped", None
         namespace = str(review.get("namespace") or "")
         try:
             async with asyncio.timeout(self._budget):
@@ -125,7 +138,9 @@ class WebhookServer:
         except Exception:
             # Admitted unchanged: a webhook that fails must not block pods.
             log.exception("Placement failed; the pod is admitted without a clique")
-            return None
-        if placement is None or placement.clique is None:
-            return None
-        return clique_patch(pod, placement.clique)
+            return "failed", None
+        if placement is None:
+            return "skipped", None
+        if placement.clique is None:
+            return "unplaced", None
+        return "placed", clique_patch(pod, placement.clique)

@@ -19,6 +19,7 @@ from computedomain.admission.placer import Placement, Placer
 from computedomain.admission.server import WebhookServer
 from computedomain.config import Settings
 from computedomain.domain.caches import Caches
+from computedomain.observability.metrics import DomainMetrics
 from computedomain.runtime.client import KubeClient
 from computedomain.runtime.clock import Clock
 from computedomain.runtime.events import EventRecorder
@@ -40,6 +41,7 @@ class PlacementWebhook:
     metrics: RuntimeMetrics
     clock: Clock
     reporting_controller: str
+    domain_metrics: DomainMetrics
 
     def __post_init__(self) -> None:
         s = self.settings
@@ -78,7 +80,12 @@ class PlacementWebhook:
                 s.placement_webhook_hosts,
             )  # fmt: skip
         self.ssl_context = self.certificate.ssl_context()
-        self.server = WebhookServer(self.place, s.placement_webhook_address, self.ssl_context)
+        self.server = WebhookServer(
+            self.place,
+            s.placement_webhook_address,
+            self.ssl_context,
+            observe=self.domain_metrics.observe_admission,
+        )
         await self.server.start()
 
     async def run(self) -> None:

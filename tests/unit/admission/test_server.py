@@ -38,6 +38,11 @@ class Places:
         self.asked: list[tuple[str, bool]] = []
         self.answer: Placement | None = Placement("team/job", "A.0")
         self.fail = False
+        self.outcomes: list[str] = []
+
+    def observe(self, outcome: str, seconds: float) -> None:
+        assert 0 <= seconds < 5
+        self.outcomes.append(outcome)
 
     async def __call__(
         self, namespace: str, pod: dict[str, Any], namespace_opted_in: bool
@@ -52,7 +57,7 @@ class Places:
 async def served() -> AsyncIterator[tuple[WebhookServer, Places, ssl.SSLContext]]:
     made = certificates.issue(["127.0.0.1", "webhook.example.svc"])
     places = Places()
-    server = WebhookServer(places, "127.0.0.1:0", made.ssl_context())
+    server = WebhookServer(places, "127.0.0.1:0", made.ssl_context(), observe=places.observe)
     await server.start()
     trust = ssl.create_default_context(cadata=made.ca_pem.decode())
     try:
@@ -87,6 +92,7 @@ async def test_a_placed_pod_gets_the_affinity_patch(
     terms = op["value"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
     assert terms["nodeSelectorTerms"][0]["matchExpressions"][0]["values"] == ["A.0"]
     assert served[1].asked == [("team", True)]
+    assert served[1].outcomes == ["placed"]
 
 
 async def test_the_domain_path_asks_for_the_domains_own_opt_in(
@@ -110,6 +116,8 @@ async def test_everything_else_is_allowed_unchanged(
     status, answer = await post(served, NAMESPACE_PATH, body)
     assert status == 200
     assert answer["response"] == {"uid": "u-1", "allowed": True}
+    expected = {"unplaced": "unplaced", "failure": "failed"}.get(case, "skipped")
+    assert places.outcomes == [expected]
 
 
 async def test_what_is_no_admission_review_is_a_bad_request(
