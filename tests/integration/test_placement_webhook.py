@@ -213,6 +213,22 @@ async def test_each_job_lands_in_one_clique_with_room_and_pods_pass_without_the_
             }
             assert {n: {a[RECORDED_CLIQUE_ANNOTATION]} for n, a in recorded.items()} == landed
 
+            # Each admission answered by one replica or the other; none failed.
+            def answered(outcome: str) -> float:
+                return sum(
+                    r.counter(
+                        "computedomain_placement_admissions",
+                        lambda labels: labels["outcome"] == outcome,
+                    )
+                    for r in replicas
+                )
+
+            assert answered("placed") == JOBS * JOB_SIZE
+            assert answered("failed") == 0
+            assert all(r.counter("computedomain_placement_admissions") for r in replicas), (
+                "one replica answered every admission: the proxy did not spread them"
+            )
+
             # `kubectl cdom cliques` agrees: each job's domain holds its nodes in one clique.
             for cd in cds:
                 await e2e.nodes_labelled(
