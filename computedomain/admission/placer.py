@@ -90,6 +90,9 @@ class Placer:
         )
         if cd is None or not (namespace_opted_in or opted_in(cd, {})):
             return None
+        if objects.meta(cd).get("deletionTimestamp"):
+            # Its nodes are about to be freed: nothing to keep a new pod near.
+            return None
         return Placement(objects.object_key(cd), await self.clique_for(cd, pod))
 
     def _domain_in_cache(self, namespace: str, templates: set[str]) -> dict[str, Any] | None:

@@ -209,3 +209,13 @@ async def test_an_owner_that_cannot_be_read_leaves_the_size_to_num_nodes() -> No
         {"apiVersion": "batch/v1", "kind": "Job", "name": "gone", "controller": True}
     ]}  # fmt: skip
     assert clique(await placer.place(NS, owned, namespace_opted_in=False)) == "A"
+
+
+async def test_pods_of_a_domain_being_deleted_are_left_alone() -> None:
+    api = FakeApiServer()
+    deleting = domain("job", 1)
+    deleting["metadata"]["deletionTimestamp"] = "2026-12-07T20:00:00Z"
+    api.add(COMPUTE_DOMAINS, deleting)
+    placer, _ = replica(api, fleet(A=3))
+    assert await placer.place(NS, pod("job"), namespace_opted_in=True) is None
+    assert [call for call in api.calls if call[0] == "patch"] == []
