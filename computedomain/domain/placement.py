@@ -51,6 +51,7 @@ NO_CLIQUE_FITS = "NoCliqueFits"
 # annotations: it owns status). Not one of NVIDIA's, and present only on CDs placed.
 CONDITION_PLACED = "Placed"
 CLIQUE_CHOSEN = "CliqueChosen"
+NOT_PLACED = "NotPlaced"
 
 
 @dataclass(frozen=True)
@@ -181,10 +182,25 @@ def decide(
     )
 
 
-def placed_condition(annotations: Mapping[str, str]) -> tuple[bool, str, str] | None:
-    """(status, reason, message) of the Placed condition; None for a CD never placed."""
+def placed_condition(
+    annotations: Mapping[str, str], has_nodes: bool = False
+) -> tuple[bool, str, str] | None:
+    """(status, reason, message) of the Placed condition; None for a CD not placed. A CD opted
+    in by its annotation whose workload holds nodes although nothing was decided had its pods
+    admitted while the webhook was not answering (``failurePolicy: Ignore``): said too."""
     clique = annotations.get(RECORDED_CLIQUE_ANNOTATION)
     if clique is None:
+        if has_nodes and annotations.get(PLACEMENT_OPT_IN) == "true":
+            return (
+                False,
+                NOT_PLACED,
+                (
+                    "its workload pods were admitted without a clique: the placement webhook did "
+                    "not answer (not installed, unreachable or failing: "
+                    'computedomain_placement_admissions_total{outcome="failed"}), and its '
+                    "failurePolicy Ignore let them through unchanged"
+                ),
+            )
         return None
     if clique:
         return (

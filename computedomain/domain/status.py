@@ -206,7 +206,7 @@ class StatusWriter:
         view, nodes = self.domain_view(cd, children, mode, pods, deleting)
         if workload_holders:  # a deletion waits for them (deletion.py)
             view = replace(view, workload_holders=workload_holders)
-        placed = placement.placed_condition(cd.metadata.annotations or {})
+        placed = placement.placed_condition(cd.metadata.annotations or {}, bool(view.members))
         if placed is not None:
             view = replace(view, placement=placed)
         # A CD waiting for its workload past the grace period: why its pods do not start.

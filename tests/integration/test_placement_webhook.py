@@ -7,7 +7,8 @@ webhook behind a round-robin TCP proxy (what a Service with two endpoints does),
 one job are admitted concurrently by both, each replica with its own caches, which disagree
 about one rack's free nodes (so each would decide differently alone). Every job must land
 in one clique, never the nearly full one, the one its ComputeDomain records. With the webhook
-gone, pods are still admitted (``failurePolicy: Ignore``), without a clique.
+gone, pods are still admitted (``failurePolicy: Ignore``), without a clique, and their
+ComputeDomain says so.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from computedomain.devcluster.watching import watch_objects
 from computedomain.domain.capacity import clique_capacity
 from computedomain.domain.placement import (
     CONDITION_PLACED,
+    NOT_PLACED,
     PLACEMENT_OPT_IN,
     RECORDED_CLIQUE_ANNOTATION,
 )
@@ -262,6 +264,16 @@ async def test_each_job_lands_in_one_clique_with_room_and_pods_pass_without_the_
                     .get("requiredDuringSchedulingIgnoredDuringExecution")
                 )  # fmt: skip
                 assert required is None, pod["spec"]["affinity"]
+            # ... and its ComputeDomain says so.
+            await e2e.cd_until(
+                "late",
+                lambda cd: any(
+                    (x["type"], x["status"], x["reason"]) == (CONDITION_PLACED, "False", NOT_PLACED)
+                    for x in ((cd or {}).get("status") or {}).get("conditions") or []
+                ),
+                "Placed False NotPlaced",
+                within=60,
+            )
         finally:
             with contextlib.suppress(ApiError):
                 await kube.delete(MUTATING_WEBHOOK_CONFIGURATIONS, configuration)

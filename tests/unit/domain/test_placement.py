@@ -158,3 +158,21 @@ def test_the_owning_workload_sizes_the_job_when_larger_than_num_nodes() -> None:
     rows = clique_capacity(fleet({"A.0": 6, "B.0": 10}), [])
     decision = decide(cd("job", 0), rows, [], workload=8)
     assert (decision.clique, decision.size) == ("B.0", 8)
+
+
+async def test_an_opted_in_domain_whose_pods_came_without_a_decision_says_so() -> None:
+    from computedomain.domain.placement import NOT_PLACED
+    from tests.kit.world import UID
+
+    world = make_world()
+    cd = world.client.add(COMPUTE_DOMAINS, compute_domain(annotations={PLACEMENT_OPT_IN: "true"}))
+    held = node("n1", "A.0", held=UID)
+    held["apiVersion"], held["kind"] = "v1", "Node"
+    world.fill(cds=[cd], service_accounts=[service_account()], nodes=[held])
+    await world.reconcile(CDKey(NS, "cd"))
+    conditions = world.client.objects[("computedomains", NS, "cd")]["status"]["conditions"]
+    (placed,) = [x for x in conditions if x["type"] == CONDITION_PLACED]
+    assert (placed["status"], placed["reason"]) == ("False", NOT_PLACED)
+    # Not opted in, or opted in with no node held yet: no Placed condition.
+    assert placed_condition({PLACEMENT_OPT_IN: "true"}, has_nodes=False) is None
+    assert placed_condition({}, has_nodes=True) is None
