@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry
 
+from computedomain.admission.webhook import PlacementWebhook
 from computedomain.config import Settings
 from computedomain.domain import permissions
 from computedomain.domain.caches import Caches, build_caches
@@ -146,6 +147,20 @@ class ControllerProcess:
         )
         self.identity = new_identity(s.pod_name)
         self.leading = asyncio.Event()
+        # Opt-in (PLACEMENT_WEBHOOK_ADDRESS): served by every replica, leader or not.
+        self.webhook = (
+            PlacementWebhook(
+                s,
+                self.client,
+                self.caches,
+                self.runtime_metrics,
+                self.clock,
+                REPORTING_CONTROLLER,
+                self.domain_metrics,
+            )
+            if s.placement_webhook_address
+            else None
+        )
 
     def _requeue_all(self) -> None:
         """Every CD, and every orphan the caches know (what a stand-by left waiting)."""
@@ -167,8 +182,12 @@ class ControllerProcess:
         await self.server.start()
         try:
             await self._review_permissions()
+            if self.webhook is not None:
+                await self.webhook.start()
             async with asyncio.TaskGroup() as group:
                 informer_tasks = [group.create_task(inf.run()) for inf in self.caches.all]
+                if self.webhook is not None:
+                    informer_tasks.append(group.create_task(self.webhook.run()))
                 informer_tasks.append(group.create_task(self._report_missing_crds()))
                 informer_tasks.append(group.create_task(self._release_free_heap()))
                 work = group.create_task(self._elect_and_work())
@@ -179,6 +198,8 @@ class ControllerProcess:
                 for task in informer_tasks:
                     task.cancel()
         finally:
+            if self.webhook is not None:
+                await self.webhook.stop()
             await self.server.stop()
 
     async def _review_permissions(self) -> None:

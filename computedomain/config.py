@@ -24,6 +24,7 @@ from typing import Any
 
 from computedomain import distribution_version
 from computedomain.api import constants as c
+from computedomain.domain.placement import PLACEMENT_OPT_IN, RECORDED_CLIQUE_ANNOTATION
 from computedomain.domain.selectors import SelectorError, matches, parse_selector
 from computedomain.domain.settings import DaemonSettings, ReconcilerSettings
 from computedomain.runtime.featuregates import FeatureGateError, parse_gates
@@ -388,6 +389,14 @@ def _path(value: Any, row: Setting) -> None:
         raise ConfigError(f"{row.flag} / {row.env}: {value!r} must start with '/'")
 
 
+def _cert_dir(value: Any, row: Setting) -> None:
+    if value is None:
+        return
+    missing = [f for f in ("tls.crt", "tls.key") if not os.path.isfile(os.path.join(value, f))]
+    if missing:
+        raise ConfigError(f"{row.flag} / {row.env}: {value} has no {' or '.join(missing)}")
+
+
 def _kubeconfig(value: Any, row: Setting) -> None:
     if value is not None and not os.path.isfile(value):
         raise ConfigError(f"{row.flag} / {row.env}: {value} is not a file")
@@ -635,6 +644,35 @@ SETTINGS: Sequence[Setting] = (
             "waits for its workload past WORKLOAD_START_GRACE_PERIOD; while a LIST finds none of "
             "its pods the next waits twice as long, up to 8 times this",
             "reconciler.workload_pod_check_interval", check=seconds_at_least(1)),
+    Setting("--placement-webhook-address", "PLACEMENT_WEBHOOK_ADDRESS", "", _bind,
+            "[host]:port of the placement webhook (HTTPS): a mutating admission webhook that "
+            "gives each pod using an opted-in ComputeDomain's channel ResourceClaimTemplate a "
+            f"required node affinity to one NVLink clique, decided once per ComputeDomain (the "
+            f"clique it uses, else the one with the most free nodes that fits spec.numNodes) "
+            f"and recorded in its {RECORDED_CLIQUE_ANNOTATION} annotation; opt-in by the label "
+            f"{PLACEMENT_OPT_IN}=true on the namespace or the annotation on the ComputeDomain. "
+            "Empty (the default): no webhook", "placement_webhook_address"),
+    Setting("--placement-webhook-cert-dir", "PLACEMENT_WEBHOOK_CERT_DIR", "", _optional,
+            "directory holding the webhook's tls.crt and tls.key (a cert-manager Secret "
+            "mounted; cert-manager's CA injector writes the caBundle). Empty: the controller "
+            "makes a CA and a serving certificate, keeps them in the Secret "
+            "--placement-webhook-secret, and writes the CA into the caBundle of "
+            "--placement-webhook-configuration", "placement_webhook_cert_dir",
+            check=Check("a directory with tls.crt and tls.key, or empty", _cert_dir)),
+    Setting("--placement-webhook-secret", "PLACEMENT_WEBHOOK_SECRET",
+            "computedomain-placement-webhook-tls", _text,
+            "Secret in the driver namespace holding the certificate the controller makes "
+            "(shared by the replicas)", "placement_webhook_secret",
+            check=_valid_names("Secret", label=False)),
+    Setting("--placement-webhook-configuration", "PLACEMENT_WEBHOOK_CONFIGURATION",
+            "computedomain-placement", _text,
+            "MutatingWebhookConfiguration whose webhooks' caBundle the controller writes "
+            "(checked again every minute: an upgrade that resets it gets it back)",
+            "placement_webhook_configuration", check=_valid_names("configuration", label=False)),
+    Setting("--placement-webhook-hosts", "PLACEMENT_WEBHOOK_HOSTS", "", _list,
+            "comma-separated DNS names and IP addresses the certificate the controller makes "
+            "is valid for; empty: computedomain-placement-webhook.<driver namespace>.svc (the "
+            "chart's Service)", "placement_webhook_hosts"),
 )
 # fmt: on
 
@@ -711,6 +749,11 @@ class Settings:
     node_inventory_resync_interval: float = 300.0
     imex_isolation: str = c.IMEX_ISOLATION_DOMAIN
     nvidia_controller_selectors: tuple[str, ...] = c.NVIDIA_CONTROLLER_SELECTORS
+    placement_webhook_address: str | None = None
+    placement_webhook_cert_dir: str | None = None
+    placement_webhook_secret: str = "computedomain-placement-webhook-tls"  # noqa: S105 - a name
+    placement_webhook_configuration: str = "computedomain-placement"
+    placement_webhook_hosts: tuple[str, ...] = ()
     # What NVIDIA's command line set that has no effect here, one line each, logged at start.
     notices: tuple[str, ...] = ()
 
@@ -889,6 +932,9 @@ def settings_from_namespace(ns: argparse.Namespace) -> Settings:
         daemon=DaemonSettings(**values["daemon"]), **values["reconciler"]
     )
     top["lease_namespace"] = top["lease_namespace"] or reconciler.driver_namespace
+    top["placement_webhook_hosts"] = top["placement_webhook_hosts"] or (
+        f"computedomain-placement-webhook.{reconciler.driver_namespace}.svc",
+    )
     return Settings(reconciler=reconciler, **top)
 
 

@@ -61,6 +61,29 @@ LEASE_NAMESPACE: Final[tuple[Rule, ...]] = (
 )
 
 
+# Only with the placement webhook (PLACEMENT_WEBHOOK_ADDRESS): the owner of a CD's first pod
+# sizes the job (one GET per CD).
+WEBHOOK_CLUSTER: Final[tuple[Rule, ...]] = (
+    Rule("apps", "statefulsets", ("get",)),
+    Rule("batch", "jobs", ("get",)),
+)
+# ... and with the certificate the controller makes (no cert-manager): the CA goes into the
+# webhook configuration's caBundle, the certificate into a Secret of the driver namespace that
+# every replica serves (create cannot be limited by name).
+WEBHOOK_CERTIFICATE_CLUSTER: Final[tuple[Rule, ...]] = (
+    Rule(
+        "admissionregistration.k8s.io",
+        "mutatingwebhookconfigurations",
+        ("get", "update"),
+        ("computedomain-placement",),
+    ),
+)
+WEBHOOK_DRIVER_NAMESPACE: Final[tuple[Rule, ...]] = (
+    Rule("", "secrets", ("get",), ("computedomain-placement-webhook-tls",)),
+    Rule("", "secrets", ("create",)),
+)
+
+
 def flat(rules: tuple[Rule, ...]) -> dict[tuple[str, str], set[str]]:
     """{(apiGroup, resource): verbs}: a role's rules compared regardless of how they are split."""
     verbs: dict[tuple[str, str], set[str]] = {}

@@ -17,12 +17,11 @@ from computedomain.api.resources import COMPUTE_DOMAINS
 from computedomain.devcluster.harness import compute_domain
 from computedomain.runtime import objects
 from computedomain.runtime.client import ApiError, KubeClient
-from computedomain.runtime.resources import Resource
+from computedomain.runtime.resources import STATEFULSETS as STATEFULSETS
 from computedomain.sim.fleet import RACK_LABEL
 
 WORKLOAD_IMAGE = "registry.k8s.io/pause:3.10"
 WORKLOAD_LABEL = "e2e.computedomain.dev/workload"
-STATEFULSETS = Resource("apps", "v1", "statefulsets", "StatefulSet", namespaced=True)
 
 
 def workload(

@@ -27,6 +27,7 @@ from datetime import datetime
 
 from computedomain.api import constants as c
 from computedomain.api.v1beta1 import ComputeDomainNode, Condition, ConditionStatus
+from computedomain.domain.placement import CONDITION_PLACED
 from computedomain.domain.projection import DaemonPod, plural
 from computedomain.domain.workload import WorkloadPodProblem
 
@@ -150,6 +151,8 @@ class DomainView:
     # period with why (``workload``); only looked for while the CD waits for its workload.
     workload_template: str = ""
     workload_problems: Sequence[WorkloadPodProblem] = ()
+    # What the placement webhook decided (placement.placed_condition), if it placed the CD.
+    placement: tuple[bool, str, str] | None = None
 
     @property
     def invalid(self) -> str | None:
@@ -569,6 +572,9 @@ def conditions_for(
             c.CONDITION_SINGLE_CLIQUE: _single_clique_verdict(view),
             c.CONDITION_EXCLUSIVE_CLIQUE: _exclusive_clique_verdict(view),
         }
+    if view.placement is not None:
+        placed, reason, message = view.placement
+        verdicts[CONDITION_PLACED] = _Verdict(TRUE if placed else FALSE, reason, message)
     merged = list(previous)
     for kind in verdicts:
         verdict = verdicts[kind]

@@ -20,7 +20,7 @@ from computedomain.api.v1beta1 import (
     ComputeDomainNode,
     Condition,
 )
-from computedomain.domain import coexistence, projection, topology
+from computedomain.domain import coexistence, placement, projection, topology
 from computedomain.domain import conditions as cond
 from computedomain.domain.caches import BY_CD, BY_GPU_CLIQUE
 from computedomain.domain.conditions import ChildKind, ChildState, DomainView
@@ -232,6 +232,9 @@ class StatusWriter:
         view, nodes = self.domain_view(cd, children, mode, pods, deleting)
         if workload_holders:  # a deletion waits for them (deletion.py)
             view = replace(view, workload_holders=workload_holders)
+        placed = placement.placed_condition(cd.metadata.annotations or {}, bool(view.members))
+        if placed is not None:
+            view = replace(view, placement=placed)
         # A CD waiting for its workload past the grace period: why its pods do not start.
         stuck, look_again = await self._workload.look(cd, cond.waits_for_workload(view))
         if stuck:

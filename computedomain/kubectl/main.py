@@ -32,9 +32,10 @@ import yaml
 from computedomain import distribution_version
 from computedomain.api import constants as c
 from computedomain.api.resources import CLIQUES, COMPUTE_DOMAINS
+from computedomain.domain.capacity import clique_capacity
 from computedomain.domain.coexistence import CD_CRD_NAME, CLIQUE_CRD_NAME
 from computedomain.kubectl import doctor, shipped
-from computedomain.kubectl.cliques import clique_capacity, fits_message, table
+from computedomain.kubectl.cliques import fits_message, table
 from computedomain.kubectl.describe import (
     Chain,
     Obj,

@@ -60,6 +60,15 @@ DAEMON_READY_BUCKETS: tuple[float, ...] = (
     0.5, 1, 2, 5, 10, 15, 20, 30, 45, 60, 90, 120, 180, 300, 600, 1200,
 )  # fmt: skip
 
+# The placement webhook's answers (exported at 0 from the start): a clique added, none fitted,
+# the pod not one of an opted-in ComputeDomain, or admitted unchanged after an error.
+PLACEMENT_OUTCOMES: tuple[str, ...] = ("placed", "unplaced", "skipped", "failed")
+# An answer from the cache takes microseconds; the first pod of a CD waits for the decision's
+# write (milliseconds); the apiserver gives up at the configuration's timeoutSeconds (5).
+ADMISSION_BUCKETS: tuple[float, ...] = (
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5,
+)  # fmt: skip
+
 
 @dataclass
 class _DomainState:
@@ -223,6 +232,23 @@ class DomainMetrics:
         for kind in FOREIGN_REFUSED_KINDS:
             self._foreign_refused.labels(kind=kind)
 
+        self._placement_admissions = Counter(
+            PREFIX + "placement_admissions_total",
+            "Pod admissions the placement webhook answered, by outcome: placed (a clique "
+            "added), unplaced (no clique fitted), skipped (not a pod of an opted-in "
+            "ComputeDomain), failed (admitted unchanged after an error).",
+            ["outcome"],
+            registry=registry,
+        )
+        for outcome in PLACEMENT_OUTCOMES:
+            self._placement_admissions.labels(outcome=outcome)
+        self._placement_duration = Histogram(
+            PREFIX + "placement_admission_duration_seconds",
+            "Time the placement webhook took to answer one pod admission.",
+            buckets=ADMISSION_BUCKETS,
+            registry=registry,
+        )
+
         self._crd_missing_status_fields = Gauge(
             PREFIX + "crd_missing_status_fields",
             "Status fields of ours the installed ComputeDomain CRD lacks (0: up to date). While "
@@ -309,6 +335,10 @@ class DomainMetrics:
             self._state.clique_nodes = {
                 clique: dict(states) for clique, states in nodes_by_state.items()
             }
+
+    def observe_admission(self, outcome: str, seconds: float) -> None:
+        self._placement_admissions.labels(outcome=outcome).inc()
+        self._placement_duration.observe(seconds)
 
     def inc_orphan_cleanup(self, kind: str) -> None:
         self._orphan_cleanups.labels(kind=kind).inc()

@@ -50,8 +50,11 @@ PODS = Resource("", "v1", "pods", "Pod", namespaced=True)
 NAMESPACES = Resource("", "v1", "namespaces", "Namespace", namespaced=False)
 SERVICE_ACCOUNTS = Resource("", "v1", "serviceaccounts", "ServiceAccount", namespaced=True)
 CONFIG_MAPS = Resource("", "v1", "configmaps", "ConfigMap", namespaced=True)
+SECRETS = Resource("", "v1", "secrets", "Secret", namespaced=True)
 DAEMONSETS = Resource("apps", "v1", "daemonsets", "DaemonSet", namespaced=True)
 DEPLOYMENTS = Resource("apps", "v1", "deployments", "Deployment", namespaced=True)
+STATEFULSETS = Resource("apps", "v1", "statefulsets", "StatefulSet", namespaced=True)
+JOBS = Resource("batch", "v1", "jobs", "Job", namespaced=True)
 CUSTOM_RESOURCE_DEFINITIONS = Resource(
     "apiextensions.k8s.io",
     "v1",
@@ -69,6 +72,13 @@ RESOURCE_SLICES = Resource(
     "resource.k8s.io", "v1", "resourceslices", "ResourceSlice", namespaced=False
 )
 DEVICE_CLASSES = Resource("resource.k8s.io", "v1", "deviceclasses", "DeviceClass", namespaced=False)
+MUTATING_WEBHOOK_CONFIGURATIONS = Resource(
+    "admissionregistration.k8s.io",
+    "v1",
+    "mutatingwebhookconfigurations",
+    "MutatingWebhookConfiguration",
+    namespaced=False,
+)
 LEASES = Resource("coordination.k8s.io", "v1", "leases", "Lease", namespaced=True)
 EVENTS = Resource("events.k8s.io", "v1", "events", "Event", namespaced=True)
 SUBJECT_ACCESS_REVIEWS = Resource(

@@ -6,6 +6,7 @@ import pytest
 
 from computedomain.api import constants as c
 from computedomain.domain.caches import uids_of_labelled
+from computedomain.domain.capacity import clique_capacity
 from computedomain.domain.labels import (
     cd_uid_of,
     cd_uids_of_clique,
@@ -22,7 +23,6 @@ from computedomain.domain.topology import (
     shared_cliques,
 )
 from computedomain.domain.watches import uids_of_change
-from computedomain.kubectl.cliques import clique_capacity
 
 UID = "0b7c3f4e-2a1d-4c5b-9e8f-6a7b8c9d0e1f"
 

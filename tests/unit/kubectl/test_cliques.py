@@ -5,8 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from computedomain.api import constants as c
+from computedomain.domain.capacity import NO_CLIQUE, clique_capacity
 from computedomain.domain.topology import LABEL_MISSING
-from computedomain.kubectl.cliques import NO_CLIQUE, clique_capacity, fits_message, table
+from computedomain.kubectl.cliques import fits_message, table
 
 
 def node(name: str, clique: str | None, *, ready: bool = True, held: str = "") -> dict[str, Any]:

@@ -85,6 +85,16 @@ controller.containers.computeDomain.env into it by name.
 - name: NVIDIA_CONTROLLER_SELECTORS
   value: {{ . | quote }}
 {{- end }}
+{{- if .Values.placementWebhook.enabled }}
+- name: PLACEMENT_WEBHOOK_ADDRESS
+  value: {{ printf ":%v" .Values.placementWebhook.port | quote }}
+- name: PLACEMENT_WEBHOOK_HOSTS
+  value: {{ printf "computedomain-placement-webhook.%s.svc" (include "computedomain-controller.namespace" .) | quote }}
+{{- if .Values.placementWebhook.certManager.enabled }}
+- name: PLACEMENT_WEBHOOK_CERT_DIR
+  value: /etc/computedomain/webhook-tls
+{{- end }}
+{{- end }}
 - name: NVIDIA_VISIBLE_DEVICES
   value: void
 {{- end }}

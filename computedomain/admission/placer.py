@@ -1,0 +1,238 @@
+"""The clique a workload pod goes to, decided once per ComputeDomain and recorded on it.
+
+The pods of one job are admitted concurrently: by several requests to this process, and by
+several replicas of the controller (the webhook's Service spreads them). They must all get the
+same clique, so the first decision is written to the CD with a resourceVersion precondition and
+every later admission reads it: a write refused with 409 Conflict means the CD changed since it
+was read (another admission recorded a decision, or a status write came between), so the CD is
+read again and its recorded clique, if any, is used; else the decision is made again.
+
+Within this process decisions are taken one at a time (a lock): the promised nodes of one
+decision (domain/placement.py) are then seen by the next, for another CD, even before the
+informer has the first one's write. Across replicas, two different CDs decided at the same
+moment can still be promised the same free nodes; a pod that then finds no room stays Pending
+where the CD says, and the CD's ``MultipleCliques``/``WorkloadPodsNotStarting`` reports apply.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from computedomain.api.resources import COMPUTE_DOMAINS
+from computedomain.domain.caches import Caches
+from computedomain.domain.capacity import clique_capacity
+from computedomain.domain.placement import (
+    NO_CLIQUE_FITS,
+    NO_FIT_ANNOTATION,
+    RECORDED,
+    RECORDED_CLIQUE_ANNOTATION,
+    RECORDED_SIZE_ANNOTATION,
+    SIZED_OWNERS,
+    Decision,
+    decide,
+    opted_in,
+    recorded_clique,
+    workload_size,
+)
+from computedomain.domain.workload import claim_templates
+from computedomain.runtime import objects
+from computedomain.runtime.client import KubeClient
+from computedomain.runtime.errors import ApiError
+from computedomain.runtime.events import EventRecorder
+from computedomain.runtime.resources import JOBS, STATEFULSETS
+
+log = logging.getLogger(__name__)
+
+# A CD's status is written often while it comes up, so a decision's precondition can lose to
+# those writes a few times in a row; each loss reads the CD again.
+MAX_ATTEMPTS = 8
+ACTION = "Place"
+PLACED = "Placed"
+
+
+@dataclass(frozen=True)
+class Placement:
+    """What an admission found: the CD a pod belongs to and its clique (None: unplaced)."""
+
+    domain: str
+    clique: str | None
+
+
+def template_name(cd: Mapping[str, Any]) -> str | None:
+    channel = (cd.get("spec") or {}).get("channel") or {}
+    name = (channel.get("resourceClaimTemplate") or {}).get("name")
+    return str(name) if name else None
+
+
+class Placer:
+    def __init__(self, client: KubeClient, caches: Caches, recorder: EventRecorder) -> None:
+        self._client = client
+        self._caches = caches
+        self._recorder = recorder
+        self._deciding = asyncio.Lock()
+        # CD UID -> the clique this process recorded ("" for none): seen before the informer
+        # brings the write back.
+        self._recorded: dict[str, str] = {}
+
+    async def place(
+        self, namespace: str, pod: Mapping[str, Any], namespace_opted_in: bool
+    ) -> Placement | None:
+        """None when the pod uses no opted-in CD's workload claim template."""
+        templates = claim_templates(pod)
+        if not templates:
+            return None
+        cd = self._domain_in_cache(namespace, templates) or await self._domain_listed(
+            namespace, templates
+        )
+        if cd is None or not (namespace_opted_in or opted_in(cd, {})):
+            return None
+        if objects.meta(cd).get("deletionTimestamp"):
+            # Its nodes are about to be freed: nothing to keep a new pod near.
+            return None
+        return Placement(objects.object_key(cd), await self.clique_for(cd, pod))
+
+    def _domain_in_cache(self, namespace: str, templates: set[str]) -> dict[str, Any] | None:
+        for cd in self._caches.cds.list():
+            if objects.namespace(cd) == namespace and template_name(cd) in templates:
+                return cd
+        return None
+
+    async def _domain_listed(self, namespace: str, templates: set[str]) -> dict[str, Any] | None:
+        """A CD created a moment before its pods may not be in the cache yet: one LIST of the
+        namespace's CDs (only for pods that name a claim template the cache does not know)."""
+        listed = await self._client.list(COMPUTE_DOMAINS, namespace=namespace)
+        for cd in listed["items"]:
+            if template_name(cd) in templates:
+                return dict(cd)
+        return None
+
+    def _known(self, cd: Mapping[str, Any]) -> str | None:
+        uid = objects.uid(cd) or ""
+        if uid in self._recorded:
+            return self._recorded[uid]
+        return recorded_clique(cd)
+
+    async def clique_for(
+        self, cd: Mapping[str, Any], pod: Mapping[str, Any] | None = None
+    ) -> str | None:
+        """The CD's clique ("" recorded: none); ``pod`` (the one admitted) sizes the job by its
+        owning workload when the decision is made now."""
+        known = self._known(cd)
+        if known is None:
+            async with self._deciding:
+                known = self._known(cd)
+                if known is None:
+                    workload = await self._workload_size(objects.namespace(cd) or "", pod or {})
+                    known = await self._decide_and_record(cd, workload)
+        return known or None
+
+    async def _workload_size(self, namespace: str, pod: Mapping[str, Any]) -> int | None:
+        """The size of the StatefulSet or Job that owns ``pod`` (one GET, once per CD); None
+        for a pod of anything else, or when it cannot be read (then ``spec.numNodes``)."""
+        for owner in (pod.get("metadata") or {}).get("ownerReferences") or []:
+            found = (owner.get("apiVersion"), owner.get("kind"))
+            if not owner.get("controller") or found not in SIZED_OWNERS:
+                continue
+            res = STATEFULSETS if found[1] == "StatefulSet" else JOBS
+            try:
+                return workload_size(await self._client.get(res, owner["name"], namespace))
+            except ApiError as err:
+                log.warning(
+                    "Cannot read the pod's %s; the job is sized by spec.numNodes",
+                    found[1],
+                    extra={"owner": owner.get("name"), "err": str(err)},
+                )
+        return None
+
+    def _domains(self) -> list[Mapping[str, Any]]:
+        """The cached CDs, with what this process recorded that the cache does not show yet."""
+        out: list[Mapping[str, Any]] = []
+        live = set()
+        for cd in self._caches.cds.list():
+            uid = objects.uid(cd) or ""
+            live.add(uid)
+            clique = self._recorded.get(uid)
+            if clique is not None and recorded_clique(cd) is None:
+                meta = dict(cd.get("metadata") or {})
+                meta["annotations"] = {
+                    **(meta.get("annotations") or {}),
+                    RECORDED_CLIQUE_ANNOTATION: clique,
+                }
+                cd = {**cd, "metadata": meta}
+            out.append(cd)
+        # Forget the CDs that are gone (their UIDs never come back).
+        for uid in set(self._recorded) - live:
+            del self._recorded[uid]
+        return out
+
+    async def _decide_and_record(self, cd: Mapping[str, Any], workload: int | None) -> str:
+        current: Mapping[str, Any] = cd
+        for _ in range(MAX_ATTEMPTS):
+            domains = self._domains()
+            rows = clique_capacity(self._caches.nodes.store.list(), domains)
+            decision = decide(current, rows, domains, workload)
+            if decision.reason == RECORDED:
+                return self._remember(current, decision.clique or "")
+            try:
+                written = await self._client.patch(
+                    COMPUTE_DOMAINS,
+                    objects.name(current),
+                    _record(current, decision),
+                    namespace=objects.namespace(current),
+                )
+            except ApiError as err:
+                if not err.is_conflict:
+                    raise
+                current = await self._read_again(current)
+                continue
+            self._announce(written, decision)
+            return self._remember(written, decision.clique or "")
+        raise RuntimeError(
+            f"ComputeDomain {objects.object_key(cd)} changed under {MAX_ATTEMPTS} placement "
+            "decisions in a row"
+        )
+
+    async def _read_again(self, cd: Mapping[str, Any]) -> Mapping[str, Any]:
+        """The CD as stored now: a LIST by name, as the controller's RBAC grants list on
+        ComputeDomains, not get (api/rbac.py)."""
+        listed = await self._client.list(
+            COMPUTE_DOMAINS,
+            namespace=objects.namespace(cd),
+            field_selector=f"metadata.name={objects.name(cd)}",
+        )
+        for found in listed["items"]:
+            return dict(found)
+        raise RuntimeError(f"ComputeDomain {objects.object_key(cd)} is gone")
+
+    def _remember(self, cd: Mapping[str, Any], clique: str) -> str:
+        self._recorded[objects.uid(cd) or ""] = clique
+        return clique
+
+    def _announce(self, cd: Mapping[str, Any], decision: Decision) -> None:
+        """One Event per decision: it is made once per CD."""
+        if decision.reason == NO_CLIQUE_FITS:
+            self._recorder.record(cd, "Warning", NO_CLIQUE_FITS, ACTION, decision.message)
+        else:
+            self._recorder.record(cd, "Normal", PLACED, ACTION, decision.message)
+        log.info(
+            "Placement decided",
+            extra={"computeDomain": objects.object_key(cd), "clique": decision.clique or ""},
+        )
+
+
+def _record(cd: Mapping[str, Any], decision: Decision) -> dict[str, Any]:
+    """A merge patch that succeeds only on the CD as read (its resourceVersion)."""
+    annotations: dict[str, str | None] = {RECORDED_CLIQUE_ANNOTATION: decision.clique or ""}
+    annotations[NO_FIT_ANNOTATION] = None if decision.clique else decision.message
+    if decision.size:
+        annotations[RECORDED_SIZE_ANNOTATION] = str(decision.size)
+    return {
+        "metadata": {
+            "resourceVersion": objects.resource_version(cd),
+            "annotations": annotations,
+        }
+    }
