@@ -18,7 +18,8 @@ racks = 1,152 nodes by default), runs our controller in this process, and measur
 
 Everything runs in one event loop on a shared machine, so the figures are for comparison
 within one run and against upstream's design limits, not absolute. Usage: ``hack/bench.sh
-[--quick] [--racks N] [--cds N] ...``; prints a table and writes ``bench-results/<time>.json``.
+[--quick] [--racks N] [--cds N] ...``; prints a table and writes
+``docs/benchmark-results/<time>.json``.
 """
 
 from __future__ import annotations
@@ -118,7 +119,9 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="minimal Node objects (default: realistic 10-30 KB ones, like EKS GB200 nodes)",
     )
-    parser.add_argument("--output", type=Path, help="JSON path (default bench-results/<time>.json)")
+    parser.add_argument(
+        "--output", type=Path, help="JSON path (default docs/benchmark-results/<time>.json)"
+    )
     parser.add_argument(
         "--set",
         dest="overrides",
@@ -379,9 +382,9 @@ def _portable_args(argv: list[str]) -> list[str]:
     out: list[str] = []
     for arg in argv:
         if out and out[-1] == "--output":
-            arg = f"bench-results/{Path(arg).name}"
+            arg = f"docs/benchmark-results/{Path(arg).name}"
         elif arg.startswith("--output="):
-            arg = f"--output=bench-results/{Path(arg.split('=', 1)[1]).name}"
+            arg = f"--output=docs/benchmark-results/{Path(arg.split('=', 1)[1]).name}"
         out.append(arg)
     return out
 

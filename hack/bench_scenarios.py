@@ -43,7 +43,7 @@ from computedomain.sim.fleet import RACK_LABEL
 from computedomain.sim.simulator import Simulator
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-RESULTS_DIR = REPO_ROOT / "bench-results"
+RESULTS_DIR = REPO_ROOT / "docs" / "benchmark-results"
 PRELOAD_NAMESPACE = "bench-preload"
 DRIVER_NAMESPACE = "nvidia-dra-driver-gpu"
 PROJECTION_TARGET_S = 0.250
