@@ -45,6 +45,9 @@ class PlacementWebhook:
 
     def __post_init__(self) -> None:
         s = self.settings
+        # Every replica answers admission, a stand-by too (the Service spreads the calls): its
+        # writes (the decision annotation, one Event) are not the leader's to fence; the
+        # annotation's resourceVersion precondition is what keeps one decision per domain.
         self.client = self.client.unfenced()
         self.recorder = EventRecorder(
             self.client,
