@@ -303,3 +303,13 @@ def test_the_design_map_names_modules_and_definitions_that_exist() -> None:
                         if not re.search(rf"^\s*(?:async def|def|class) {name}\b", source, re.M):
                             wrong.append(f"{module.relative_to(ROOT)}: no {name}")
     assert not wrong, f"docs/design.md's map names what does not exist: {wrong}"
+
+
+def test_every_benchmark_result_docs_benchmark_cites_is_committed() -> None:
+    """docs/benchmark.md's figures come with their JSONs (docs/benchmark-results/): a result
+    cited and not committed, or left behind by a move, fails here."""
+    text = (ROOT / "docs" / "benchmark.md").read_text()
+    cited = set(re.findall(r"docs/benchmark-results/[\w.-]+\.json", text))
+    assert len(cited) >= 20, "docs/benchmark.md cites fewer results than it did"
+    missing = sorted(path for path in cited if not (ROOT / path).is_file())
+    assert not missing, f"docs/benchmark.md cites results that are not committed: {missing}"
