@@ -10,7 +10,8 @@ webhook sees pods, not their templates.
 The workload is the pod's controller (its ``ownerReference`` with ``controller: true``): a Job
 (``batch/v1``) or a StatefulSet (``apps/v1``). Others (a JobSet's pods belong to one Job per
 replicated job, a LeaderWorkerSet's to StatefulSets per group, a Deployment's to ReplicaSets)
-are not supported: their pods are admitted unchanged.
+are not supported: their pods are admitted unchanged (a JobSet's and a LeaderWorkerSet's
+recognised by their labels, so that no Job or StatefulSet of theirs gets a CD of its own).
 
 The CD is named after the workload and the first characters of its UID, so that a workload
 deleted and created again under the same name (an ML engineer re-applying a Job) gets a new CD
@@ -41,6 +42,10 @@ WORKLOAD_ANNOTATION = "workload.computedomain.io/workload"
 CLAIM_NAME = "compute-domain-channel"
 # The workloads whose pods get a CD: (apiVersion, kind).
 SUPPORTED_OWNERS = (("batch/v1", "Job"), ("apps/v1", "StatefulSet"))
+# The labels a JobSet's and a LeaderWorkerSet's pods carry: their controller is one of several
+# Jobs or StatefulSets of the one workload, whose pods must share one CD, so one CD per
+# controller would split it. Not supported yet: such pods are admitted unchanged.
+SPLIT_WORKLOAD_LABELS = ("jobset.sigs.k8s.io/jobset-name", "leaderworkerset.sigs.k8s.io/name")
 UID_CHARS = 8
 # CD names stay a DNS label (63), and so does its template's (``<cd>-channel``).
 MAX_NAME = 63 - len("-channel")
@@ -81,6 +86,9 @@ def domain_name(workload: str, uid: str) -> str:
 def for_pod(pod: Mapping[str, Any]) -> WorkloadDomain | None:
     """The CD for an opted-in pod of a Job or StatefulSet; None for any other pod."""
     if not opted_in(pod):
+        return None
+    labels = (pod.get("metadata") or {}).get("labels") or {}
+    if any(label in labels for label in SPLIT_WORKLOAD_LABELS):
         return None
     owner = controller_of(pod)
     if owner is None:

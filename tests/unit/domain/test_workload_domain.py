@@ -65,7 +65,8 @@ def test_an_opted_in_pod_of_a_job_or_statefulset_gets_a_domain_named_after_it(
 
 
 @pytest.mark.parametrize(
-    "case", ["not opted in", "a ReplicaSet's", "no controller", "a bare pod", "false"]
+    "case",
+    ["not opted in", "a ReplicaSet's", "no controller", "a bare pod", "false", "a JobSet's"],
 )
 def test_other_pods_get_none(case: str) -> None:
     p = pod(opted=case != "not opted in")
@@ -75,6 +76,8 @@ def test_other_pods_get_none(case: str) -> None:
         p["metadata"]["ownerReferences"][0]["controller"] = False
     if case == "a bare pod":
         del p["metadata"]["ownerReferences"]
+    if case == "a JobSet's":  # its controller is one Job of several: one CD each would split it
+        p["metadata"]["labels"] = {"jobset.sigs.k8s.io/jobset-name": "train"}
     if case == "false":
         p["metadata"]["annotations"][WORKLOAD_DOMAIN_OPT_IN] = "false"
     assert for_pod(p) is None
