@@ -56,10 +56,13 @@ PLACED = "Placed"
 
 @dataclass(frozen=True)
 class Placement:
-    """What an admission found: the CD a pod belongs to and its clique (None: unplaced)."""
+    """What an admission found: the CD a pod belongs to and its clique (None: unplaced), and
+    the JSONPatch that wires the pod to a CD made for its workload (applied before the
+    clique's; domain/workload_domain.py)."""
 
     domain: str
     clique: str | None
+    wiring: tuple[dict[str, Any], ...] = ()
 
 
 def template_name(cd: Mapping[str, Any]) -> str | None:
@@ -88,7 +91,15 @@ class Placer:
         cd = self._domain_in_cache(namespace, templates) or await self._domain_listed(
             namespace, templates
         )
-        if cd is None or not (namespace_opted_in or opted_in(cd, {})):
+        if cd is None:
+            return None
+        return await self.place_in(cd, pod, namespace_opted_in)
+
+    async def place_in(
+        self, cd: Mapping[str, Any], pod: Mapping[str, Any], namespace_opted_in: bool
+    ) -> Placement | None:
+        """None when ``cd`` (the one ``pod`` uses) is not opted in, or is being deleted."""
+        if not (namespace_opted_in or opted_in(cd, {})):
             return None
         if objects.meta(cd).get("deletionTimestamp"):
             # Its nodes are about to be freed: nothing to keep a new pod near.

@@ -5,7 +5,8 @@ webhook whose ``namespaceSelector`` matches namespaces labelled for placement ca
 ``NAMESPACE_PATH``; the one matching the other namespaces calls ``DOMAIN_PATH``, where only pods
 of CDs annotated for placement are placed.
 
-Every answer allows the pod: placed (a JSONPatch) or unchanged. Anything that goes wrong while
+Every answer allows the pod: placed (a JSONPatch; for a pod of a workload with a CD of its own,
+also wired to that CD's channel claim) or unchanged. Anything that goes wrong while
 deciding admits the pod unchanged and is logged: the configuration's ``failurePolicy: Ignore``
 does the same when this server cannot be reached, so placement never blocks a pod.
 """
@@ -131,6 +132,10 @@ class WebhookServer:
         pod = review.get("object") or {}
         if review.get("operation") != "CREATE" or (review.get("kind") or {}).get("kind") != "Pod":
             return "skipped", None
+        if review.get("dryRun"):
+            # A dry run must have no side effect (the configuration's sideEffects:
+            # NoneOnDryRun), and admission's are a CD created and a decision recorded.
+            return "skipped", None
         namespace = str(review.get("namespace") or "")
         try:
             async with asyncio.timeout(self._budget):
@@ -141,6 +146,7 @@ class WebhookServer:
             return "failed", None
         if placement is None:
             return "skipped", None
+        wiring = list(placement.wiring)
         if placement.clique is None:
-            return "unplaced", None
-        return "placed", clique_patch(pod, placement.clique)
+            return "unplaced", wiring or None
+        return "placed", wiring + clique_patch(pod, placement.clique)

@@ -17,7 +17,9 @@ from typing import Any
 from computedomain.admission import certificates
 from computedomain.admission.placer import Placement, Placer
 from computedomain.admission.server import WebhookServer
+from computedomain.admission.workload_domains import WorkloadDomains
 from computedomain.config import Settings
+from computedomain.domain import workload_domain
 from computedomain.domain.caches import Caches
 from computedomain.observability.metrics import DomainMetrics
 from computedomain.runtime.client import KubeClient
@@ -57,6 +59,7 @@ class PlacementWebhook:
             metrics=self.metrics,
         )
         self.placer = Placer(self.client, self.caches, self.recorder)
+        self.workload_domains = WorkloadDomains(self.client, self.caches)
         self.server: WebhookServer | None = None
         self.certificate: certificates.ServingCertificate | None = None
         self.ssl_context: ssl.SSLContext | None = None
@@ -64,12 +67,29 @@ class PlacementWebhook:
     async def place(
         self, namespace: str, pod: dict[str, Any], namespace_opted_in: bool
     ) -> Placement | None:
-        # Before the first LIST nothing is known of the fleet: admitted unchanged (a pod
-        # placed on an empty inventory would be told that no clique fits).
-        if not (self.caches.compute_domains.has_synced and self.caches.nodes.has_synced):
-            log.warning("Placement webhook called before its caches synced; pod not placed")
+        """A pod of a workload opted in for a CD of its own: the CD (created if absent), the
+        pod wired to its channel, then placed; any other pod: placed if its CD is opted in."""
+        domain = workload_domain.for_pod(pod)
+        if domain is not None:
+            cd = await self.workload_domains.ensure(namespace, domain)
+            wiring = tuple(workload_domain.claim_wiring(pod, domain.template))
+            placement = None
+            if self._synced():
+                wired = workload_domain.wired(pod, domain.template)
+                placement = await self.placer.place_in(cd, wired, namespace_opted_in)
+            clique = placement.clique if placement is not None else None
+            return Placement(f"{namespace}/{domain.name}", clique, wiring)
+        if not self._synced():
             return None
         return await self.placer.place(namespace, pod, namespace_opted_in)
+
+    def _synced(self) -> bool:
+        # Before the first LIST nothing is known of the fleet: admitted unplaced (a pod placed
+        # on an empty inventory would be told that no clique fits).
+        if self.caches.compute_domains.has_synced and self.caches.nodes.has_synced:
+            return True
+        log.warning("Placement webhook called before its caches synced; pod not placed")
+        return False
 
     async def start(self) -> None:
         """Gets the certificate and listens; raises when it cannot (the process exits)."""

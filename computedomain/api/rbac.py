@@ -62,10 +62,12 @@ LEASE_NAMESPACE: Final[tuple[Rule, ...]] = (
 
 
 # Only with the placement webhook (PLACEMENT_WEBHOOK_ADDRESS): the owner of a CD's first pod
-# sizes the job (one GET per CD).
+# sizes the job (one GET per CD); the CD of a workload opted in for one is created at its first
+# pod's admission (admission/workload_domains.py).
 WEBHOOK_CLUSTER: Final[tuple[Rule, ...]] = (
     Rule("apps", "statefulsets", ("get",)),
     Rule("batch", "jobs", ("get",)),
+    Rule(c.GROUP, c.CD_PLURAL, ("create",)),
 )
 # ... and with the certificate the controller makes (no cert-manager): the CA goes into the
 # webhook configuration's caBundle, the certificate into a Secret of the driver namespace that

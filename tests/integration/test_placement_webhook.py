@@ -63,7 +63,7 @@ def webhook_configuration(name: str, url: str, namespace: str) -> dict[str, Any]
                        "resources": ["pods"], "scope": "Namespaced"}],
             "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}},
             "failurePolicy": "Ignore",
-            "sideEffects": "None",
+            "sideEffects": "NoneOnDryRun",
             "admissionReviewVersions": ["v1"],
             "timeoutSeconds": 5,
         }],

@@ -102,7 +102,7 @@ async def test_the_domain_path_asks_for_the_domains_own_opt_in(
     assert served[1].asked == [("team", False)]
 
 
-@pytest.mark.parametrize("case", ["unplaced", "failure", "not a pod", "an update"])
+@pytest.mark.parametrize("case", ["unplaced", "failure", "not a pod", "an update", "a dry run"])
 async def test_everything_else_is_allowed_unchanged(
     served: tuple[WebhookServer, Places, ssl.SSLContext], case: str
 ) -> None:
@@ -113,11 +113,25 @@ async def test_everything_else_is_allowed_unchanged(
         kind="Service" if case == "not a pod" else "Pod",
         operation="UPDATE" if case == "an update" else "CREATE",
     )
+    body["request"]["dryRun"] = case == "a dry run"
     status, answer = await post(served, NAMESPACE_PATH, body)
     assert status == 200
     assert answer["response"] == {"uid": "u-1", "allowed": True}
     expected = {"unplaced": "unplaced", "failure": "failed"}.get(case, "skipped")
     assert places.outcomes == [expected]
+
+
+@pytest.mark.parametrize("clique", ["A.0", None])
+async def test_a_pod_wired_to_its_workloads_domain_gets_the_wiring_first(
+    served: tuple[WebhookServer, Places, ssl.SSLContext], clique: str | None
+) -> None:
+    wiring = ({"op": "add", "path": "/spec/resourceClaims", "value": []},)
+    served[1].answer = Placement("team/job", clique, wiring)
+    _, body = await post(served, NAMESPACE_PATH, review())
+    ops = json.loads(base64.b64decode(body["response"]["patch"]))
+    assert ops[0] == wiring[0]
+    assert [op["path"] for op in ops[1:]] == (["/spec/affinity"] if clique else [])
+    assert served[1].outcomes == ["placed" if clique else "unplaced"]
 
 
 async def test_what_is_no_admission_review_is_a_bad_request(

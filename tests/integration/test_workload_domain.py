@@ -1,0 +1,122 @@
+"""A ComputeDomain for a workload that wrote none, on the real control plane: a Job whose pod
+template carries ``workload.computedomain.io/enabled: "true"`` and no claim is admitted by the
+kube-apiserver through our webhook, which creates the Job's CD and wires each pod to its
+channel; the pods run on the simulated fleet in one clique, the CD is Ready with their nodes,
+and when the Job is deleted the garbage collector (kube-controller-manager) deletes the CD,
+which our controller then finalizes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from typing import Any
+
+import pytest
+
+from computedomain.admission.server import DOMAIN_PATH
+from computedomain.api import constants as c
+from computedomain.config import environ
+from computedomain.devcluster.controlplane import free_port
+from computedomain.devcluster.watching import watch_objects
+from computedomain.domain.placement import RECORDED_CLIQUE_ANNOTATION
+from computedomain.domain.workload_domain import (
+    CLAIM_NAME,
+    WORKLOAD_DOMAIN_OPT_IN,
+    domain_name,
+)
+from computedomain.runtime import objects
+from computedomain.runtime.client import ApiError, KubeClient
+from computedomain.runtime.resources import JOBS, MUTATING_WEBHOOK_CONFIGURATIONS, NODES
+from tests.integration.e2e_harness import EndToEnd, cd_ready, status_nodes, workload
+from tests.integration.test_placement_webhook import scheduled, webhook_configuration
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
+
+SIZE = 2
+
+
+def annotated_job(name: str, size: int) -> dict[str, Any]:
+    """What an ML engineer writes: a Job, the annotation on its pod template, no claim, no CD
+    (the pod template of the harness's workloads, one pod per node, without its claim)."""
+    template = workload(name, size)["spec"]["template"]
+    spec = template["spec"]
+    del spec["resourceClaims"]
+    for container in spec["containers"]:
+        del container["resources"]
+    spec["restartPolicy"] = "Never"
+    template["metadata"]["annotations"] = {WORKLOAD_DOMAIN_OPT_IN: "true"}
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name},
+        "spec": {"parallelism": size, "completions": size, "backoffLimit": 0,
+                 "template": template},
+    }  # fmt: skip
+
+
+async def test_an_annotated_job_gets_its_domain_which_goes_with_it(
+    e2e: EndToEnd, kube: KubeClient, namespace: str
+) -> None:
+    started = time.monotonic()
+    configuration = f"workload-domain-{namespace}"
+    port = free_port()
+    await kube.create(
+        MUTATING_WEBHOOK_CONFIGURATIONS,
+        webhook_configuration(configuration, f"https://127.0.0.1:{port}{DOMAIN_PATH}", namespace),
+    )
+    try:
+        await e2e.start_simulator()
+        await e2e.start_controller(
+            **environ(
+                placement_webhook_address=f"127.0.0.1:{port}",
+                placement_webhook_hosts="127.0.0.1",
+                placement_webhook_configuration=configuration,
+            )
+        )
+        await watch_objects(
+            kube,
+            MUTATING_WEBHOOK_CONFIGURATIONS,
+            lambda found: all(
+                w["clientConfig"].get("caBundle")
+                for w in (found.get(configuration) or {}).get("webhooks") or [{}]
+            ),
+            field_selector=f"metadata.name={configuration}",
+            within=30,
+            what="the controller wrote the webhook's CA into the caBundle",
+        )
+        job = await kube.create(JOBS, annotated_job("train", SIZE), namespace)
+        name = domain_name("train", job["metadata"]["uid"])
+
+        pods = await e2e.workload_pods("train", scheduled(SIZE), "admitted and scheduled")
+        for pod in pods.values():
+            assert {"name": CLAIM_NAME, "resourceClaimTemplateName": f"{name}-channel"} in pod[
+                "spec"
+            ]["resourceClaims"]
+            assert pod["spec"]["containers"][0]["resources"]["claims"] == [{"name": CLAIM_NAME}]
+        cd = await e2e.cd_until(
+            name,
+            lambda cd: cd_ready(cd) and len(status_nodes(cd)) == SIZE,
+            f"Ready with {SIZE} nodes",
+        )
+        assert cd is not None
+        e2e.uids.add(cd["metadata"]["uid"])
+        # Placement applied: the pods are in the one clique recorded on the CD.
+        nodes = {objects.name(n): n for n in (await kube.list(NODES))["items"]}
+        cliques = {
+            objects.label(nodes[p["spec"]["nodeName"]], c.GPU_CLIQUE_NODE_LABEL)
+            for p in pods.values()
+        }
+        assert cliques == {cd["metadata"]["annotations"][RECORDED_CLIQUE_ANNOTATION]}
+
+        # The Job deleted: the garbage collector deletes its pods and its CD.
+        deleted = time.monotonic()
+        await kube.delete(JOBS, "train", namespace, propagation_policy="Background")
+        await e2e.cd_until(name, lambda cd: cd is None, "gone with its Job", within=60)
+        print(f"CD gone {time.monotonic() - deleted:.1f}s after its Job's deletion")
+    finally:
+        with contextlib.suppress(ApiError):
+            await kube.delete(JOBS, "train", namespace, propagation_policy="Background")
+        with contextlib.suppress(ApiError):
+            await kube.delete(MUTATING_WEBHOOK_CONFIGURATIONS, configuration)
+    print(f"workload domain e2e: {time.monotonic() - started:.1f}s")
