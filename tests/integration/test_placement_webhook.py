@@ -70,6 +70,21 @@ def webhook_configuration(name: str, url: str, namespace: str) -> dict[str, Any]
     }  # fmt: skip
 
 
+async def ca_bundle_written(kube: KubeClient, configuration: str) -> None:
+    """Until the controller has written its CA into every webhook of ``configuration``."""
+    await watch_objects(
+        kube,
+        MUTATING_WEBHOOK_CONFIGURATIONS,
+        lambda found: all(
+            w["clientConfig"].get("caBundle")
+            for w in (found.get(configuration) or {}).get("webhooks") or [{}]
+        ),
+        field_selector=f"metadata.name={configuration}",
+        within=30,
+        what="the controller wrote the webhook's CA into the caBundle",
+    )
+
+
 @contextlib.asynccontextmanager
 async def round_robin(backends: Sequence[int]) -> AsyncIterator[int]:
     """A TCP proxy on a loopback port that sends each new connection to the next backend port,
@@ -158,17 +173,7 @@ async def test_each_job_lands_in_one_clique_with_room_and_pods_pass_without_the_
             replicas = [await start_replica(e2e, 0, ports[0], configuration)]
             await cordon(kube, STALE_RACK, False)
             replicas.append(await start_replica(e2e, 1, ports[1], configuration))
-            await watch_objects(
-                kube,
-                MUTATING_WEBHOOK_CONFIGURATIONS,
-                lambda found: all(
-                    w["clientConfig"].get("caBundle")
-                    for w in (found.get(configuration) or {}).get("webhooks") or [{}]
-                ),
-                field_selector=f"metadata.name={configuration}",
-                within=30,
-                what="the controller wrote the webhook's CA into the caBundle",
-            )
+            await ca_bundle_written(kube, configuration)
             # Both replicas serve the one certificate kept in the Secret (one caBundle).
             certificates = {r.process.webhook.certificate for r in replicas if r.process.webhook}
             assert len(certificates) == 1

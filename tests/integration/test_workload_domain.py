@@ -18,7 +18,6 @@ from computedomain.admission.server import DOMAIN_PATH
 from computedomain.api import constants as c
 from computedomain.config import environ
 from computedomain.devcluster.controlplane import free_port
-from computedomain.devcluster.watching import watch_objects
 from computedomain.domain.placement import RECORDED_CLIQUE_ANNOTATION
 from computedomain.domain.workload_domain import (
     CLAIM_NAME,
@@ -29,7 +28,11 @@ from computedomain.runtime import objects
 from computedomain.runtime.client import ApiError, KubeClient
 from computedomain.runtime.resources import JOBS, MUTATING_WEBHOOK_CONFIGURATIONS, NODES
 from tests.integration.e2e_harness import EndToEnd, cd_ready, status_nodes, workload
-from tests.integration.test_placement_webhook import scheduled, webhook_configuration
+from tests.integration.test_placement_webhook import (
+    ca_bundle_written,
+    scheduled,
+    webhook_configuration,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
@@ -74,17 +77,7 @@ async def test_an_annotated_job_gets_its_domain_which_goes_with_it(
                 placement_webhook_configuration=configuration,
             )
         )
-        await watch_objects(
-            kube,
-            MUTATING_WEBHOOK_CONFIGURATIONS,
-            lambda found: all(
-                w["clientConfig"].get("caBundle")
-                for w in (found.get(configuration) or {}).get("webhooks") or [{}]
-            ),
-            field_selector=f"metadata.name={configuration}",
-            within=30,
-            what="the controller wrote the webhook's CA into the caBundle",
-        )
+        await ca_bundle_written(kube, configuration)
         job = await kube.create(JOBS, annotated_job("train", SIZE), namespace)
         name = domain_name("train", job["metadata"]["uid"])
 

@@ -191,3 +191,18 @@ def with_children(world: World, daemonset: Obj | None = None) -> dict[str, list[
     ]
     daemonsets = [world.client.add(r.DAEMONSETS, daemonset or labelled(DAEMON, DRIVER_NS))]
     return {"cds": [cd], "rcts": rcts, "daemonsets": daemonsets}
+
+
+def node_label_moves_after_the_list(world: World, node: str, to_uid: str) -> None:
+    """The kubelet plugin gives ``node`` to the CD ``to_uid`` right after the next LIST of
+    Nodes answers: what the deletion listed as ours is someone else's by its patch."""
+    listed = world.client.list
+
+    async def list_then_relabel(*args: Any, **kwargs: Any) -> Any:
+        answer = await listed(*args, **kwargs)
+        if args and args[0] == r.NODES:
+            world.client.objects[("nodes", "", node)]["metadata"]["labels"][c.CD_LABEL] = to_uid
+            world.client.bump(r.NODES, node)
+        return answer
+
+    world.client.list = list_then_relabel  # type: ignore[method-assign]

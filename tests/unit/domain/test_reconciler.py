@@ -32,6 +32,7 @@ from tests.kit.world import (
     daemon_entry,
     labelled,
     make_world,
+    node_label_moves_after_the_list,
     service_account,
     waiting_for_workload,
     with_children,
@@ -410,16 +411,7 @@ async def test_a_node_label_that_moved_to_another_cd_after_the_list_is_left_alon
     )
     world.client.add(r.NODES, {"metadata": {"name": "n1", "labels": {c.CD_LABEL: UID}}})
     world.fill(cds=[cd], service_accounts=[service_account()])
-    listed = world.client.list
-
-    async def list_then_the_plugin_moves_n1(*args: Any, **kwargs: Any) -> Any:
-        answer = await listed(*args, **kwargs)
-        if args and args[0] == r.NODES:
-            world.client.objects[("nodes", "", "n1")]["metadata"]["labels"][c.CD_LABEL] = GHOST
-            world.client.bump(r.NODES, "n1")
-        return answer
-
-    world.client.list = list_then_the_plugin_moves_n1  # type: ignore[method-assign]
+    node_label_moves_after_the_list(world, "n1", GHOST)
 
     assert await world.reconcile(CDKey(NS, "cd")) == Result()
 

@@ -27,6 +27,7 @@ from tests.kit.world import (
     compute_domain,
     labelled,
     make_world,
+    node_label_moves_after_the_list,
     service_account,
     with_children,
 )
@@ -175,16 +176,7 @@ async def test_a_node_label_that_moved_to_another_cd_is_left_alone() -> None:
     cd = deleting_cd(world)
     node = world.client.add(r.NODES, {"metadata": {"name": "n1", "labels": {c.CD_LABEL: UID}}})
     world.fill(cds=[cd], nodes=[node], service_accounts=[service_account()])
-    listed = world.client.list
-
-    async def list_then_relabel(*args: Any, **kwargs: Any) -> Any:
-        answer = await listed(*args, **kwargs)
-        if args and args[0] == r.NODES:
-            world.client.objects[("nodes", "", "n1")]["metadata"]["labels"][c.CD_LABEL] = GHOST
-            world.client.bump(r.NODES, "n1")
-        return answer
-
-    world.client.list = list_then_relabel  # type: ignore[method-assign]
+    node_label_moves_after_the_list(world, "n1", GHOST)
     await world.reconcile(CDKey(NS, "cd"))
 
     assert ("get", "nodes", "n1") in world.client.calls
