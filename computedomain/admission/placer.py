@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from computedomain.admission.workload_domains import listed_by_name
 from computedomain.api.resources import COMPUTE_DOMAINS
 from computedomain.domain.caches import Caches
 from computedomain.domain.capacity import clique_capacity
@@ -42,6 +43,7 @@ from computedomain.domain.workload import claim_templates
 from computedomain.runtime import objects
 from computedomain.runtime.client import KubeClient
 from computedomain.runtime.errors import ApiError
+from computedomain.runtime.event_types import NORMAL, WARNING
 from computedomain.runtime.events import EventRecorder
 from computedomain.runtime.resources import JOBS, STATEFULSETS
 
@@ -198,7 +200,9 @@ class Placer:
             except ApiError as err:
                 if not err.is_conflict:
                     raise
-                current = await self._read_again(current)
+                current = await listed_by_name(
+                    self._client, objects.namespace(current) or "", objects.name(current)
+                )
                 continue
             self._announce(written, decision)
             return self._remember(written, decision.clique or "")
@@ -207,18 +211,6 @@ class Placer:
             "decisions in a row"
         )
 
-    async def _read_again(self, cd: Mapping[str, Any]) -> Mapping[str, Any]:
-        """The CD as stored now: a LIST by name, as the controller's RBAC grants list on
-        ComputeDomains, not get (api/rbac.py)."""
-        listed = await self._client.list(
-            COMPUTE_DOMAINS,
-            namespace=objects.namespace(cd),
-            field_selector=f"metadata.name={objects.name(cd)}",
-        )
-        for found in listed["items"]:
-            return dict(found)
-        raise RuntimeError(f"ComputeDomain {objects.object_key(cd)} is gone")
-
     def _remember(self, cd: Mapping[str, Any], clique: str) -> str:
         self._recorded[objects.uid(cd) or ""] = clique
         return clique
@@ -226,9 +218,9 @@ class Placer:
     def _announce(self, cd: Mapping[str, Any], decision: Decision) -> None:
         """One Event per decision: it is made once per CD."""
         if decision.reason == NO_CLIQUE_FITS:
-            self._recorder.record(cd, "Warning", NO_CLIQUE_FITS, ACTION, decision.message)
+            self._recorder.record(cd, WARNING, NO_CLIQUE_FITS, ACTION, decision.message)
         else:
-            self._recorder.record(cd, "Normal", PLACED, ACTION, decision.message)
+            self._recorder.record(cd, NORMAL, PLACED, ACTION, decision.message)
         log.info(
             "Placement decided",
             extra={"computeDomain": objects.object_key(cd), "clique": decision.clique or ""},

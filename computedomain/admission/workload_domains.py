@@ -16,10 +16,21 @@ from typing import Any
 
 from computedomain.api.resources import COMPUTE_DOMAINS
 from computedomain.domain.caches import Caches
+from computedomain.domain.keys import CDKey
 from computedomain.domain.workload_domain import WorkloadDomain, domain_body, owned_by
-from computedomain.runtime import objects
 from computedomain.runtime.client import KubeClient
 from computedomain.runtime.errors import ApiError
+
+
+async def listed_by_name(client: KubeClient, namespace: str, name: str) -> dict[str, Any]:
+    """The CD as stored now, by a LIST by name: the controller's RBAC grants list on
+    ComputeDomains, not get (api/rbac.py)."""
+    listed = await client.list(
+        COMPUTE_DOMAINS, namespace=namespace, field_selector=f"metadata.name={name}"
+    )
+    for found in listed["items"]:
+        return dict(found)
+    raise RuntimeError(f"ComputeDomain {namespace}/{name} is not listed")
 
 
 class NotTheWorkloadsDomainError(RuntimeError):
@@ -34,32 +45,17 @@ class WorkloadDomains:
     async def ensure(self, namespace: str, domain: WorkloadDomain) -> Mapping[str, Any]:
         """The workload's CD: from the cache, created, or (created by another admission a
         moment ago) listed."""
-        cd = self._cached(namespace, domain.name)
+        cd: Mapping[str, Any] | None = self._caches.compute_domain(CDKey(namespace, domain.name))
         if cd is None:
             try:
                 cd = await self._client.create(COMPUTE_DOMAINS, domain_body(domain), namespace)
             except ApiError as err:
                 if not err.is_already_exists:
                     raise
-                cd = await self._listed(namespace, domain.name)
+                cd = await listed_by_name(self._client, namespace, domain.name)
         if not owned_by(cd, domain):
             raise NotTheWorkloadsDomainError(
                 f"ComputeDomain {namespace}/{domain.name} exists and is not owned by "
                 f"{domain.kind} {domain.workload}: its pods are not wired to it"
             )
         return cd
-
-    def _cached(self, namespace: str, name: str) -> Mapping[str, Any] | None:
-        for cd in self._caches.cds.list():
-            if objects.namespace(cd) == namespace and objects.name(cd) == name:
-                return cd
-        return None
-
-    async def _listed(self, namespace: str, name: str) -> Mapping[str, Any]:
-        """A LIST by name: the controller's RBAC grants list on ComputeDomains, not get."""
-        listed = await self._client.list(
-            COMPUTE_DOMAINS, namespace=namespace, field_selector=f"metadata.name={name}"
-        )
-        for found in listed["items"]:
-            return dict(found)
-        raise RuntimeError(f"ComputeDomain {namespace}/{name} already exists, yet is not listed")
