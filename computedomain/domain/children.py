@@ -26,7 +26,6 @@ from computedomain.domain.labels import cd_uid_of
 from computedomain.runtime import objects
 from computedomain.runtime import resources as r
 from computedomain.runtime.client import ApiError
-from computedomain.runtime.event_types import NORMAL
 from computedomain.runtime.resources import Resource
 
 log = logging.getLogger(__name__)
@@ -106,16 +105,7 @@ class ChildMaker:
                 created=created,
             )
 
-        if created:
-            self._ctx.recorder.record(
-                obj,
-                NORMAL,
-                "Created",
-                "Create",
-                "Created " + ", ".join(what for what, _ in created),
-                # One child: the Event points at it, as before; several: the note names them.
-                related=created[0][1] if len(created) == 1 else None,
-            )
+        self._ctx.record_children(obj, "Created", created)
         blocked = any(state.status is ChildStatus.FOREIGN for state in states.values())
         return states, FOREIGN_RECHECK_SECONDS if blocked else None, bool(created)
 

@@ -3,10 +3,10 @@ event recorder, metrics, the clock, and what this process remembers per CD."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from computedomain.api.resources import COMPUTE_DOMAINS
 from computedomain.api.v1beta1 import ComputeDomain, Condition
@@ -16,11 +16,14 @@ from computedomain.domain.settings import ReconcilerSettings
 from computedomain.domain.workload import WorkloadPodProblem
 from computedomain.runtime.client import KubeClient
 from computedomain.runtime.clock import Clock
+from computedomain.runtime.event_types import NORMAL
 from computedomain.runtime.events import EventRecorder
 from computedomain.runtime.updates import Patcher
 
 # How often a CD is looked at again while a child or pod it waits for is going away.
 DELETION_POLL_SECONDS = 2.0
+# The Event reasons that name children a pass made or deleted, and their actions.
+CHILDREN_ACTIONS: Final = {"Created": "Create", "Deleted": "Delete"}
 
 
 @dataclass
@@ -84,6 +87,25 @@ class ReconcileContext:
 
     def forget(self, uid: str) -> None:
         self.memory.pop(uid, None)
+
+    def record_children(
+        self,
+        regarding: Mapping[str, Any],
+        reason: Literal["Created", "Deleted"],
+        children: Sequence[tuple[str, dict[str, Any]]],
+    ) -> None:
+        """One Event for the children a pass made or deleted (``(kind namespace/name,
+        reference)`` each): one child, the Event points at it; several, its note names them."""
+        if not children:
+            return
+        self.recorder.record(
+            regarding,
+            NORMAL,
+            reason,
+            CHILDREN_ACTIONS[reason],
+            f"{reason} " + ", ".join(what for what, _ in children),
+            related=children[0][1] if len(children) == 1 else None,
+        )
 
     async def patch_cd(
         self,

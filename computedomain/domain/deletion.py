@@ -80,16 +80,8 @@ class Cleanup:
                     what = f"{res.kind} {objects.object_key(child)}"
                     deleted_now.append((what, objects.reference(child, res)))
         finally:
-            if regarding is not None and deleted_now:
-                ctx.recorder.record(
-                    regarding,
-                    NORMAL,
-                    "Deleted",
-                    "Delete",
-                    "Deleted " + ", ".join(what for what, _ in deleted_now),
-                    # One child: the Event points at it; several: the note names them.
-                    related=deleted_now[0][1] if len(deleted_now) == 1 else None,
-                )
+            if regarding is not None:
+                ctx.record_children(regarding, "Deleted", deleted_now)
         return remaining
 
     async def _remove(self, res: Resource, child: dict[str, Any], gone: set[str]) -> bool:
