@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from computedomain.api import constants as c
 from computedomain.api.resources import CLIQUES, COMPUTE_DOMAINS
+from computedomain.domain import childkinds
+from computedomain.domain.childkinds import CHILD, Child, ChildKind, is_of
 from computedomain.domain.coexistence import (
     CD_CRD_NAME,
     CLIQUE_CRD_NAME,
@@ -205,8 +207,10 @@ class Caches:
     """Read-only views the reconciler works from; writes go to the API, never here."""
 
     compute_domains: Informer
-    daemonsets: list[Informer]
-    claim_templates: Informer
+    # Each child kind's resource (childkinds), labelled with a CD UID, indexed by it: one
+    # informer over every namespace when a kind of it lives beside its CD, else one per
+    # managed namespace.
+    child_informers: Mapping[Resource, list[Informer]]
     daemon_pods: list[Informer]
     cliques: list[Informer]
     # Every Node, trimmed to labels, Ready and cordon, polled (a Table LIST per period), plus
@@ -239,8 +243,7 @@ class Caches:
     def all(self) -> list[Informer]:
         return [
             self.compute_domains,
-            *self.daemonsets,
-            self.claim_templates,
+            *self.children,
             *self.daemon_pods,
             *self.cliques,
             self.nodes,
@@ -256,9 +259,9 @@ class Caches:
     @property
     def children(self) -> list[Informer]:
         """The informers of a CD's children (labelled with its UID, our finalizer on them):
-        they wake the CD, name UIDs the sweeper checks, and take our writes' responses. A new
-        child kind's informer goes here and nowhere else in this layer."""
-        return [*self.daemonsets, self.claim_templates]
+        they wake the CD, name UIDs the sweeper checks, and take our writes' responses. They
+        come from the child kinds' table; nothing in this layer names a kind."""
+        return [informer for found in self.child_informers.values() for informer in found]
 
     @property
     def synced(self) -> bool:
@@ -289,15 +292,48 @@ class Caches:
     def cds(self) -> Store:
         return self.compute_domains.store
 
-    def daemonsets_of(self, uid: str) -> list[dict[str, Any]]:
-        return [ds for inf in self.daemonsets for ds in inf.store.by_index(BY_CD, uid)]
+    def labelled_children(self, resource: Resource, uid: str) -> list[dict[str, Any]]:
+        """Objects of a child resource labelled with ``uid``, whatever their kind."""
+        informers = self.child_informers[resource]
+        return [obj for inf in informers for obj in inf.store.by_index(BY_CD, uid)]
 
-    def claim_templates_of(self, uid: str, target: str | None = None) -> list[dict[str, Any]]:
-        """RCTs labelled with ``uid``; only those for ``target`` (Daemon, Workload) if given."""
-        found = self.claim_templates.store.by_index(BY_CD, uid)
+    def children_of(self, kind: Child | ChildKind, uid: str) -> list[dict[str, Any]]:
+        """The CD's children of this kind (labelled with ``uid``, of the kind's target)."""
+        child = kind if isinstance(kind, Child) else CHILD[kind]
+        return [obj for obj in self.labelled_children(child.resource, uid) if is_of(child, obj)]
+
+    def children_to_delete(self, uid: str) -> list[tuple[Resource, dict[str, Any]]]:
+        """Every child labelled with ``uid``, kind by kind in deletion order; an object of a
+        child resource no kind claims (an older controller's, without a target label) goes
+        with the last kind of its resource."""
+        order = childkinds.by_deletion_order()
+        last = {child.resource: child for child in order}
         return [
-            rct for rct in found if target is None or objects.label(rct, c.TARGET_LABEL) == target
+            (child.resource, obj)
+            for child in order
+            for obj in [
+                *self.children_of(child, uid),
+                *(
+                    childkinds.unclaimed(
+                        child.resource, self.labelled_children(child.resource, uid)
+                    )
+                    if last[child.resource] is child
+                    else []
+                ),
+            ]
         ]
+
+    def child_at(self, resource: Resource, namespace: str, name: str) -> dict[str, Any] | None:
+        """The cached object of a child resource at this name, whoever made it."""
+        return next(
+            (
+                found
+                for inf in self.child_informers[resource]
+                if inf.namespace in (None, namespace)
+                and (found := inf.store.get(f"{namespace}/{name}")) is not None
+            ),
+            None,
+        )
 
     def pods_of(self, uid: str) -> list[dict[str, Any]]:
         return [pod for inf in self.daemon_pods for pod in inf.store.by_index(BY_CD, uid)]
@@ -405,6 +441,34 @@ def _crd_informer(client: KubeClient, name: str) -> Informer:
     )
 
 
+# Cached children keep all but managed fields, unless their resource is trimmed further here.
+_CHILD_TRIMS: Mapping[Resource, Callable[[dict[str, Any]], dict[str, Any]]] = {
+    r.DAEMONSETS: trim_daemonset
+}
+
+
+def _child_informers(
+    client: KubeClient, res: Resource, namespaces: Sequence[str]
+) -> list[Informer]:
+    """Label-selected on CD_LABEL, indexed by it: over every namespace when a kind of ``res``
+    lives beside its CD, else in each managed namespace."""
+    scopes: Sequence[str | None] = (
+        [None] if childkinds.watched_everywhere(res) else list(namespaces)
+    )
+    return [
+        Informer(
+            client,
+            res,
+            namespace=ns,
+            label_selector=CD_LABEL_EXISTS,
+            transform=_CHILD_TRIMS.get(res, strip_managed_fields),
+            indexers={BY_CD: uids_of_labelled},
+            name=res.plural if ns is None else f"{res.plural}/{ns}",
+        )
+        for ns in scopes
+    ]
+
+
 def build_caches(
     client: KubeClient,
     *,
@@ -426,26 +490,9 @@ def build_caches(
             indexers={BY_UID: _by_uid, BY_REPORTED_CLIQUE: _by_reported_clique},
             name="computedomains",
         ),
-        daemonsets=[
-            Informer(
-                client,
-                r.DAEMONSETS,
-                namespace=ns,
-                label_selector=CD_LABEL_EXISTS,
-                transform=trim_daemonset,
-                indexers={BY_CD: uids_of_labelled},
-                name=f"daemonsets/{ns}",
-            )
-            for ns in namespaces
-        ],
-        claim_templates=Informer(
-            client,
-            r.RESOURCE_CLAIM_TEMPLATES,
-            label_selector=CD_LABEL_EXISTS,
-            transform=strip_managed_fields,
-            indexers={BY_CD: uids_of_labelled},
-            name="resourceclaimtemplates",
-        ),
+        child_informers={
+            res: _child_informers(client, res, namespaces) for res in childkinds.resources()
+        },
         daemon_pods=[
             Informer(
                 client,

@@ -1,7 +1,7 @@
 """The live path of a ComputeDomain: its children exist, or we say why not.
 
-Creates the daemon ResourceClaimTemplate, the IMEX DaemonSet and the workload
-ResourceClaimTemplate from ``desired`` (with host-managed IMEX, contract §18, only the last).
+Creates each child kind of ``childkinds`` (the daemon ResourceClaimTemplate, the IMEX DaemonSet
+and the workload ResourceClaimTemplate; with host-managed IMEX, contract §18, only the last).
 An object of the same name that we made earlier (it carries this CD's UID label) is adopted;
 one that does not is never touched: we refuse and report it as FOREIGN, with what to do, until
 it is gone. The ChildrenReady condition carries that advice, and its transition is the one
@@ -15,16 +15,15 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from computedomain.api import constants as c
 from computedomain.api.v1beta1 import ComputeDomain
-from computedomain.domain import desired
+from computedomain.domain import childkinds
+from computedomain.domain.childkinds import Child, ChildKind, Inputs, Scope
 from computedomain.domain.coexistence import daemon_image
-from computedomain.domain.conditions import ChildKind, ChildState, ChildStatus
+from computedomain.domain.conditions import ChildState, ChildStatus
 from computedomain.domain.context import ReconcileContext
 from computedomain.domain.keys import CDKey
 from computedomain.domain.labels import cd_uid_of
 from computedomain.runtime import objects
-from computedomain.runtime import resources as r
 from computedomain.runtime.client import ApiError
 from computedomain.runtime.resources import Resource
 
@@ -79,7 +78,6 @@ class ChildMaker:
         """Each child's state, when to look again (set while a foreign object blocks one), and
         whether this call created any child."""
         caches, s = self._ctx.caches, self._ctx.settings
-        uid = cd.metadata.uid
         states: dict[ChildKind, ChildState] = {}
         # What this reconcile created: one Event lists them all (one write, not one per child).
         created: list[tuple[str, dict[str, Any]]] = []
@@ -88,70 +86,43 @@ class ChildMaker:
             # template it cannot work, so no DaemonSet or claim template is made for it.
             return {ChildKind.SPEC: ChildState(ChildStatus.INVALID, SPEC_MISSING)}, None, False
 
-        if not s.host_managed:
-            await self._ensure_daemon_children(cd, obj, states, created)
         # Host-managed IMEX (§18): the workload RCT is the only child. A DaemonSet or daemon
         # RCT left from driverManaged is never deleted here (its daemons may serve a running
         # job); the conditions report it.
-        if caches.claim_templates_of(uid, c.TARGET_WORKLOAD):
-            states[ChildKind.WORKLOAD_CLAIM_TEMPLATE] = ChildState(ChildStatus.OK)
-        else:
-            states[ChildKind.WORKLOAD_CLAIM_TEMPLATE] = await self._create(
-                cd,
-                obj,
-                r.RESOURCE_CLAIM_TEMPLATES,
-                desired.workload_resource_claim_template(cd, host_managed=s.host_managed),
-                namespace=cd.metadata.namespace,
-                created=created,
+        inputs: Inputs | None = None
+        for child in childkinds.in_mode(s.host_managed):
+            if self._exists(child, cd, obj):
+                states[child.kind] = ChildState(ChildStatus.OK)
+                continue
+            if inputs is None:
+                # IMAGE_NAME, else the driver image NVIDIA's kubelet plugin runs beside the
+                # daemons.
+                image = daemon_image(
+                    s.daemon.image, caches.nvidia_daemonsets.store.list(), s.driver_namespace
+                )
+                inputs = Inputs(replace(s.daemon, image=image), s.host_managed)
+            states[child.kind] = await self._create(
+                cd, obj, child.resource, child.build(cd, inputs), created=created
             )
 
         self._ctx.record_children(obj, "Created", created)
         blocked = any(state.status is ChildStatus.FOREIGN for state in states.values())
         return states, FOREIGN_RECHECK_SECONDS if blocked else None, bool(created)
 
-    async def _ensure_daemon_children(
-        self,
-        cd: ComputeDomain,
-        obj: dict[str, Any],
-        states: dict[ChildKind, ChildState],
-        created: list[tuple[str, dict[str, Any]]],
-    ) -> None:
-        """driverManaged: the daemon RCT and the IMEX DaemonSet."""
+    def _exists(self, child: Child, cd: ComputeDomain, obj: Mapping[str, Any]) -> bool:
+        """Any child of this kind labelled with the CD's UID serves (one beside the daemons
+        only in a managed namespace), including one made by an older controller with
+        generateName, and so does an object at the child's own name carrying the UID: never
+        create a second one."""
         caches, s = self._ctx.caches, self._ctx.settings
         uid = cd.metadata.uid
-        # Any child labelled with this UID in a managed namespace serves, including one made
-        # by an older controller with generateName; never create a second one.
-        named = caches.claim_templates.store.get(f"{s.driver_namespace}/{c.daemon_name(uid)}")
-        existing_daemon_rcts = [
-            rct
-            for rct in caches.claim_templates_of(uid, c.TARGET_DAEMON)
-            if objects.namespace(rct) in s.managed_namespaces
-        ]
-        if existing_daemon_rcts or (named and cd_uid_of(named) == uid):
-            states[ChildKind.DAEMON_CLAIM_TEMPLATE] = ChildState(ChildStatus.OK)
-        else:
-            states[ChildKind.DAEMON_CLAIM_TEMPLATE] = await self._create(
-                cd,
-                obj,
-                r.RESOURCE_CLAIM_TEMPLATES,
-                desired.daemon_resource_claim_template(cd, s.daemon),
-                created=created,
-            )
-
-        if caches.daemonsets_of(uid):
-            states[ChildKind.DAEMON_SET] = ChildState(ChildStatus.OK)
-        else:
-            # IMAGE_NAME, else the driver image NVIDIA's kubelet plugin runs beside the daemons.
-            image = daemon_image(
-                s.daemon.image, caches.nvidia_daemonsets.store.list(), s.driver_namespace
-            )
-            states[ChildKind.DAEMON_SET] = await self._create(
-                cd,
-                obj,
-                r.DAEMONSETS,
-                desired.daemon_daemonset(cd, replace(s.daemon, image=image)),
-                created=created,
-            )
+        found = caches.children_of(child, uid)
+        if child.scope is Scope.DRIVER_NAMESPACE:
+            found = [obj for obj in found if objects.namespace(obj) in s.managed_namespaces]
+        if found:
+            return True
+        named = caches.child_at(child.resource, *child.locate(obj, s.driver_namespace))
+        return named is not None and cd_uid_of(named) == uid
 
     async def _create(
         self,
@@ -159,13 +130,12 @@ class ChildMaker:
         cd_obj: Mapping[str, Any],
         res: Resource,
         body: dict[str, Any],
-        namespace: str | None = None,
         *,
         created: list[tuple[str, dict[str, Any]]],
     ) -> ChildState:
         """Create one child; on success append what it is and a reference to ``created``."""
         ctx = self._ctx
-        namespace = namespace or body["metadata"]["namespace"]
+        namespace = body["metadata"]["namespace"]
         name = body["metadata"]["name"]
         memo_key = (res.plural, namespace, name)
         confirmed = self._foreign.get(memo_key)

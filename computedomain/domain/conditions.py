@@ -4,8 +4,9 @@ Upstream's global status is Ready with zero nodes (#767) and never says why a do
 (#289). Our conditions (positive polarity, in status.conditions) do:
 
 - ``Ready``: at least one daemon joined, every daemon ready, numNodes reached, children fine.
-- ``ChildrenReady``: the daemon RCT, the DaemonSet and the workload RCT exist and are ours, and
-  the daemon ServiceAccount the DaemonSet names exists (#586: it comes with NVIDIA's chart).
+- ``ChildrenReady``: each child kind (``childkinds``: the daemon RCT, the DaemonSet and the
+  workload RCT) exists and is ours, and the daemon ServiceAccount the DaemonSet names exists
+  (#586: it comes with NVIDIA's chart).
 - ``DaemonsReady``: every daemon pod of the domain has joined and is ready. While no daemon has
   been not ready for longer than the grace period the reason is ``DaemonsStarting`` (a normal
   start, or a new node joining); after it, ``DaemonsNotReady``, which is worth a Warning.
@@ -27,6 +28,8 @@ from datetime import datetime
 
 from computedomain.api import constants as c
 from computedomain.api.v1beta1 import ComputeDomainNode, Condition, ConditionStatus
+from computedomain.domain import childkinds
+from computedomain.domain.childkinds import Child, ChildKind
 from computedomain.domain.placement import CONDITION_PLACED
 from computedomain.domain.projection import DaemonPod, plural
 from computedomain.domain.workload import WorkloadPodProblem
@@ -92,28 +95,6 @@ class ChildStatus(enum.Enum):
 class ChildState:
     status: ChildStatus
     message: str = ""
-
-
-class ChildKind(enum.StrEnum):
-    """What a CD's live path checks: its spec and its three children (the keys of
-    ``DomainView.children``). Adding a child kind starts here."""
-
-    SPEC = "spec"
-    DAEMON_CLAIM_TEMPLATE = "daemonClaimTemplate"
-    DAEMON_SET = "daemonSet"
-    WORKLOAD_CLAIM_TEMPLATE = "workloadClaimTemplate"
-
-    @property
-    def display(self) -> str:
-        return _CHILD_NAMES[self]
-
-
-_CHILD_NAMES = {
-    ChildKind.SPEC: "spec",
-    ChildKind.DAEMON_CLAIM_TEMPLATE: "daemon ResourceClaimTemplate",
-    ChildKind.DAEMON_SET: "daemon DaemonSet",
-    ChildKind.WORKLOAD_CLAIM_TEMPLATE: "workload ResourceClaimTemplate",
-}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -226,7 +207,13 @@ def _children_verdict(view: DomainView) -> _Verdict:
     ]
     if pending:
         return _Verdict(FALSE, "ChildrenNotReady", "; ".join(pending))
-    return _Verdict(TRUE, CHILDREN_EXIST, "Daemon DaemonSet and both ResourceClaimTemplates exist")
+    return _Verdict(TRUE, CHILDREN_EXIST, _exist(childkinds.in_mode(view.host_managed)))
+
+
+def _exist(kinds: Sequence[Child]) -> str:
+    """``<A>, <b> and <c> exist``, by the kinds' display names."""
+    text = childkinds.sentence(kinds)
+    return f"{text[:1].upper()}{text[1:]} {'exists' if len(kinds) == 1 else 'exist'}"
 
 
 @dataclass(frozen=True)
@@ -518,11 +505,11 @@ def _host_children_verdict(view: DomainView) -> _Verdict:
         )
     children = _children_verdict(view)
     if children.status == TRUE:
+        absent = [child for child in childkinds.CHILDREN if not child.in_mode(True)]
         return _Verdict(
             TRUE,
             CHILDREN_EXIST,
-            "Workload ResourceClaimTemplate exists (host-managed IMEX: no DaemonSet or daemon "
-            "ResourceClaimTemplate)",
+            f"{children.message} (host-managed IMEX: no {childkinds.sentence(absent, 'or')})",
         )
     return children
 

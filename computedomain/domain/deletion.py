@@ -56,16 +56,7 @@ class Cleanup:
         Each child is handled on its own, so a DaemonSet removed by hand never blocks the RCTs.
         """
         ctx = self._ctx
-        targets: list[tuple[Resource, dict[str, Any]]] = [
-            (r.RESOURCE_CLAIM_TEMPLATES, rct)
-            for rct in ctx.caches.claim_templates_of(uid, c.TARGET_WORKLOAD)
-        ]
-        targets += [
-            (r.RESOURCE_CLAIM_TEMPLATES, rct)
-            for rct in ctx.caches.claim_templates_of(uid)
-            if objects.label(rct, c.TARGET_LABEL) != c.TARGET_WORKLOAD
-        ]
-        targets += [(r.DAEMONSETS, ds) for ds in ctx.caches.daemonsets_of(uid)]
+        targets = ctx.caches.children_to_delete(uid)  # in childkinds' deletion order
         gone = ctx.memory_of(uid).children_gone
         remaining = 0
         # One Event per pass names every child it deleted (as `Created` names those it made):

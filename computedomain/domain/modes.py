@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from computedomain.api.v1beta1 import ComputeDomain
 from computedomain.domain import projection
+from computedomain.domain.childkinds import ChildKind
 from computedomain.domain.context import ReconcileContext
 
 
@@ -41,7 +42,7 @@ def status_mode(ctx: ReconcileContext, cd: ComputeDomain) -> StatusMode:
     pruned = ctx.caches.missing_status_fields() or ctx.pruned_status_fields
     if ctx.settings.host_managed:
         return StatusMode(host_managed=True, pruned_fields=pruned)
-    daemonsets = ctx.caches.daemonsets_of(cd.metadata.uid)
+    daemonsets = ctx.caches.children_of(ChildKind.DAEMON_SET, cd.metadata.uid)
     legacy = (
         projection.uses_legacy_protocol(daemonsets[0])
         if daemonsets

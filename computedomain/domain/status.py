@@ -20,10 +20,11 @@ from computedomain.api.v1beta1 import (
     ComputeDomainNode,
     Condition,
 )
-from computedomain.domain import coexistence, placement, projection, topology
+from computedomain.domain import childkinds, coexistence, placement, projection, topology
 from computedomain.domain import conditions as cond
 from computedomain.domain.caches import BY_CD, BY_GPU_CLIQUE
-from computedomain.domain.conditions import ChildKind, ChildState, DomainView
+from computedomain.domain.childkinds import ChildKind
+from computedomain.domain.conditions import ChildState, DomainView
 from computedomain.domain.context import DomainMemory, ReconcileContext
 from computedomain.domain.keys import CDKey
 from computedomain.domain.modes import StatusMode, status_mode
@@ -86,10 +87,13 @@ def desired_status(
     """The whole status this controller would write (before an outdated CRD cuts it down)."""
     counts: tuple[int | None, ...] = cond.status_counts(list(nodes), view.cliques)
     if mode.host_managed:
-        # Upstream's Ready: admitted and the workload RCT exists (§18). No daemon joins, so the
-        # node and clique counts are absent (empty printer columns), not 0.
-        workload = children.get(ChildKind.WORKLOAD_CLAIM_TEMPLATE)
-        ok = workload is not None and workload.status is cond.ChildStatus.OK
+        # Upstream's Ready: admitted and the workload RCT (each child of this mode) exists
+        # (§18). No daemon joins, so the node and clique counts are absent (empty printer
+        # columns), not 0.
+        ok = all(
+            (state := children.get(kind.kind)) is not None and state.status is cond.ChildStatus.OK
+            for kind in childkinds.in_mode(host_managed=True)
+        )
         global_status = c.STATUS_READY if ok else c.STATUS_NOT_READY
         counts = (None, None, None)
     elif view.invalid:
@@ -198,12 +202,10 @@ class StatusWriter:
         driverManaged left behind is worth naming (its pods delay a deletion, as ever)."""
         caches, uid = self._ctx.caches, cd.metadata.uid
         leftovers = [
-            f"{kind} {objects.namespace(child)}/{objects.name(child)}"
-            for kind, found in (
-                ("DaemonSet", caches.daemonsets_of(uid)),
-                ("ResourceClaimTemplate", caches.claim_templates_of(uid, c.TARGET_DAEMON)),
-            )
-            for child in found
+            f"{kind.resource.kind} {objects.namespace(child)}/{objects.name(child)}"
+            for kind in childkinds.CHILDREN
+            if not kind.in_mode(host_managed=True)
+            for child in caches.children_of(kind, uid)
         ]
         return DomainView(
             pods=tuple(pods),

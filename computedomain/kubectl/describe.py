@@ -12,6 +12,7 @@ from typing import Any
 
 from computedomain.api import constants as c
 from computedomain.api.claims import driver_configs
+from computedomain.domain.childkinds import CHILDREN, ChildKind
 from computedomain.domain.coexistence import (
     nvidia_deployment_of,
     running_nvidia_controllers,
@@ -29,9 +30,8 @@ class Chain:
     """What the cluster holds for one ComputeDomain (see main.py for how it is listed)."""
 
     cd: Obj
-    daemonsets: list[Obj] = field(default_factory=list)
-    daemon_templates: list[Obj] = field(default_factory=list)
-    workload_template: Obj | None = None
+    # Each child kind (childkinds) → the domain's children of that kind.
+    children: dict[ChildKind, list[Obj]] = field(default_factory=dict)
     daemon_pods: list[Obj] = field(default_factory=list)
     cliques: list[Obj] = field(default_factory=list)
     workload_pods: list[Obj] = field(default_factory=list)
@@ -55,6 +55,10 @@ class Chain:
     @property
     def name(self) -> str:
         return str(self.cd["metadata"]["name"])
+
+    @property
+    def daemonsets(self) -> list[Obj]:
+        return self.children.get(ChildKind.DAEMON_SET, [])
 
     @property
     def template_name(self) -> str:
@@ -308,22 +312,16 @@ def render(chain: Chain, finding: Finding | None) -> str:
         f"   numNodes: {(cd.get('spec') or {}).get('numNodes', 0)}",
         "Children:",
     ]
-    template = chain.workload_template
-    lines.append(
-        f"  ResourceClaimTemplate {chain.namespace}/{chain.template_name}: "
-        + ("present" if template else "missing")
-    )
-    for rct in chain.daemon_templates:
-        lines.append(
-            f"  ResourceClaimTemplate {rct['metadata']['namespace']}/{rct['metadata']['name']}: "
-            "present"
-        )
-    for ds in chain.daemonsets:
-        ds_status = ds.get("status") or {}
-        lines.append(
-            f"  DaemonSet {ds['metadata']['namespace']}/{ds['metadata']['name']}: "
-            f"{ds_status.get('numberReady', 0)}/{ds_status.get('desiredNumberScheduled', 0)} ready"
-        )
+    for child in CHILDREN:
+        found = chain.children.get(child.kind, [])
+        for obj in found:
+            where = f"{obj['metadata']['namespace']}/{obj['metadata']['name']}"
+            lines.append(f"  {child.resource.kind} {where}: {child.summary(obj)}")
+        if not found and child.in_mode(host_managed=True):
+            # A kind every domain has, in every IMEX mode: its absence is news. (Where the
+            # daemons' children live, the driver namespace, is not known here.)
+            namespace, name = child.locate(cd, "?")
+            lines.append(f"  {child.resource.kind} {namespace}/{name}: missing")
     entries = {
         d.get("nodeName"): d for clique in chain.cliques for d in clique.get("daemons") or []
     }

@@ -33,6 +33,7 @@ from computedomain import distribution_version
 from computedomain.api import constants as c
 from computedomain.api.resources import CLIQUES, COMPUTE_DOMAINS
 from computedomain.domain.capacity import clique_capacity
+from computedomain.domain.childkinds import CHILDREN, ChildKind, Scope
 from computedomain.domain.coexistence import CD_CRD_NAME, CLIQUE_CRD_NAME
 from computedomain.kubectl import doctor, shipped
 from computedomain.kubectl.cliques import fits_message, table
@@ -56,7 +57,6 @@ from computedomain.runtime.resources import (
     LEASES,
     NODES,
     PODS,
-    RESOURCE_CLAIM_TEMPLATES,
     RESOURCE_CLAIMS,
     SERVICE_ACCOUNTS,
     SUBJECT_ACCESS_REVIEWS,
@@ -380,33 +380,23 @@ async def gather_chain(client: KubeClient, namespace: str, name: str) -> Chain:
     # Started now, run beside the reads below (it names its refusals after theirs: it starts
     # only when they are all asked).
     controller_pods = asyncio.ensure_future(_controller_pods(client, unseen))
+    children = _read_children(client, unseen, cd)
     (
-        chain.daemonsets,
-        chain.daemon_templates,
+        *found,
         chain.daemon_pods,
         chain.cliques,
         chain.nodes,
         claims,
-        templates,
         pods,
     ) = await asyncio.gather(
-        unseen.read("IMEX DaemonSets", _list(client, DAEMONSETS, None, selector)),
-        unseen.read(
-            "IMEX daemon ResourceClaimTemplates",
-            _list(
-                client,
-                RESOURCE_CLAIM_TEMPLATES,
-                None,
-                f"{selector},{c.TARGET_LABEL}={c.TARGET_DAEMON}",
-            ),
-        ),
+        *children.values(),
         unseen.read("IMEX daemon pods", _list(client, PODS, None, selector)),
         unseen.read("ComputeDomainCliques", _list(client, CLIQUES, None, selector)),
         unseen.read("nodes", _list(client, NODES, None, selector)),
         unseen.read("ResourceClaims of other namespaces", _list(client, RESOURCE_CLAIMS)),
-        _list(client, RESOURCE_CLAIM_TEMPLATES, namespace, selector),
         _list(client, PODS, namespace),
     )
+    chain.children = dict(zip(children, found, strict=True))
     our_pods, chain.nvidia_controller_pods = await controller_pods
     ours = doctor.our_pod(our_pods)
     seen = [o["metadata"]["namespace"] for o in chain.daemonsets + chain.nvidia_controller_pods]
@@ -416,9 +406,6 @@ async def gather_chain(client: KubeClient, namespace: str, name: str) -> Chain:
         for claim in claims
         if claim["metadata"]["namespace"] != namespace and uid in channel_domain_ids(claim)
     ]
-    chain.workload_template = next(
-        (t for t in templates if t["metadata"]["name"] == chain.template_name), None
-    )
     chain.workload_pods = [
         pod
         for pod in pods
@@ -429,8 +416,11 @@ async def gather_chain(client: KubeClient, namespace: str, name: str) -> Chain:
     ]
     about = {("ComputeDomain", name)}
     about |= {("Pod", o["metadata"]["name"]) for o in chain.workload_pods + chain.daemon_pods}
-    about |= {("DaemonSet", o["metadata"]["name"]) for o in chain.daemonsets}
-    namespaces = {namespace, *(o["metadata"]["namespace"] for o in chain.daemonsets)}
+    every_child = [
+        (child.resource.kind, obj) for child in CHILDREN for obj in chain.children[child.kind]
+    ]
+    about |= {(kind, obj["metadata"]["name"]) for kind, obj in every_child}
+    namespaces = {namespace, *(obj["metadata"]["namespace"] for _, obj in every_child)}
     listed, chain.daemon_log = await asyncio.gather(
         asyncio.gather(
             *(
@@ -443,6 +433,30 @@ async def gather_chain(client: KubeClient, namespace: str, name: str) -> Chain:
     chain.events = [event for events in listed for event in events if regarding(event) in about]
     chain.not_shown = unseen.names
     return chain
+
+
+def _read_children(
+    client: KubeClient, unseen: Unseen, cd: Obj
+) -> dict[ChildKind, Awaitable[list[Obj]]]:
+    """One LIST per child kind, selected by the domain's UID (and the kind's target label).
+    A kind beside the domain is read in its namespace, which must be readable, and is the one
+    at its own name; one beside the daemons is read across namespaces (the driver namespace is
+    not known here), skipped and named when RBAC forbids it."""
+    selector = f"{c.CD_LABEL}={cd['metadata']['uid']}"
+    reads: dict[ChildKind, Awaitable[list[Obj]]] = {}
+    for child in CHILDREN:
+        if child.scope is Scope.CD_NAMESPACE:
+            namespace, name = child.locate(cd, "")
+            reads[child.kind] = _named(name, _list(client, child.resource, namespace, selector))
+        else:
+            target = f",{c.TARGET_LABEL}={child.target}" if child.target else ""
+            listing = _list(client, child.resource, None, selector + target)
+            reads[child.kind] = unseen.read(f"IMEX {child.display}s", listing)
+    return reads
+
+
+async def _named(name: str, reading: Awaitable[list[Obj]]) -> list[Obj]:
+    return [obj for obj in await reading if obj["metadata"]["name"] == name]
 
 
 async def _daemon_log(client: KubeClient, daemon: dict[str, Any] | None) -> str:

@@ -11,6 +11,7 @@ from typing import Any
 
 import yaml
 
+from computedomain.domain import childkinds
 from computedomain.runtime.access import SELF_SUBJECT_ACCESS_REVIEWS
 from computedomain.runtime.client import ApiError
 from computedomain.runtime.resources import Resource
@@ -75,3 +76,35 @@ class Reviewer:
             and allowed(self.role_rules, attributes)
         )
         return {**body, "status": {"allowed": ok}}
+
+
+# ---- the RBAC of child kinds, derived from their table ------------------------------------------
+
+Flat = dict[tuple[str, str], set[str]]
+# Verbs on a child kind's resource that something besides the children needs, granted by the
+# ClusterRole: NVIDIA's kubelet plugin and daemons made outside our namespaces are watched in
+# every namespace (domain/caches.py: nvidia_daemonsets, foreign_daemonsets).
+OTHER_CLUSTER_USES: Flat = {("apps", "daemonsets"): {"list", "watch"}}
+
+
+def child_kind_rules() -> tuple[Flat, Flat]:
+    """(ClusterRole, driver-namespace Role) rules on the child kinds' resources, from their
+    ``verbs`` in ``domain/childkinds.py``: a kind living beside its CD (any namespace) needs
+    the ClusterRole; one in the driver namespace the Role, for what the ClusterRole does not
+    already grant there."""
+    cluster: Flat = {key: set(verbs) for key, verbs in OTHER_CLUSTER_USES.items()}
+    namespace: Flat = {}
+    for child in childkinds.CHILDREN:
+        key = (child.resource.group, child.resource.plural)
+        where = cluster if child.scope is childkinds.Scope.CD_NAMESPACE else namespace
+        where.setdefault(key, set()).update(child.verbs)
+    namespace = {
+        key: left for key, verbs in namespace.items() if (left := verbs - cluster.get(key, set()))
+    }
+    return cluster, namespace
+
+
+def on_child_resources(rules: Flat) -> Flat:
+    """Only the rules on a child kind's resource."""
+    keys = {(res.group, res.plural) for res in childkinds.resources()}
+    return {key: verbs for key, verbs in rules.items() if key in keys}

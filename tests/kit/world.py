@@ -78,8 +78,8 @@ class World:
             informer.feed_list([])
         informers = {
             "cds": [self.caches.compute_domains],
-            "daemonsets": self.caches.daemonsets,
-            "rcts": [self.caches.claim_templates],
+            "daemonsets": self.caches.child_informers[r.DAEMONSETS],
+            "rcts": self.caches.child_informers[r.RESOURCE_CLAIM_TEMPLATES],
             "pods": self.caches.daemon_pods,
             "nodes": [self.caches.nodes],
             "labelled_nodes": [self.caches.labelled_nodes],

@@ -7,8 +7,8 @@ import pytest
 
 from computedomain.api import constants as c
 from computedomain.api.v1beta1 import ComputeDomainNode, Condition
+from computedomain.domain.childkinds import ChildKind
 from computedomain.domain.conditions import (
-    ChildKind,
     ChildState,
     ChildStatus,
     DomainView,
@@ -544,6 +544,20 @@ def test_host_managed_ready_says_what_it_means_and_nothing_about_daemons() -> No
     children = by_type(conds)["ChildrenReady"]
     assert (children.status, children.reason) == ("True", "ChildrenExist")
     assert daemons_due(host_view(pods=(pod("n1", ready=False),)), T0, 0.0) is None
+
+
+def test_children_ready_names_each_child_kind_of_the_mode_from_the_table() -> None:
+    """The words come from the child kinds' display names: a new kind is named with no edit
+    here; host-managed IMEX names the kinds it goes without."""
+    driver = by_type(conditions_for(view(), 1, T0))["ChildrenReady"]
+    assert driver.message == (
+        "Daemon ResourceClaimTemplate, daemon DaemonSet and workload ResourceClaimTemplate exist"
+    )
+    host = by_type(conditions_for(host_view(), 1, T0))["ChildrenReady"]
+    assert host.message == (
+        "Workload ResourceClaimTemplate exists (host-managed IMEX: no daemon "
+        "ResourceClaimTemplate or daemon DaemonSet)"
+    )
 
 
 def test_host_managed_drops_our_daemon_and_clique_conditions_keeps_others() -> None:

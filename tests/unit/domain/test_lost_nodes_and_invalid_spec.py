@@ -4,7 +4,8 @@ cannot work says what is missing (issue 9.6)."""
 from __future__ import annotations
 
 from computedomain.domain import projection
-from computedomain.domain.conditions import ChildKind, ChildState, ChildStatus, conditions_for
+from computedomain.domain.childkinds import ChildKind
+from computedomain.domain.conditions import ChildState, ChildStatus, conditions_for
 from tests.unit.domain.test_conditions import OK_CHILDREN, T0, by_type, node, pod, view
 
 

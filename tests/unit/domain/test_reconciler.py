@@ -477,7 +477,9 @@ async def test_an_orphan_waits_for_every_cache_to_sync_before_its_grace_period_s
     may not be listed yet): the orphan is looked at again, untouched, and its grace period
     starts only once all caches have synced."""
     daemonset = world.client.add(r.DAEMONSETS, labelled(c.daemon_name(GHOST), DRIVER_NS, GHOST))
-    world.caches.daemonsets[0].feed_list([daemonset])  # the CD cache has not listed yet
+    world.caches.child_informers[r.DAEMONSETS][0].feed_list(
+        [daemonset]
+    )  # the CD cache has not listed yet
     key = OrphanKey(GHOST)
 
     assert await world.reconcile(key) == Result(requeue_after=1.0)

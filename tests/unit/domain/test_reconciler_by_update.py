@@ -10,6 +10,7 @@ from typing import Any
 from computedomain.api import constants as c
 from computedomain.api.resources import COMPUTE_DOMAINS
 from computedomain.domain import coexistence, permissions
+from computedomain.domain.childkinds import ChildKind
 from computedomain.domain.keys import CDKey
 from computedomain.runtime import resources as r
 from computedomain.runtime.access import Access
@@ -214,7 +215,8 @@ async def test_patches_refused_by_rbac_edited_at_run_time_go_by_update() -> None
     cd["metadata"]["labels"] = {"x": "y"}
     world.caches.compute_domains.feed("MODIFIED", world.client.bump(COMPUTE_DOMAINS, "cd", NS))
     await world.clock.advance(60.0)
-    world.caches.daemonsets[0].feed("DELETED", world.caches.daemonsets_of(UID)[0])
+    daemonsets = world.caches.child_informers[r.DAEMONSETS][0]
+    daemonsets.feed("DELETED", world.caches.children_of(ChildKind.DAEMON_SET, UID)[0])
     await world.reconcile(CDKey(NS, "cd"))
     assert "patch" not in [verb for verb, _, _ in world.client.calls]
 

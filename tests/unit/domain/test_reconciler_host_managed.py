@@ -121,7 +121,9 @@ async def test_deletion_removes_the_workload_template_then_the_finalizer(world: 
         ("patch", "resourceclaimtemplates", f"{NS}/channel"),  # its finalizer
     ]  # no Node LIST: nobody labels Nodes for a CD in this mode
 
-    world.caches.claim_templates.feed("DELETED", rct)  # the watch says it is gone
+    world.caches.child_informers[r.RESOURCE_CLAIM_TEMPLATES][0].feed(
+        "DELETED", rct
+    )  # the watch says it is gone
     assert await world.reconcile(KEY) == Result()
     assert world.client.calls == [("patch", "computedomains", f"{NS}/cd")]
     assert world.client.bodies[0] == [

@@ -13,6 +13,7 @@ import yaml
 
 from computedomain.api.constants import NVIDIA_COMPONENT_LABEL
 from computedomain.config import INERT_FLAGS, SETTINGS, parse_settings
+from tests.kit.rbac import child_kind_rules, on_child_resources
 from tests.kit.release import PROJECT_VERSION
 from tests.unit.helm.support import (
     CHART,
@@ -154,6 +155,20 @@ def test_rbac_rules_equal_manifests_rbac(default: list[Obj]) -> None:
         )
     chart_roles = {(k, n) for k, n in kinds(default) if k in ("Role", "ClusterRole")}
     assert chart_roles == {(o["kind"], o["metadata"]["name"]) for o in sources}
+
+
+def test_chart_rbac_on_children_is_what_the_child_kinds_table_derives(default: list[Obj]) -> None:
+    def flat(role: Obj) -> dict[tuple[str, str], set[str]]:
+        rules: dict[tuple[str, str], set[str]] = {}
+        for rule in role["rules"]:
+            for group in rule["apiGroups"]:
+                for resource in rule["resources"]:
+                    rules.setdefault((group, resource), set()).update(rule["verbs"])
+        return on_child_resources(rules)
+
+    cluster, namespace = child_kind_rules()
+    assert flat(find(default, "ClusterRole", "computedomain-controller")) == cluster
+    assert flat(find(default, "Role", "computedomain-controller")) == namespace
 
 
 def test_bindings_equal_manifests_rbac_with_the_release_namespace(default: list[Obj]) -> None:

@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from computedomain.api import constants as c
+from computedomain.domain.childkinds import ChildKind
 from computedomain.kubectl.describe import (
     Chain,
     Finding,
@@ -52,7 +53,11 @@ def node() -> dict[str, Any]:
 def healthy(**changes: Any) -> Chain:
     chain = Chain(
         cd(),
-        daemonsets=[{"metadata": {"name": c.daemon_name(UID), "namespace": "driver"}}],
+        children={
+            ChildKind.DAEMON_SET: [
+                {"metadata": {"name": c.daemon_name(UID), "namespace": "driver"}}
+            ]
+        },
         workload_pods=[pod("worker-0")],
         daemon_pods=[pod("daemon-a")],
         nodes=[node()],
@@ -247,3 +252,23 @@ def test_nvidias_controller_writing_beside_ours_is_the_first_link() -> None:
     assert first_broken_link(electing) == first_broken_link(healthy())
     electing.own_lease = ("driver", "another")
     assert link(electing) == "controller"
+
+
+def test_the_children_are_listed_kind_by_kind_from_the_child_kinds_table() -> None:
+    """Each kind found is listed with what its entry says of it (a DaemonSet's readiness);
+    a kind every domain has, in every IMEX mode, is named missing when none was found."""
+    daemon = {"name": c.daemon_name(UID), "namespace": "driver"}
+    daemonset = {"metadata": daemon, "status": {"numberReady": 1, "desiredNumberScheduled": 2}}
+    chain = healthy(
+        children={
+            ChildKind.DAEMON_CLAIM_TEMPLATE: [{"metadata": daemon}],
+            ChildKind.DAEMON_SET: [daemonset],
+        }
+    )
+    lines = render(chain, None).splitlines()
+    start = lines.index("Children:")
+    assert lines[start + 1 : start + 4] == [
+        f"  ResourceClaimTemplate driver/{c.daemon_name(UID)}: present",
+        f"  DaemonSet driver/{c.daemon_name(UID)}: 1/2 ready",
+        "  ResourceClaimTemplate team/job-channel: missing",
+    ]

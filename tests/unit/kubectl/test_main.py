@@ -174,9 +174,11 @@ def test_describe_defaults_to_the_contexts_namespace_and_names_what_it_cannot_se
     assert "  worker-0  Running Ready  on n1" in lines
     assert "Nodes: not shown" in lines
     [hidden] = [line for line in lines if line.startswith("not shown")]
+    # The daemons' children are named by the child kinds' table, in its order.
     assert hidden == (
-        "not shown (forbidden): IMEX DaemonSets, IMEX daemon ResourceClaimTemplates, IMEX daemon "
-        "pods, ComputeDomainCliques, nodes, ResourceClaims of other namespaces, controller pods"
+        "not shown (forbidden): IMEX daemon ResourceClaimTemplates, IMEX daemon DaemonSets, IMEX "
+        "daemon pods, ComputeDomainCliques, nodes, ResourceClaims of other namespaces, "
+        "controller pods"
     )
     # The verdict as far as it goes: the domain's own Ready condition.
     assert lines[-3:-1] == ["First broken link: Ready", "  DaemonsNotReady: 1 of 2"]

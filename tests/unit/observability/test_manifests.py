@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from computedomain.api import rbac
+from tests.kit.rbac import child_kind_rules, on_child_resources
 
 ROOT = Path(__file__).resolve().parents[3]
 MANIFESTS = ROOT / "manifests"
@@ -63,6 +64,29 @@ def test_controller_rbac_grants_exactly_the_verbs_the_code_uses(
     file: str, expected: dict[tuple[str, str], set[str]]
 ) -> None:
     assert rules_of(MANIFESTS / "rbac" / file) == expected
+
+
+@pytest.mark.parametrize(
+    ("source", "cluster", "namespace"),
+    [
+        ("api/rbac.py", EXPECTED_CLUSTER_RULES, EXPECTED_NAMESPACE_RULES),
+        (
+            "manifests/rbac",
+            rules_of(MANIFESTS / "rbac" / "role.yaml"),
+            rules_of(MANIFESTS / "rbac" / "namespace_role.yaml"),
+        ),
+    ],
+)
+def test_rbac_on_children_is_what_the_child_kinds_table_derives(
+    source: str,
+    cluster: dict[tuple[str, str], set[str]],
+    namespace: dict[tuple[str, str], set[str]],
+) -> None:
+    """Each child kind's verbs, in its scope, and nothing more on those resources (the chart
+    equals manifests/rbac: tests/unit/helm/test_chart.py)."""
+    derived_cluster, derived_namespace = child_kind_rules()
+    assert on_child_resources(cluster) == derived_cluster, f"{source}: ClusterRole"
+    assert on_child_resources(namespace) == derived_namespace, f"{source}: driver-namespace Role"
 
 
 @pytest.mark.parametrize(
