@@ -87,6 +87,11 @@ Flat = dict[tuple[str, str], set[str]]
 OTHER_CLUSTER_USES: Flat = {("apps", "daemonsets"): {"list", "watch"}}
 
 
+# In an additional namespace (where the driver was before it moved) the controller creates
+# nothing: it watches, deletes and strips our finalizer from what is left there.
+ADDITIONAL_NAMESPACE_VERBS = frozenset({"list", "watch", "delete", "patch"})
+
+
 def child_kind_rules() -> tuple[Flat, Flat]:
     """(ClusterRole, driver-namespace Role) rules on the child kinds' resources, from their
     ``verbs`` in ``domain/childkinds.py``: a kind living beside its CD (any namespace) needs
@@ -108,3 +113,14 @@ def on_child_resources(rules: Flat) -> Flat:
     """Only the rules on a child kind's resource."""
     keys = {(res.group, res.plural) for res in childkinds.resources()}
     return {key: verbs for key, verbs in rules.items() if key in keys}
+
+
+def child_kind_additional_namespace_rules() -> Flat:
+    """The Role of each additional namespace on the child kinds' resources: the driver
+    namespace's, less what creates (``ADDITIONAL_NAMESPACE_VERBS``)."""
+    _, namespace = child_kind_rules()
+    return {
+        key: left
+        for key, verbs in namespace.items()
+        if (left := verbs & ADDITIONAL_NAMESPACE_VERBS)
+    }

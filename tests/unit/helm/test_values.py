@@ -25,6 +25,7 @@ from computedomain.devcluster.upstream import (
     upstream_required,
 )
 from computedomain.domain.selectors import matches, parse_selector
+from tests.kit.rbac import child_kind_additional_namespace_rules, on_child_resources
 from tests.kit.release import PROJECT_VERSION
 from tests.unit.helm.support import (
     CHART,
@@ -337,6 +338,11 @@ def test_additional_namespaces_get_nvidias_per_namespace_rbac(helm: Path) -> Non
         )
         granted = grants(role)
         assert granted <= allowed, granted - allowed  # never more than the driver namespace
+        # On the child kinds' resources: what their table derives.
+        by_resource: dict[tuple[str, str], set[str]] = {}
+        for group, resource, verb in granted:
+            by_resource.setdefault((group, resource), set()).add(verb)
+        assert on_child_resources(by_resource) == child_kind_additional_namespace_rules()
         # What the controller does there: watch cliques, delete and unfinalize DaemonSets,
         # prune cliques (DaemonSets and pods are watched by the ClusterRole, everywhere).
         assert granted == {
