@@ -12,6 +12,7 @@ import pytest
 from computedomain import distribution_version
 from computedomain.api import constants as c
 from computedomain.api.resources import COMPUTE_DOMAINS
+from computedomain.domain.childkinds import CHILDREN, Scope
 from computedomain.kubectl import main as plugin
 from computedomain.runtime.client import Impersonation, KubeClient
 from computedomain.runtime.errors import ApiError
@@ -175,10 +176,18 @@ def test_describe_defaults_to_the_contexts_namespace_and_names_what_it_cannot_se
     assert "Nodes: not shown" in lines
     [hidden] = [line for line in lines if line.startswith("not shown")]
     # The daemons' children are named by the child kinds' table, in its order.
-    assert hidden == (
-        "not shown (forbidden): IMEX daemon ResourceClaimTemplates, IMEX daemon DaemonSets, IMEX "
-        "daemon pods, ComputeDomainCliques, nodes, ResourceClaims of other namespaces, "
-        "controller pods"
+    daemons_children = [
+        f"IMEX {child.display}s" for child in CHILDREN if child.scope is Scope.DRIVER_NAMESPACE
+    ]
+    assert hidden == "not shown (forbidden): " + ", ".join(
+        [
+            *daemons_children,
+            "IMEX daemon pods",
+            "ComputeDomainCliques",
+            "nodes",
+            "ResourceClaims of other namespaces",
+            "controller pods",
+        ]
     )
     # The verdict as far as it goes: the domain's own Ready condition.
     assert lines[-3:-1] == ["First broken link: Ready", "  DaemonsNotReady: 1 of 2"]
