@@ -308,20 +308,14 @@ class Caches:
         with the last kind of its resource."""
         order = childkinds.by_deletion_order()
         last = {child.resource: child for child in order}
-        return [
-            (child.resource, obj)
-            for child in order
-            for obj in [
-                *self.children_of(child, uid),
-                *(
-                    childkinds.unclaimed(
-                        child.resource, self.labelled_children(child.resource, uid)
-                    )
-                    if last[child.resource] is child
-                    else []
-                ),
-            ]
-        ]
+        targets: list[tuple[Resource, dict[str, Any]]] = []
+        for child in order:
+            found = self.children_of(child, uid)
+            if last[child.resource] is child:
+                labelled = self.labelled_children(child.resource, uid)
+                found += childkinds.unclaimed(child.resource, labelled)
+            targets += [(child.resource, obj) for obj in found]
+        return targets
 
     def child_at(self, resource: Resource, namespace: str, name: str) -> dict[str, Any] | None:
         """The cached object of a child resource at this name, whoever made it."""

@@ -15,6 +15,8 @@ from computedomain.api.v1beta1 import ComputeDomain
 from computedomain.domain import childkinds
 from computedomain.domain.childkinds import CHILDREN, Child, ChildKind, Inputs
 from computedomain.domain.settings import DaemonSettings
+from computedomain.runtime import objects
+from tests.kit.world import DRIVER_NS, NS, UID, labelled, make_world
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "upstream"
 DAEMON = DaemonSettings(driver_namespace="driver", image="image", log_verbosity=1)
@@ -66,4 +68,27 @@ def test_modes_and_deletion_order() -> None:
         ChildKind.WORKLOAD_CLAIM_TEMPLATE,
         ChildKind.DAEMON_CLAIM_TEMPLATE,
         ChildKind.DAEMON_SET,
+    ]
+
+
+def test_a_deleted_cds_children_go_kind_by_kind_and_an_unclaimed_one_with_its_resource() -> None:
+    """Workload RCT first, daemon RCT, then an RCT no kind claims (an older controller's, no
+    target label) with the last kind of its resource, the DaemonSet last; another CD's stay."""
+    world = make_world()
+    world.fill(
+        rcts=[
+            labelled("old", DRIVER_NS),
+            labelled("daemon", DRIVER_NS, **{c.TARGET_LABEL: c.TARGET_DAEMON}),
+            labelled("channel", NS, **{c.TARGET_LABEL: c.TARGET_WORKLOAD}),
+            labelled("other", NS, uid="another", **{c.TARGET_LABEL: c.TARGET_WORKLOAD}),
+        ],
+        daemonsets=[labelled("ds", DRIVER_NS)],
+    )
+    assert [
+        (res.plural, objects.object_key(obj)) for res, obj in world.caches.children_to_delete(UID)
+    ] == [
+        ("resourceclaimtemplates", f"{NS}/channel"),
+        ("resourceclaimtemplates", f"{DRIVER_NS}/daemon"),
+        ("resourceclaimtemplates", f"{DRIVER_NS}/old"),
+        ("daemonsets", f"{DRIVER_NS}/ds"),
     ]
