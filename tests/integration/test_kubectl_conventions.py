@@ -35,8 +35,9 @@ ENGINEER_RULES = [
 ]
 GROUP = "ml-engineers"
 NOT_SHOWN = (
-    "not shown (forbidden): IMEX DaemonSets, IMEX daemon ResourceClaimTemplates, IMEX daemon "
-    "pods, ComputeDomainCliques, nodes, ResourceClaims of other namespaces, controller pods"
+    "not shown (forbidden): IMEX daemon ResourceClaimTemplates, IMEX daemon DaemonSets, IMEX "
+    "daemon pods, ComputeDomainCliques, nodes, ResourceClaims of other namespaces, "
+    "controller pods"
 )
 
 
