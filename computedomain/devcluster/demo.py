@@ -1,5 +1,7 @@
 """The one-command demo: a local control plane with a simulated NVL72 fleet, our controller under
-its real RBAC, the fleet simulator, and NVIDIA's example ComputeDomain with a multi-node workload.
+its real RBAC, the fleet simulator, and NVIDIA's example ComputeDomain with a multi-node workload;
+then the placement webhook (served by the controller, called by the apiserver over TLS): one
+clique nearly full, a job whose ComputeDomain is annotated for placement lands in one with room.
 
 ``hack/demo.sh [--racks N] [--keep] ...`` runs ``python -m computedomain.devcluster.demo``.
 Progress is printed from watches, one line per change, until the ComputeDomain is Ready and
@@ -637,7 +639,9 @@ def build_parser() -> argparse.ArgumentParser:
             "Start a local control plane with a simulated fleet of NVL72 racks, run the "
             "computedomain controller (under its own RBAC, with leader election) and the fleet "
             "simulator, apply NVIDIA's example ComputeDomain and a 4-node workload, and follow "
-            "them live until the ComputeDomain is Ready and every workload pod Runs."
+            "them live until the ComputeDomain is Ready and every workload pod Runs; then fill "
+            "one clique nearly up and show the placement webhook putting a 6-pod job in one "
+            "clique with room."
         ),
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
