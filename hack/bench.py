@@ -48,6 +48,7 @@ from bench_scenarios import (
     ControllerUnderTest,
     say,
 )
+from bench_webhook import WebhookCost
 from measures import now
 from soak import Soak
 from upgrade import UpgradeUnderLoad
@@ -182,6 +183,20 @@ def build_parser() -> argparse.ArgumentParser:
         "the other on the same fleet, each as its own process, every figure also as a ratio "
         "(hack/versus.py); uses --cds, --changes (at most 17) and --idle-seconds",
     )
+    parser.add_argument(
+        "--webhook-cost",
+        action="store_true",
+        help="run only the placement webhook's cost (hack/bench_webhook.py): the same pods "
+        "created with the webhook off and on, each round with a controller process of its own; "
+        "pod CREATE round trip p50/p99, the webhook's own histogram, the controller's RSS and "
+        "CPU, and on/off ratios",
+    )
+    parser.add_argument(
+        "--webhook-rounds",
+        type=int,
+        default=1,
+        help="pairs of rounds (off, on) in --webhook-cost (default 1)",
+    )
     parser.add_argument("-v", "--verbosity", type=int, default=-1, help="controller log level")
     return parser
 
@@ -194,6 +209,8 @@ def resolve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> argpar
             setattr(args, key, value)
     if args.node_heartbeat is not None and args.node_heartbeat <= 0:
         parser.error(f"--node-heartbeat {args.node_heartbeat:g}: must be more than 0 seconds")
+    if args.webhook_rounds < 1:
+        parser.error(f"--webhook-rounds {args.webhook_rounds}: must be 1 or more")
     if args.preload_cds < 0:
         parser.error(f"--preload-cds {args.preload_cds}: must be 0 or more")
     overrides: dict[str, str] = {}
@@ -236,6 +253,12 @@ async def run(args: argparse.Namespace, cp: ControlPlane, started: float) -> dic
         await client.create(r.SERVICE_ACCOUNTS, sa, DRIVER_NAMESPACE)
         if args.soak is not None:
             return await run_soak(args, cp, client, sim_client, spec, started, setup)
+        if args.webhook_cost:
+            cost = WebhookCost(
+                client, cp.kubeconfig, DRIVER_NAMESPACE, args.overrides, args.webhook_rounds, say
+            )
+            figures = await cost.run()  # first: the duration and load are taken after it ran
+            return scenario_results(args, spec, started, setup, webhook_cost=figures)
         if args.against == "nvidia":
             versus = Versus(args, cp, api, client, sim_client, DRIVER_NAMESPACE, say=say)
             return scenario_results(args, spec, started, setup, versus=await versus.run())
@@ -422,7 +445,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     print()
     print(versus_report(results["versus"]) if "versus" in results else report(results))
     stamp = datetime.fromtimestamp(started, UTC).strftime("%Y-%m-%dT%H%M%SZ")
-    output = args.output or RESULTS_DIR / f"{stamp}{'-quick' if args.quick else ''}.json"
+    suffix = ("-quick" if args.quick else "") + ("-webhook-cost" if args.webhook_cost else "")
+    output = args.output or RESULTS_DIR / f"{stamp}{suffix}.json"
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(json.dumps(results, indent=2, sort_keys=False) + "\n")
     shown = output.relative_to(REPO_ROOT) if output.is_relative_to(REPO_ROOT) else output

@@ -13,6 +13,11 @@ def fmt_ms(seconds: float | None) -> str:
     return "—" if seconds is None else f"{seconds * 1000:.0f} ms"
 
 
+def fine_ms(seconds: float | None) -> str:
+    """Milliseconds to a tenth: an admission takes a few."""
+    return "—" if seconds is None else f"{seconds * 1000:.1f} ms"
+
+
 def first_max_last(values: list[float], unit: float = 1.0) -> str:
     """A series over a run as its first, highest and last value (each divided by ``unit``)."""
     return " / ".join(f"{v / unit:,.0f}" for v in (values[0], max(values), values[-1]))
@@ -87,6 +92,57 @@ def report(results: dict[str, Any]) -> str:
                     "",
                 )
             )
+    cost = results.get("webhook_cost")
+    if cost:
+        off, on = cost["create_s"]["off"], cost["create_s"]["on"]
+        ratio = cost["ratio_on_to_off"]
+        hist = [r["webhook_histogram"] for r in cost["rounds"] if r.get("webhook_histogram")]
+        off_rounds = [r for r in cost["rounds"] if not r["webhook"]]
+        on_rounds = [r for r in cost["rounds"] if r["webhook"]]
+
+        def mean(rounds: list[dict[str, Any]], key: str) -> float:
+            return sum(float(r[key]) for r in rounds) / max(len(rounds), 1)
+
+        rows += [
+            (
+                f"Webhook: pod CREATE round trip p50 / p99, off → on ({on['n']} pods, "
+                f"{cost['cds_per_round']} CDs)",
+                f"{fine_ms(off['p50'])} / {fine_ms(off['p99'])} → "
+                f"{fine_ms(on['p50'])} / {fine_ms(on['p99'])}",
+                f"x{ratio['create_p50']} / x{ratio['create_p99']}",
+                "no webhook",
+            ),
+            (
+                "Webhook: its own answer p50 / p99 / mean (histogram, buckets interpolated)",
+                " ; ".join(
+                    f"{fine_ms(h['p50_s'])} / {fine_ms(h['p99_s'])} / {fine_ms(h['mean_s'])}"
+                    for h in hist
+                ),
+                f"{sum(h['placed'] for h in hist):.0f} placed",
+                "",
+            ),
+            (
+                "Webhook: controller RSS settled / after the pods, off → on",
+                f"{mean(off_rounds, 'rss_settled_mb'):.1f} / "
+                f"{mean(off_rounds, 'rss_after_pods_mb'):.1f} → "
+                f"{mean(on_rounds, 'rss_settled_mb'):.1f} / "
+                f"{mean(on_rounds, 'rss_after_pods_mb'):.1f} MiB",
+                f"+{cost['extra_rss_mb']} MiB (x{ratio.get('rss_after_pods_mb', '—')}); "
+                + ", ".join(
+                    f"{r['rss_after_pods_mb']:.1f} MiB "
+                    + ("made the certificate" if r["made_certificate"] else "found it")
+                    for r in on_rounds
+                ),
+                "",
+            ),
+            (
+                "Webhook: controller CPU while the pods are created, off → on",
+                f"{mean(off_rounds, 'cpu_during_pods_s'):.2f} → "
+                f"{mean(on_rounds, 'cpu_during_pods_s'):.2f} s",
+                f"+{cost['extra_cpu_s_per_pod'] * 1000:.2f} ms per pod",
+                "",
+            ),
+        ]
     upgrade = results.get("upgrade_under_load")
     if upgrade:
         daemons = upgrade["imex_daemons"]

@@ -2,7 +2,8 @@
 
 The policy logs create/update/patch/delete requests of ServiceAccounts outside kube-system at
 Metadata level, so a test can attribute every write to an identity, e.g. "our controller's
-ServiceAccount wrote no DaemonSet during the swap".
+ServiceAccount wrote no DaemonSet during the swap", and every pod DELETE and ResourceClaim
+write whoever makes it, so a test can order a write after the release of a workload's claims.
 """
 
 from __future__ import annotations

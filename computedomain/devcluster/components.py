@@ -23,12 +23,31 @@ CONTROLLER_QPS = 200
 CONTROLLER_BURST = 400
 # Writes by ServiceAccounts outside kube-system, at Metadata level: who wrote what, cheaply.
 # Tests use it to attribute every write to an identity (e.g. "0 DaemonSet writes by our
-# controller's ServiceAccount during a swap"); KCM's own ServiceAccounts are left out.
+# controller's ServiceAccount during a swap"); KCM's own ServiceAccounts are left out, except
+# for what ends a workload's hold on its claims, by whomever: a pod's DELETE (the garbage
+# collector's, then kwok's, the kubelet's final one) and a ResourceClaim's writes (the
+# scheduler's allocation, KCM's release of reservedFor, the claim's deletion), so a test can
+# order our controller's deletion of the IMEX daemons after them.
 AUDIT_POLICY = {
     "apiVersion": "audit.k8s.io/v1",
     "kind": "Policy",
     "omitStages": ["RequestReceived"],
     "rules": [
+        {
+            "level": "Metadata",
+            "verbs": ["delete"],
+            "resources": [{"group": "", "resources": ["pods"]}],
+        },
+        {
+            "level": "Metadata",
+            "verbs": ["update", "patch", "delete"],
+            "resources": [
+                {
+                    "group": "resource.k8s.io",
+                    "resources": ["resourceclaims", "resourceclaims/status"],
+                }
+            ],
+        },
         {"level": "None", "userGroups": ["system:serviceaccounts:kube-system"]},
         {
             "level": "Metadata",

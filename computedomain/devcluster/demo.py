@@ -1,5 +1,7 @@
 """The one-command demo: a local control plane with a simulated NVL72 fleet, our controller under
-its real RBAC, the fleet simulator, and NVIDIA's example ComputeDomain with a multi-node workload.
+its real RBAC, the fleet simulator, and NVIDIA's example ComputeDomain with a multi-node workload;
+then the placement webhook (served by the controller, called by the apiserver over TLS): one
+clique nearly full, a job whose ComputeDomain is annotated for placement lands in one with room.
 
 ``hack/demo.sh [--racks N] [--keep] ...`` runs ``python -m computedomain.devcluster.demo``.
 Progress is printed from watches, one line per change, until the ComputeDomain is Ready and
@@ -24,7 +26,9 @@ from typing import Any
 import yaml
 from kubernetes_asyncio.client import ApiClient
 
+from computedomain.admission.server import DOMAIN_PATH
 from computedomain.api import constants as c
+from computedomain.api.resources import COMPUTE_DOMAINS
 from computedomain.config import environ
 from computedomain.devcluster.assets import REPO_ROOT, Assets, AssetsUnavailableError, find_assets
 from computedomain.devcluster.clients import (
@@ -39,28 +43,51 @@ from computedomain.devcluster.controlplane import (
     ControlPlaneError,
     free_port,
 )
+from computedomain.devcluster.harness import compute_domain
+from computedomain.devcluster.placement import (
+    CONFIGURATION,
+    ca_bundle_written,
+    clique_of_each_pod,
+    webhook_configuration,
+)
 from computedomain.devcluster.processes import ChildProcess, spawn, tail
 from computedomain.devcluster.progress import STARTED, Progress, say, watch_progress
-from computedomain.devcluster.watching import watch_object
+from computedomain.devcluster.watching import watch_object, watch_objects
+from computedomain.devcluster.workloads import STATEFULSETS, WORKLOAD_LABEL, workload
+from computedomain.domain.capacity import clique_capacity, fitting
+from computedomain.domain.placement import PLACEMENT_OPT_IN, RECORDED_CLIQUE_ANNOTATION
+from computedomain.runtime import objects
 from computedomain.runtime.client import ApiError, KubeClient
 from computedomain.runtime.resources import (
     LEASES,
+    MUTATING_WEBHOOK_CONFIGURATIONS,
     NAMESPACES,
+    NODES,
+    PODS,
     RESOURCE_CLAIM_TEMPLATES,
     SERVICE_ACCOUNTS,
 )
+from computedomain.sim.fleet import RACK_LABEL
 
 DRIVER_NAMESPACE = "nvidia-dra-driver-gpu"
 DEMO_NAMESPACE = "demo"
 CONTROLLER_SERVICE_ACCOUNT = "computedomain-controller"
 LEASE_NAME = "nvidia-compute-domain-controller"
 RBAC_DIR = REPO_ROOT / "manifests" / "rbac"
+# What the placement webhook adds to the controller's RBAC (its Secret, the caBundle's write).
+WEBHOOK_RBAC_FILE = REPO_ROOT / "manifests" / "placement-webhook" / "role.yaml"
 SAMPLES_DIR = REPO_ROOT / "manifests" / "samples"
 SAMPLE_FILES = ("computedomain.yaml", "workload-multinode.yaml")
 DEFAULT_STATE_DIR = REPO_ROOT / ".devcluster" / "demo"
 # The controller keeps this token for its whole life; a kept demo cluster should outlive a day.
 TOKEN_SECONDS = 7 * 24 * 3600
 NAMESPACED_RBAC_KINDS = {"ServiceAccount", "Role", "RoleBinding"}
+# The placement step: a job of JOB_SIZE pods placed by the webhook while a job the webhook does
+# not place fills one clique up to ROOM_LEFT free nodes, fewer than the job needs.
+FILLER = "rack-filler"
+PLACED_JOB = "placed-job"
+JOB_SIZE = 6
+ROOM_LEFT = 2
 
 
 class DemoError(RuntimeError):
@@ -97,12 +124,13 @@ def record_children(state_dir: Path, children: Sequence[ChildProcess]) -> None:
 
 
 def rbac_documents(namespace: str, directory: Path = RBAC_DIR) -> list[dict[str, Any]]:
-    """The kustomization's resources, placed in ``namespace`` (subjects too), as
-    ``kubectl apply -k`` with ``namespace:`` would."""
+    """The kustomization's resources and the placement webhook's RBAC, placed in ``namespace``
+    (subjects too), as ``kubectl apply -k`` with ``namespace:`` would."""
     kustomization = yaml.safe_load((directory / "kustomization.yaml").read_text())
+    paths = [directory / name for name in kustomization["resources"]]
     documents: list[dict[str, Any]] = []
-    for name in kustomization["resources"]:
-        for doc in yaml.safe_load_all((directory / name).read_text()):
+    for path in [*paths, WEBHOOK_RBAC_FILE]:
+        for doc in yaml.safe_load_all(path.read_text()):
             if not doc:
                 continue
             if doc["kind"] in NAMESPACED_RBAC_KINDS:
@@ -199,6 +227,132 @@ def sample_replicas(directory: Path = SAMPLES_DIR) -> int:
     return total
 
 
+# ---- placement: a job in one clique with room, beside a nearly full one ---------------------
+
+
+@dataclass(frozen=True)
+class PlacementShown:
+    """What the placement step saw: the clique a job the webhook does not place filled up, and
+    the clique of each pod of the job it placed, and the clique recorded on that job's CD."""
+
+    nearly_full: str
+    room_left: int
+    landed: dict[str, str]  # pod -> clique of its node
+    recorded: str
+
+
+async def nodes_held(kube: KubeClient, uid: str, count: int, within: float, what: str) -> None:
+    """Until ``count`` Nodes carry the CD's label (the controller's mark of a node it holds,
+    what the webhook counts as taken)."""
+    await watch_objects(
+        kube,
+        NODES,
+        lambda held: len(held) >= count,
+        label_selector=f"{c.CD_LABEL}={uid}",
+        within=within,
+        what=what,
+    )
+
+
+async def pods_scheduled(
+    kube: KubeClient, namespace: str, name: str, count: int, within: float
+) -> dict[str, dict[str, Any]]:
+    found: dict[str, dict[str, Any]] = await watch_objects(
+        kube,
+        PODS,
+        lambda pods: (
+            pods
+            if len(pods) == count and all(p["spec"].get("nodeName") for p in pods.values())
+            else None
+        ),
+        namespace=namespace,
+        label_selector=f"{WORKLOAD_LABEL}={name}",
+        within=within,
+        what=f"the {count} pods of {name} scheduled",
+    )
+    return found
+
+
+async def claim_template_created(
+    kube: KubeClient, namespace: str, name: str, within: float
+) -> None:
+    """The workload follows its CD's claim template (see Demo._apply_samples: no noise)."""
+    await watch_object(
+        kube,
+        RESOURCE_CLAIM_TEMPLATES,
+        name,
+        lambda obj: obj is not None,
+        namespace=namespace,
+        within=within,
+        what=f"ResourceClaimTemplate {namespace}/{name} created",
+    )
+
+
+async def show_placement(
+    kube: KubeClient,
+    namespace: str,
+    *,
+    job_size: int = JOB_SIZE,
+    room_left: int = ROOM_LEFT,
+    within: float = 180.0,
+) -> PlacementShown:
+    """One clique nearly full (a job the webhook does not place, pinned to its rack, leaves
+    ``room_left`` nodes free), then a job of ``job_size`` pods whose CD is annotated for
+    placement: the webhook must put all of them in one clique with room. Prints each pod's
+    clique. The webhook must already serve ``namespace`` (a MutatingWebhookConfiguration)."""
+    nodes = (await kube.list(NODES))["items"]
+    rows = clique_capacity(nodes, (await kube.list(COMPUTE_DOMAINS))["items"])
+    racks = sorted({r for n in nodes if (r := objects.label(n, RACK_LABEL)) and r != "none"})
+    if not racks:
+        raise DemoError("the placement step needs NVL72 racks")
+    rack = racks[0]
+    cliques = {
+        objects.label(n, c.GPU_CLIQUE_NODE_LABEL)
+        for n in nodes
+        if objects.label(n, RACK_LABEL) == rack
+    }
+    row = next((r for r in rows if r.clique in cliques), None)
+    others = [r for r in fitting(rows, job_size) if r is not row]
+    if row is None or row.free <= room_left or not others:
+        raise DemoError(
+            f"the placement step needs rack {rack} with more than {room_left} free nodes and "
+            f"another clique with {job_size} free: run it with --racks 2 or more"
+        )
+    filler_size = row.free - room_left
+    filler = await kube.create(COMPUTE_DOMAINS, compute_domain(FILLER, rct_name=FILLER), namespace)
+    await claim_template_created(kube, namespace, FILLER, within)
+    await kube.create(
+        STATEFULSETS, workload(FILLER, filler_size, rct_name=FILLER, racks=[rack]), namespace
+    )
+    say(
+        f"placement: {FILLER}, {filler_size} pods pinned to rack {rack} (not placed by the "
+        f"webhook), fills clique {row.clique}"
+    )
+    await nodes_held(kube, filler["metadata"]["uid"], filler_size, within, f"{FILLER} holds")
+    say(
+        f"placement: clique {row.clique} nearly full ({room_left} nodes free); creating "
+        f"{PLACED_JOB}, {job_size} pods, its ComputeDomain annotated {PLACEMENT_OPT_IN}"
+    )
+
+    body = compute_domain(PLACED_JOB, rct_name=PLACED_JOB, num_nodes=job_size)
+    body["metadata"]["annotations"] = {PLACEMENT_OPT_IN: "true"}
+    await kube.create(COMPUTE_DOMAINS, body, namespace)
+    await claim_template_created(kube, namespace, PLACED_JOB, within)
+    await kube.create(STATEFULSETS, workload(PLACED_JOB, job_size, rct_name=PLACED_JOB), namespace)
+    pods = await pods_scheduled(kube, namespace, PLACED_JOB, job_size, within)
+    landed = clique_of_each_pod(pods.values(), (await kube.list(NODES))["items"])
+    for pod in sorted(landed):
+        node = pods[pod]["spec"]["nodeName"]
+        say(f"placement: pod {pod} -> node {node}, clique {landed[pod]}")
+    cd = await kube.get(COMPUTE_DOMAINS, PLACED_JOB, namespace)
+    recorded = str((cd["metadata"].get("annotations") or {}).get(RECORDED_CLIQUE_ANNOTATION) or "")
+    say(
+        f"placement: {PLACED_JOB}'s {job_size} pods in {len(set(landed.values()))} clique(s); "
+        f"the webhook recorded clique {recorded or '(none)'} on its ComputeDomain"
+    )
+    return PlacementShown(row.clique, room_left, landed, recorded)
+
+
 # ---- the demo -------------------------------------------------------------------------------
 
 
@@ -208,6 +362,7 @@ class Demo:
     assets: Assets
     cp: ControlPlane
     children: list[ChildProcess] = field(default_factory=list)
+    webhook_port: int = 0
 
     @property
     def state_dir(self) -> Path:
@@ -223,9 +378,12 @@ class Demo:
         kube = KubeClient.from_api_client(admin, field_manager="computedomain-demo")
         try:
             await self._install_driver(admin, kube)
+            await self._configure_webhook(kube)
             await self._start_processes()
             await self._wait_leader(kube)
             await self._apply_samples(kube)
+            if self.args.placement:
+                await self._show_placement(kube)
         finally:
             await kube.close()
 
@@ -258,6 +416,41 @@ class Demo:
         )
         say(f"controller kubeconfig (TokenRequest for {CONTROLLER_SERVICE_ACCOUNT}): {path}")
 
+    async def _configure_webhook(self, kube: KubeClient) -> None:
+        """The placement webhook, called by the apiserver for the demo namespace's pods at the
+        controller's address (there is no Service here); the controller makes its certificate
+        and writes the CA into this configuration."""
+        self.webhook_port = free_port()
+        url = f"https://127.0.0.1:{self.webhook_port}{DOMAIN_PATH}"
+        body = webhook_configuration(CONFIGURATION, url, DEMO_NAMESPACE)
+        with contextlib.suppress(ApiError):  # a kept cluster's, from an earlier run
+            await kube.delete(MUTATING_WEBHOOK_CONFIGURATIONS, CONFIGURATION)
+        await kube.create(MUTATING_WEBHOOK_CONFIGURATIONS, body)
+        say(
+            f"MutatingWebhookConfiguration {CONFIGURATION}: pods of namespace {DEMO_NAMESPACE} "
+            f"go to the controller's placement webhook, {url} (failurePolicy Ignore)"
+        )
+
+    async def _show_placement(self, kube: KubeClient) -> None:
+        begin = time.monotonic()
+        try:
+            await ca_bundle_written(kube, CONFIGURATION, within=60)
+            shown = await show_placement(kube, DEMO_NAMESPACE, within=self.args.timeout)
+        except TimeoutError as err:
+            raise DemoError(f"placement step: {err}") from None
+        finally:
+            self._check_children()
+        cliques = set(shown.landed.values())
+        if len(cliques) != 1 or shown.nearly_full in cliques:
+            raise DemoError(
+                f"the webhook did not put {PLACED_JOB} in one clique with room: {shown.landed}"
+            )
+        say(
+            f"DONE: placement step in {time.monotonic() - begin:.1f}s: {PLACED_JOB} in clique "
+            f"{cliques.pop()}, not in the nearly full {shown.nearly_full}"
+        )
+        await self._kubectl_cdom(("cliques",))
+
     async def _start_processes(self) -> None:
         logs = self.state_dir / "logs"
         metrics_address = f"127.0.0.1:{free_port()}"
@@ -270,6 +463,9 @@ class Demo:
             pod_name="demo-controller",
             http_endpoint=metrics_address,
             probe_address=f"127.0.0.1:{free_port()}",
+            placement_webhook_address=f"127.0.0.1:{self.webhook_port}",
+            placement_webhook_hosts="127.0.0.1",
+            placement_webhook_configuration=CONFIGURATION,
         )
         controller = spawn_console_script(
             "computedomain-controller",
@@ -382,12 +578,15 @@ class Demo:
     async def _show_plugin(self, domain: str) -> None:
         """What an SRE sees with the kubectl plugin (`kubectl cdom`) once the domain is up."""
         for args in (("describe", domain, "-n", DEMO_NAMESPACE), ("cliques", "--fits", "16")):
-            code, out = await kubectl_plugin(self.assets, self.cp.kubeconfig, *args)
-            say(f"$ kubectl cdom {' '.join(args)}   (exit code {code})")
-            for line in out.rstrip().splitlines():
-                print(f"    {line}", flush=True)
-            if code not in (0, 1):
-                raise DemoError(f"kubectl cdom {' '.join(args)} failed (exit code {code})")
+            await self._kubectl_cdom(args)
+
+    async def _kubectl_cdom(self, args: Sequence[str]) -> None:
+        code, out = await kubectl_plugin(self.assets, self.cp.kubeconfig, *args)
+        say(f"$ kubectl cdom {' '.join(args)}   (exit code {code})")
+        for line in out.rstrip().splitlines():
+            print(f"    {line}", flush=True)
+        if code not in (0, 1):
+            raise DemoError(f"kubectl cdom {' '.join(args)} failed (exit code {code})")
 
     async def _kubectl_apply(self, path: Path) -> None:
         out = await kubectl(
@@ -440,7 +639,9 @@ def build_parser() -> argparse.ArgumentParser:
             "Start a local control plane with a simulated fleet of NVL72 racks, run the "
             "computedomain controller (under its own RBAC, with leader election) and the fleet "
             "simulator, apply NVIDIA's example ComputeDomain and a 4-node workload, and follow "
-            "them live until the ComputeDomain is Ready and every workload pod Runs."
+            "them live until the ComputeDomain is Ready and every workload pod Runs; then fill "
+            "one clique nearly up and show the placement webhook putting a 6-pod job in one "
+            "clique with room."
         ),
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
@@ -463,6 +664,13 @@ def build_parser() -> argparse.ArgumentParser:
         type=Path,
         default=DEFAULT_STATE_DIR,
         help="directory for PKI, kubeconfigs, state.json and the logs of every component",
+    )
+    parser.add_argument(
+        "--no-placement",
+        dest="placement",
+        action="store_false",
+        help="skip the last step: one clique nearly full, then a job whose ComputeDomain is "
+        f"annotated for placement; the webhook puts its {JOB_SIZE} pods in one clique with room",
     )
     parser.add_argument(
         "--daemon-delay",

@@ -8,18 +8,21 @@ runs, so the next test finds clean nodes.
 
 from __future__ import annotations
 
-import time
+import contextlib
+from collections.abc import Iterable
 from typing import Any
 
 import pytest
 
 from computedomain.api import constants as c
 from computedomain.api.resources import COMPUTE_DOMAINS
+from computedomain.devcluster.audit import AuditedWrite, AuditLog
+from computedomain.devcluster.controlplane import ControlPlane
 from computedomain.devcluster.watching import watch_object, watch_objects
 from computedomain.runtime import resources as r
-from computedomain.runtime.clock import parse_time
 from computedomain.runtime.objects import condition, labels
 from computedomain.sim.faults import FaultSettings
+from tests.integration.conftest import IdentityFactory
 from tests.integration.e2e_harness import (
     FAST_DAEMONS,
     STATEFULSETS,
@@ -29,6 +32,7 @@ from tests.integration.e2e_harness import (
     status_nodes,
     workload,
 )
+from tests.kit.controllers import controllers_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
@@ -186,12 +190,49 @@ async def test_daemon_that_never_turns_ready_is_named(e2e: EndToEnd) -> None:
     }
 
 
+def _released_claims(write: AuditedWrite, namespace: str, pods: Iterable[str]) -> bool:
+    """A workload pod's DELETE that succeeded: the one that removes the pod is its release of
+    its claims (here the garbage collector's, immediate with the workload's grace period 0;
+    with a grace period, the kubelet's once the containers have stopped, kwok's here). What
+    KCM writes next, the claim's ``reservedFor`` emptied (resource-claim-controller) and the
+    claim deleted (garbage collector), is bookkeeping that follows the pod's removal within
+    milliseconds, or never while KCM is down: the deletion does not wait for it, so it is not
+    the mark to order against."""
+    return (
+        write.verb == "delete"
+        and write.resource == "pods"
+        and not write.subresource
+        and write.namespace == namespace
+        and write.name in pods
+        and write.code < 300
+    )
+
+
+def _timeline(writes: Iterable[AuditedWrite], namespace: str, daemon: str) -> str:
+    """The workload's releases and the IMEX DaemonSet's deletion as the apiserver logged them."""
+    lines = [
+        f"  {w.received:.3f} {w.user} {w.target} -> {w.code}"
+        for w in sorted(writes, key=lambda w: w.received)
+        if (w.resource in ("pods", "resourceclaims") and w.namespace == namespace)
+        or (w.resource == "daemonsets" and w.name == daemon)
+    ]
+    return "\n".join(lines)
+
+
 async def test_domain_deleted_while_its_workload_runs_keeps_imex_until_it_stops_then_leaves_nothing(
+    identities: IdentityFactory,  # first: torn down after the controller that uses it
     e2e: EndToEnd,
+    control_plane: ControlPlane,
 ) -> None:
     """A CD deleted under its running job (or with it, before its pods have drained) keeps its
     IMEX daemons, children and node labels while the job's pods still use its channel, and says
-    so; once they have stopped, everything goes (WORKLOAD_RELEASE_TIMEOUT, default 5 min)."""
+    so; once they have stopped, everything goes (WORKLOAD_RELEASE_TIMEOUT, default 5 min). The
+    order is the apiserver's: in its audit log, our controller's DELETE of the IMEX DaemonSet
+    comes after the DELETE that removed the last workload pod."""
+    assert control_plane.audit_log is not None
+    audit = AuditLog(control_plane.audit_log)
+    kubeconfig, ours = await identities("deleting")
+    e2e.controllers = controllers_for(kubeconfig, e2e.driver_namespace)
     await e2e.start_controller()
     await e2e.start_simulator()
     uid = (await e2e.create_cd("doomed"))["metadata"]["uid"]
@@ -202,6 +243,14 @@ async def test_domain_deleted_while_its_workload_runs_keeps_imex_until_it_stops_
     pods = await e2e.workload_pods("doomed", _all_running(2), "all Running")
     daemon = c.daemon_name(uid)
 
+    def daemonset_deletes(since: int) -> list[AuditedWrite]:
+        return [
+            w
+            for w in audit.writes(since, user=ours)
+            if (w.verb, w.resource, w.name) == ("delete", "daemonsets", daemon) and w.code < 300
+        ]
+
+    mark = audit.mark()
     await e2e.kube.delete(COMPUTE_DOMAINS, "doomed", e2e.namespace)
     waiting = await e2e.cd_until(
         "doomed",
@@ -222,16 +271,20 @@ async def test_domain_deleted_while_its_workload_runs_keeps_imex_until_it_stops_
             what=what,
         )
 
-    # Over more than one look at the pods (every 5 s), the daemons' DaemonSet is not touched.
-    with pytest.raises(TimeoutError):
+    # Over more than one look at the pods (every 5 s), the daemons' DaemonSet is not touched;
+    # if it is, the audit log says who deleted it, and when.
+    left_alone = True
+    with contextlib.suppress(TimeoutError):
         await daemonset_deleted(12, "the IMEX DaemonSet left alone while the workload runs")
+        left_alone = False
+    assert left_alone, (
+        f"the IMEX DaemonSet was deleted while the workload ran:\n"
+        f"{_timeline(audit.writes(mark), e2e.namespace, daemon)}"
+    )
     assert await e2e.nodes_labelled(uid, lambda n: len(n) == 2, "labels kept") != set()
 
-    stopped = time.time()
     await e2e.kube.delete(STATEFULSETS, "doomed", e2e.namespace)
-    deleted = await daemonset_deleted(90, "the IMEX DaemonSet deleted once the workload stopped")
-    if deleted is not None:  # seen going; the apiserver's stamp is in whole seconds
-        assert parse_time(deleted["metadata"]["deletionTimestamp"]).timestamp() >= int(stopped)
+    await daemonset_deleted(90, "the IMEX DaemonSet deleted once the workload stopped")
     await e2e.cd_until("doomed", lambda o: o is None, "the CD object gone", within=90)
     for res, ns in (
         (r.DAEMONSETS, e2e.driver_namespace),
@@ -254,6 +307,18 @@ async def test_domain_deleted_while_its_workload_runs_keeps_imex_until_it_stops_
     assert await e2e.nodes_labelled(uid, lambda n: not n, "labels gone") == set()
     assert await e2e.cliques_of(uid, lambda cs: not cs, "cliques gone") == {}
     await e2e.daemon_pods_gone(uid, within=90)
+
+    # Read once everything is gone: an audit line is written after its answer is sent, so a
+    # watch may see the deletion before the line is there.
+    writes = audit.writes(mark)
+    timeline = _timeline(writes, e2e.namespace, daemon)
+    releases = [w for w in writes if _released_claims(w, e2e.namespace, pods)]
+    deletes = daemonset_deletes(mark)
+    assert deletes, f"no DELETE of the IMEX DaemonSet by {ours} in the audit log:\n{timeline}"
+    assert {w.name for w in releases} == set(pods), f"not every workload pod deleted:\n{timeline}"
+    assert min(w.received for w in deletes) >= max(w.completed for w in releases), (
+        f"the IMEX DaemonSet was deleted before the last workload pod was gone:\n{timeline}"
+    )
 
 
 async def test_two_domains_sharing_a_clique_both_say_so(e2e: EndToEnd) -> None:

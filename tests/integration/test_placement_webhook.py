@@ -27,7 +27,7 @@ from computedomain.api.resources import COMPUTE_DOMAINS
 from computedomain.config import environ
 from computedomain.devcluster.controlplane import free_port
 from computedomain.devcluster.harness import RunningController, compute_domain
-from computedomain.devcluster.watching import watch_objects
+from computedomain.devcluster.placement import ca_bundle_written, webhook_configuration
 from computedomain.domain.capacity import clique_capacity
 from computedomain.domain.placement import (
     CONDITION_PLACED,
@@ -48,41 +48,6 @@ JOB_SIZE = 6
 NEARLY_FULL_RACK = "r00"
 FILLER_SIZE = 14
 STALE_RACK = "r01"
-
-
-def webhook_configuration(name: str, url: str, namespace: str) -> dict[str, Any]:
-    """As the chart's, but called by URL and only for the test's namespace."""
-    return {
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "MutatingWebhookConfiguration",
-        "metadata": {"name": name},
-        "webhooks": [{
-            "name": "placement.computedomain.io",
-            "clientConfig": {"url": url},
-            "rules": [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"],
-                       "resources": ["pods"], "scope": "Namespaced"}],
-            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}},
-            "failurePolicy": "Ignore",
-            "sideEffects": "NoneOnDryRun",
-            "admissionReviewVersions": ["v1"],
-            "timeoutSeconds": 5,
-        }],
-    }  # fmt: skip
-
-
-async def ca_bundle_written(kube: KubeClient, configuration: str) -> None:
-    """Until the controller has written its CA into every webhook of ``configuration``."""
-    await watch_objects(
-        kube,
-        MUTATING_WEBHOOK_CONFIGURATIONS,
-        lambda found: all(
-            w["clientConfig"].get("caBundle")
-            for w in (found.get(configuration) or {}).get("webhooks") or [{}]
-        ),
-        field_selector=f"metadata.name={configuration}",
-        within=30,
-        what="the controller wrote the webhook's CA into the caBundle",
-    )
 
 
 @contextlib.asynccontextmanager

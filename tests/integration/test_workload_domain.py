@@ -18,6 +18,7 @@ from computedomain.admission.server import DOMAIN_PATH
 from computedomain.api import constants as c
 from computedomain.config import environ
 from computedomain.devcluster.controlplane import free_port
+from computedomain.devcluster.placement import ca_bundle_written, webhook_configuration
 from computedomain.domain.placement import RECORDED_CLIQUE_ANNOTATION
 from computedomain.domain.workload_domain import (
     CLAIM_NAME,
@@ -28,11 +29,7 @@ from computedomain.runtime import objects
 from computedomain.runtime.client import ApiError, KubeClient
 from computedomain.runtime.resources import JOBS, MUTATING_WEBHOOK_CONFIGURATIONS, NODES
 from tests.integration.e2e_harness import EndToEnd, cd_ready, status_nodes, workload
-from tests.integration.test_placement_webhook import (
-    ca_bundle_written,
-    scheduled,
-    webhook_configuration,
-)
+from tests.integration.test_placement_webhook import scheduled
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
