@@ -241,8 +241,8 @@ async def plugins_serving(kube: KubeClient, plugins: PluginFleet) -> dict[str, N
     }
 
 
-@pytest.fixture
-async def node_side(
+@contextlib.asynccontextmanager
+async def nvidia_node_side(
     nvidia_target: tuple[str, UpstreamBuild],
     mock_nvml: MockNvml,
     control_plane: ControlPlane,
@@ -252,9 +252,10 @@ async def node_side(
     namespace: str,
     driver_namespace: str,
     tmp_path: Path,
+    nodes: list[str],
 ) -> AsyncIterator[NodeSide]:
-    """NVIDIA's plugins and daemons of the test's target (main unless it parametrizes
-    ``nvidia_target``) on NODES."""
+    """NVIDIA's plugins and daemons of ``nvidia_target`` on ``nodes`` (one plugin process each:
+    as few as make a test's point), the stand-in kubelet between them and the pods."""
     target, build = nvidia_target
     assert control_plane.ca_file is not None
     helm = find_helm()
@@ -262,7 +263,7 @@ async def node_side(
     daemons: NvidiaDaemons | None = None
     try:
         async with (
-            nvidia_nodes(kube, NODES, plugin_labels=target != V041) as topology,
+            nvidia_nodes(kube, nodes, plugin_labels=target != V041) as topology,
             plugin_fleet(
                 build,
                 mock_nvml,
@@ -300,6 +301,35 @@ async def node_side(
         if daemons is not None:
             await daemons.close()
         await remove_cluster_objects(kube, made)
+
+
+@pytest.fixture
+async def node_side(
+    nvidia_target: tuple[str, UpstreamBuild],
+    mock_nvml: MockNvml,
+    control_plane: ControlPlane,
+    api_client: ApiClient,
+    kube: KubeClient,
+    kubeconfig_path: Path,
+    namespace: str,
+    driver_namespace: str,
+    tmp_path: Path,
+) -> AsyncIterator[NodeSide]:
+    """NVIDIA's plugins and daemons of the test's target (main unless it parametrizes
+    ``nvidia_target``) on NODES."""
+    async with nvidia_node_side(
+        nvidia_target,
+        mock_nvml,
+        control_plane,
+        api_client,
+        kube,
+        kubeconfig_path,
+        namespace,
+        driver_namespace,
+        tmp_path,
+        NODES,
+    ) as side:
+        yield side
 
 
 def events_of(events: Objects, name: str, reason: str) -> list[dict[str, Any]]:
