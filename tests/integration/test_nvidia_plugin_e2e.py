@@ -115,7 +115,8 @@ REFUSED = ("NodePrepareResources left out 1 claims", "code = DeadlineExceeded")
 
 @dataclass
 class NodeSide:
-    """NVIDIA's plugin and daemon on NODES, the stand-in kubelet between them and the pods."""
+    """NVIDIA's plugin and daemon on some nodes (NODES, in this file's tests), the stand-in
+    kubelet between them and the pods."""
 
     env: EndToEnd
     plugins: PluginFleet
