@@ -146,18 +146,6 @@ def scheduled(count: int) -> Any:
     return lambda pods: len(pods) == count and all(p["spec"].get("nodeName") for p in pods.values())
 
 
-@pytest.mark.xfail(
-    raises=TimeoutError,
-    strict=False,
-    reason=(
-        "known gap (issue 34): two replicas deciding two ComputeDomains in the same moment "
-        "both promise the most free clique (each replica's promises are seen only by itself "
-        "until its informer brings the other's annotation), so at 10 pods a job and 18 nodes "
-        "a clique the pods of one job stay Pending (seen: job1 and job4 decided 1 ms apart on one "
-        "clique). Drop this mark with the fix (a decision serialized across "
-        "replicas)."
-    ),
-)
 async def test_each_job_lands_in_one_clique_with_room_and_pods_pass_without_the_webhook(
     wide_fleet: list[str],
     e2e: EndToEnd,
