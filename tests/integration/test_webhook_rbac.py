@@ -31,6 +31,7 @@ from computedomain.config import environ
 from computedomain.devcluster.clients import request_service_account_token, token_kubeconfig
 from computedomain.devcluster.controlplane import ControlPlane, free_port
 from computedomain.devcluster.harness import RunningController, compute_domain, start_controller
+from computedomain.devcluster.placement import ca_bundle_written, webhook_configuration
 from computedomain.devcluster.watching import watch_objects
 from computedomain.domain.placement import (
     PLACEMENT_OPT_IN,
@@ -45,7 +46,6 @@ from computedomain.sim.context import SimSettings
 from computedomain.sim.faults import DelayRange, FaultSettings
 from computedomain.sim.simulator import Simulator
 from tests.integration.e2e_harness import STATEFULSETS, workload
-from tests.integration.test_placement_webhook import ca_bundle_written, webhook_configuration
 from tests.integration.test_rbac import (
     CONTROLLER_SA,
     RBAC_ENV,
