@@ -614,7 +614,8 @@ SETTINGS: Sequence[Setting] = (
             check=seconds_at_least(1)),
     Setting("--workload-release-timeout", "WORKLOAD_RELEASE_TIMEOUT", "5m", parse_duration,
             "on deletion, how long a ComputeDomain keeps its IMEX daemons (and children and node "
-            "labels) while Running workload pods still use its channel ResourceClaimTemplate, "
+            "labels) while workload pods still use its channel ResourceClaimTemplate (Running, "
+            "also while being deleted, or Pending on their node with a container running), "
             "so a job that drains is not cut off from IMEX (CUDA error 719); past it, or when "
             "no such pod is left, the deletion goes on (a Warning names the pods still running "
             "then). 0: no wait, as NVIDIA's controller", "reconciler.workload_release_timeout",

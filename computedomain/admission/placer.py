@@ -9,9 +9,10 @@ read again and its recorded clique, if any, is used; else the decision is made a
 
 Within this process decisions are taken one at a time (a lock): the promised nodes of one
 decision (domain/placement.py) are then seen by the next, for another CD, even before the
-informer has the first one's write. Across replicas, two different CDs decided at the same
-moment can still be promised the same free nodes; a pod that then finds no room stays Pending
-where the CD says, and the CD's ``MultipleCliques``/``WorkloadPodsNotStarting`` reports apply.
+informer has the first one's write. Across replicas (leader election on), each decision is first
+written into the placement ledger (admission/ledger.py, a Lease with a resourceVersion
+precondition), so two CDs decided at the same moment by two replicas are decided one after the
+other, the second with the first one's promise counted, and never promised the same free nodes.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from computedomain.admission.ledger import Ledger, LedgerState, Promise
 from computedomain.admission.workload_domains import listed_by_name
 from computedomain.api.resources import COMPUTE_DOMAINS
 from computedomain.domain.caches import Caches
@@ -35,6 +37,7 @@ from computedomain.domain.placement import (
     SIZED_OWNERS,
     Decision,
     decide,
+    domain_key,
     opted_in,
     recorded_clique,
     workload_size,
@@ -74,10 +77,18 @@ def template_name(cd: Mapping[str, Any]) -> str | None:
 
 
 class Placer:
-    def __init__(self, client: KubeClient, caches: Caches, recorder: EventRecorder) -> None:
+    def __init__(
+        self,
+        client: KubeClient,
+        caches: Caches,
+        recorder: EventRecorder,
+        ledger: Ledger | None = None,
+    ) -> None:
         self._client = client
         self._caches = caches
         self._recorder = recorder
+        # Several replicas: every decision goes through the ledger first (None: one replica).
+        self._ledger = ledger
         self._deciding = asyncio.Lock()
         # CD UID -> the clique this process recorded ("" for none): seen before the informer
         # brings the write back.
@@ -161,22 +172,28 @@ class Placer:
                 )
         return None
 
-    def _domains(self) -> list[Mapping[str, Any]]:
-        """The cached CDs, with what this process recorded that the cache does not show yet."""
+    def _domains(self, promises: Mapping[str, Promise]) -> list[Mapping[str, Any]]:
+        """The cached CDs, with what this process recorded and the ledger's promises that the
+        cache does not show yet (a CD another replica decided, maybe not cached yet either)."""
         out: list[Mapping[str, Any]] = []
         live = set()
-        for cd in self._caches.cds.list():
+        for cached in self._caches.cds.list():
+            cd: Mapping[str, Any] = cached
             uid = objects.uid(cd) or ""
             live.add(uid)
-            clique = self._recorded.get(uid)
-            if clique is not None and recorded_clique(cd) is None:
-                meta = dict(cd.get("metadata") or {})
-                meta["annotations"] = {
-                    **(meta.get("annotations") or {}),
-                    RECORDED_CLIQUE_ANNOTATION: clique,
-                }
-                cd = {**cd, "metadata": meta}
+            if recorded_clique(cd) is None:
+                promise = promises.get(uid)
+                clique = self._recorded.get(uid)
+                if promise is not None:
+                    cd = _as_recorded(cd, promise.clique, promise.size)
+                elif clique is not None:
+                    cd = _as_recorded(cd, clique, 0)
             out.append(cd)
+        for uid, promise in promises.items():
+            if uid not in live and promise.clique:
+                namespace, _, name = promise.domain.partition("/")
+                meta = {"uid": uid, "namespace": namespace, "name": name}
+                out.append(_as_recorded({"metadata": meta}, promise.clique, promise.size))
         # Forget the CDs that are gone (their UIDs never come back).
         for uid in set(self._recorded) - live:
             del self._recorded[uid]
@@ -184,12 +201,54 @@ class Placer:
 
     async def _decide_and_record(self, cd: Mapping[str, Any], workload: int | None) -> str:
         current: Mapping[str, Any] = cd
+        uid = objects.uid(cd) or ""
         for _ in range(MAX_ATTEMPTS):
-            domains = self._domains()
+            state = await self._ledger.read() if self._ledger else LedgerState(None, {})
+            promised = state.promises.get(uid)
+            if promised is not None:
+                # Another replica decided it a moment ago (and writes it on the CD).
+                return self._remember(current, promised.clique)
+            domains = self._domains(state.promises)
             rows = clique_capacity(self._caches.nodes.store.list(), domains)
             decision = decide(current, rows, domains, workload)
             if decision.reason == RECORDED:
                 return self._remember(current, decision.clique or "")
+            if self._ledger and not await self._ledger.promise(
+                state, uid, domain_key(current), decision.clique or "", decision.size
+            ):
+                continue  # another decision came first: decide again with it counted
+            try:
+                written = await self._client.patch(
+                    COMPUTE_DOMAINS,
+                    objects.name(current),
+                    _record(current, decision),
+                    namespace=objects.namespace(current),
+                )
+            except ApiError as err:
+                if not err.is_conflict:
+                    raise
+                current = await listed_by_name(
+                    self._client, objects.namespace(current) or "", objects.name(current)
+                )
+                if self._ledger:
+                    # Promised in the ledger: that is the decision; only its write is retried.
+                    return await self._write_promised(current, decision)
+                continue
+            self._announce(written, decision)
+            return self._remember(written, decision.clique or "")
+        raise RuntimeError(
+            f"ComputeDomain {objects.object_key(cd)} changed under {MAX_ATTEMPTS} placement "
+            "decisions in a row"
+        )
+
+    async def _write_promised(self, cd: Mapping[str, Any], decision: Decision) -> str:
+        """The decision already in the ledger written on the CD, read again after each 409 (a
+        status write came between), unless a clique is recorded there meanwhile."""
+        current = cd
+        for _ in range(MAX_ATTEMPTS):
+            recorded = recorded_clique(current)
+            if recorded is not None:
+                return self._remember(current, recorded)
             try:
                 written = await self._client.patch(
                     COMPUTE_DOMAINS,
@@ -207,8 +266,8 @@ class Placer:
             self._announce(written, decision)
             return self._remember(written, decision.clique or "")
         raise RuntimeError(
-            f"ComputeDomain {objects.object_key(cd)} changed under {MAX_ATTEMPTS} placement "
-            "decisions in a row"
+            f"ComputeDomain {objects.object_key(cd)} changed under {MAX_ATTEMPTS} writes of its "
+            "placement decision in a row"
         )
 
     def _remember(self, cd: Mapping[str, Any], clique: str) -> str:
@@ -225,6 +284,17 @@ class Placer:
             "Placement decided",
             extra={"computeDomain": objects.object_key(cd), "clique": decision.clique or ""},
         )
+
+
+def _as_recorded(cd: Mapping[str, Any], clique: str, size: int) -> Mapping[str, Any]:
+    """``cd`` as it is once a decision for ``clique`` (and ``size`` nodes, 0: unknown here) is
+    written on it."""
+    meta = dict(cd.get("metadata") or {})
+    annotations = {**(meta.get("annotations") or {}), RECORDED_CLIQUE_ANNOTATION: clique}
+    if size:
+        annotations[RECORDED_SIZE_ANNOTATION] = str(size)
+    meta["annotations"] = annotations
+    return {**cd, "metadata": meta}
 
 
 def _record(cd: Mapping[str, Any], decision: Decision) -> dict[str, Any]:

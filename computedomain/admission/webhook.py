@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from computedomain.admission import certificates
+from computedomain.admission.ledger import Ledger
 from computedomain.admission.placer import Placement, Placer
 from computedomain.admission.server import WebhookServer
 from computedomain.admission.workload_domains import WorkloadDomains
@@ -58,7 +59,9 @@ class PlacementWebhook:
             clock=self.clock,
             metrics=self.metrics,
         )
-        self.placer = Placer(self.client, self.caches, self.recorder)
+        # Several replicas (leader election on) decide through the ledger, one after another.
+        ledger = Ledger(self.client, s.lease_namespace) if s.leader_election else None
+        self.placer = Placer(self.client, self.caches, self.recorder, ledger)
         self.workload_domains = WorkloadDomains(self.client, self.caches)
         self.server: WebhookServer | None = None
         self.certificate: certificates.ServingCertificate | None = None

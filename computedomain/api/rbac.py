@@ -55,7 +55,9 @@ DRIVER_NAMESPACE: Final[tuple[Rule, ...]] = (
     # The daemon ServiceAccount's presence (#586): asked for by name (a field selector).
     Rule("", "serviceaccounts", ("list", "watch"), (c.DAEMON_SERVICE_ACCOUNT,)),
 )
-# Role computedomain-controller-leader-election, in the Lease's namespace.
+# Role computedomain-controller-leader-election, in the Lease's namespace; with the placement
+# webhook also the placement ledger's Lease (admission/ledger.py), written only with leader
+# election on.
 LEASE_NAMESPACE: Final[tuple[Rule, ...]] = (
     Rule("coordination.k8s.io", "leases", ("get", "create", "update")),
 )

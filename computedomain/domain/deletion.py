@@ -39,8 +39,9 @@ log = logging.getLogger(__name__)
 # While workload pods still use a deleted CD's channel, how often their namespace is read again:
 # as often as the daemon pods are looked at, so the IMEX daemons go soon after the last pod stops.
 WORKLOAD_RELEASE_POLL_SECONDS = DELETION_POLL_SECONDS
-# The pods that may be using IMEX: running ones (also while being deleted: draining).
-RUNNING = "status.phase=Running"
+# The pods that may be using IMEX: those not done (running ones also while being deleted:
+# draining; Pending ones with an init container running); workload.holds_its_claims decides.
+NOT_DONE = "status.phase!=Succeeded,status.phase!=Failed"
 
 
 class Cleanup:
@@ -227,7 +228,7 @@ class Finalizer:
         namespace = cd.metadata.namespace
         try:
             listed = await ctx.client.list(
-                r.PODS, namespace=namespace, field_selector=RUNNING, resource_version="0"
+                r.PODS, namespace=namespace, field_selector=NOT_DONE, resource_version="0"
             )
         except ApiError as err:
             log.warning(

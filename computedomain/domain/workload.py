@@ -75,10 +75,30 @@ def claim_templates(pod: Mapping[str, Any]) -> set[str]:
 
 def holds_its_claims(pod: Mapping[str, Any]) -> bool:
     """Whether a pod runs with the ResourceClaims it was given (allocated and reserved for it
-    on its node): Running, also while being deleted until its containers have stopped, which
-    is the drain a deletion must not cut IMEX under. A Pending pod uses no IMEX yet."""
-    running = (pod.get("status") or {}).get("phase") == "Running"
-    return running and bool((pod.get("spec") or {}).get("nodeName"))
+    on its node), so may be using IMEX now:
+
+    - ``Running``, also while being deleted (``deletionTimestamp`` set) until its containers
+      have stopped: the drain a deletion must not cut IMEX under;
+    - ``Pending`` on its node with a container running: an init container (one that names the
+      channel, or a sidecar) runs while the pod is still Pending, after the kubelet prepared
+      its claims.
+
+    Not a pod Pending with nothing started (it uses no IMEX yet, and one that never starts
+    must not hold a deletion), nor one ``Succeeded`` or ``Failed`` (its containers have
+    stopped, although its claims stay reserved for it until it is gone)."""
+    if not (pod.get("spec") or {}).get("nodeName"):
+        return False
+    status = pod.get("status") or {}
+    phase = status.get("phase")
+    if phase == "Running":
+        return True
+    if phase != "Pending":
+        return False
+    return any(
+        "running" in (container.get("state") or {})
+        for key in ("initContainerStatuses", "containerStatuses")
+        for container in status.get(key) or []
+    )
 
 
 def pods_holding(pods: Iterable[Mapping[str, Any]], template: str) -> list[str]:

@@ -1,25 +1,30 @@
 """The placement webhook on the real control plane: the kube-apiserver calls it over TLS, the
 scheduler places the pods on the simulated fleet.
 
-One clique (rack r00) is nearly full: a job not placed by the webhook holds 14 of its 18 nodes.
-Then five opted-in jobs of 6 pods each are created at once. Two controller replicas serve the
-webhook behind a round-robin TCP proxy (what a Service with two endpoints does), so the pods of
-one job are admitted concurrently by both, each replica with its own caches, which disagree
-about one rack's free nodes (so each would decide differently alone). Every job must land
-in one clique, never the nearly full one, the one its ComputeDomain records. With the webhook
-gone, pods are still admitted (``failurePolicy: Ignore``), without a clique, and their
-ComputeDomain says so.
+The session's fleet (4 NVL72 racks) gets three more racks for this test, so seven cliques of 18
+nodes: one (rack r00) is nearly full, a job not placed by the webhook holds 14 of its 18 nodes.
+Then five opted-in jobs of 10 pods each (50 pods) are created at once: each fits in one free
+clique, and no clique has room for two (18 < 20), so a clique chosen twice leaves pods Pending.
+Two controller replicas serve the webhook behind a round-robin TCP proxy (what a Service with
+two endpoints does), so the pods of one job are admitted concurrently by both, each replica with
+its own caches, which disagree about one rack's free nodes (so each would decide differently
+alone). Every job must land in one clique, never the nearly full one, the one its ComputeDomain
+records, and ``kubectl cdom cliques`` must say so. With the webhook gone, pods are still admitted
+(``failurePolicy: Ignore``), without a clique, and their ComputeDomain says so.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import time
 from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
+from kubernetes_asyncio.client import ApiClient
 
 from computedomain.admission.server import DOMAIN_PATH
 from computedomain.api import constants as c
@@ -28,7 +33,6 @@ from computedomain.config import environ
 from computedomain.devcluster.controlplane import free_port
 from computedomain.devcluster.harness import RunningController, compute_domain
 from computedomain.devcluster.placement import ca_bundle_written, webhook_configuration
-from computedomain.domain.capacity import clique_capacity
 from computedomain.domain.placement import (
     CONDITION_PLACED,
     NOT_PLACED,
@@ -37,17 +41,43 @@ from computedomain.domain.placement import (
 )
 from computedomain.runtime import objects
 from computedomain.runtime.client import ApiError, KubeClient
-from computedomain.runtime.resources import MUTATING_WEBHOOK_CONFIGURATIONS, NODES
-from computedomain.sim.fleet import RACK_LABEL
+from computedomain.runtime.resources import (
+    MUTATING_WEBHOOK_CONFIGURATIONS,
+    NODES,
+    RESOURCE_SLICES,
+)
+from computedomain.sim.fleet import RACK_LABEL, resource_slice_name
+from computedomain.sim.install import create_fleet, wait_nodes_ready
+from tests.integration.cluster import TEST_FLEET, fleet_node_names
 from tests.integration.e2e_harness import EndToEnd, workload
+from tests.kit.kubectl_plugin import cliques_rows
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
 JOBS = 5
-JOB_SIZE = 6
+JOB_SIZE = 10
+# Six cliques with room for one job each (the session's four racks, three more, less r00).
+WIDE_FLEET = dataclasses.replace(TEST_FLEET, racks=7)
 NEARLY_FULL_RACK = "r00"
 FILLER_SIZE = 14
 STALE_RACK = "r01"
+
+
+@pytest.fixture
+async def wide_fleet(api_client: ApiClient, kube: KubeClient) -> AsyncIterator[list[str]]:
+    """The session's fleet with WIDE_FLEET's further racks (the same seed makes the first ones
+    the session's own, which ``create_fleet`` leaves as they are); the nodes added, Ready.
+    Requested before ``e2e``, it outlives its clean-up: the added nodes go once no domain holds
+    them, so later tests find the session's fleet as it was made."""
+    added = sorted(set(await create_fleet(api_client, WIDE_FLEET)) - set(fleet_node_names()))
+    try:
+        await wait_nodes_ready(api_client, added, 60)
+        yield added
+    finally:
+        for name in added:
+            for res, obj in ((RESOURCE_SLICES, resource_slice_name(name)), (NODES, name)):
+                with contextlib.suppress(ApiError):
+                    await kube.delete(res, obj)
 
 
 @contextlib.asynccontextmanager
@@ -117,8 +147,13 @@ def scheduled(count: int) -> Any:
 
 
 async def test_each_job_lands_in_one_clique_with_room_and_pods_pass_without_the_webhook(
-    e2e: EndToEnd, kube: KubeClient, namespace: str
+    wide_fleet: list[str],
+    e2e: EndToEnd,
+    kube: KubeClient,
+    namespace: str,
+    kubeconfig_path: Path,
 ) -> None:
+    assert len(wide_fleet) == (WIDE_FLEET.racks - TEST_FLEET.racks) * WIDE_FLEET.nodes_per_rack
     started = time.monotonic()
     configuration = f"placement-{namespace}"
     ports = [free_port(), free_port()]
@@ -201,16 +236,20 @@ async def test_each_job_lands_in_one_clique_with_room_and_pods_pass_without_the_
                 "one replica answered every admission: the proxy did not spread them"
             )
 
-            # `kubectl cdom cliques` agrees: each job's domain holds its nodes in one clique.
+            # `kubectl cdom cliques` (the plugin as a user runs it) agrees: each job's domain
+            # holds all its nodes in the one clique its pods landed in.
             for cd in cds:
                 await e2e.nodes_labelled(
                     cd["metadata"]["uid"], lambda held: len(held) == JOB_SIZE, "job holds"
                 )
-            listed_cds = (await kube.list(COMPUTE_DOMAINS, namespace))["items"]
-            rows = clique_capacity((await kube.list(NODES))["items"], listed_cds)
+            rows = await cliques_rows(kubeconfig_path)
             for name in names:
-                holding = [r.clique for r in rows if r.domains.get(f"{namespace}/{name}")]
-                assert holding == list(landed[name]), (name, holding)
+                holding = {
+                    clique: row["domains"][f"{namespace}/{name}"]
+                    for clique, row in rows.items()
+                    if f"{namespace}/{name}" in row["domains"]
+                }
+                assert holding == dict.fromkeys(landed[name], JOB_SIZE), (name, holding)
             for name in names:
                 await e2e.cd_until(
                     name,

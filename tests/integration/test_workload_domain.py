@@ -3,7 +3,7 @@ template carries ``workload.computedomain.io/enabled: "true"`` and no claim is a
 kube-apiserver through our webhook, which creates the Job's CD and wires each pod to its
 channel; the pods run on the simulated fleet in one clique, the CD is Ready with their nodes,
 and when the Job is deleted the garbage collector (kube-controller-manager) deletes the CD,
-which our controller then finalizes.
+which our controller then finalizes, once the Job's last pod, held terminating, is gone.
 """
 
 from __future__ import annotations
@@ -27,13 +27,25 @@ from computedomain.domain.workload_domain import (
 )
 from computedomain.runtime import objects
 from computedomain.runtime.client import ApiError, KubeClient
-from computedomain.runtime.resources import JOBS, MUTATING_WEBHOOK_CONFIGURATIONS, NODES
+from computedomain.runtime.objects import condition
+from computedomain.runtime.resources import (
+    DAEMONSETS,
+    JOBS,
+    MUTATING_WEBHOOK_CONFIGURATIONS,
+    NODES,
+    PODS,
+)
 from tests.integration.e2e_harness import EndToEnd, cd_ready, status_nodes, workload
 from tests.integration.test_placement_webhook import scheduled
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
 SIZE = 2
+# Keeps a deleted pod terminating until the test lets it go.
+HOLD = "test.computedomain.io/hold"
+# Strategic merge patches: the Job controller's own finalizer on the pod stays.
+HELD = {"metadata": {"finalizers": [HOLD]}}
+LET_GO = {"metadata": {"$deleteFromPrimitiveList/finalizers": [HOLD]}}
 
 
 def annotated_job(name: str, size: int) -> dict[str, Any]:
@@ -99,12 +111,46 @@ async def test_an_annotated_job_gets_its_domain_which_goes_with_it(
         }
         assert cliques == {cd["metadata"]["annotations"][RECORDED_CLIQUE_ANNOTATION]}
 
-        # The Job deleted: the garbage collector deletes its pods and its CD.
+        # The Job deleted: the garbage collector deletes its pods and its CD. One pod is held
+        # terminating (a finalizer of the test's, as a real kubelet keeps a deleted pod Running
+        # through its grace period; kwok deletes one at once): the CD keeps its IMEX daemons
+        # while that pod still uses its channel, and says so.
+        held = sorted(pods)[0]
+        await kube.patch(PODS, held, HELD, namespace, patch_type="strategic")
         deleted = time.monotonic()
         await kube.delete(JOBS, "train", namespace, propagation_policy="Background")
+        waiting = await e2e.cd_until(
+            name,
+            lambda cd: (
+                f"IMEX daemons stay while 1 workload pod still uses its channel: {held}"
+                in str(condition(cd or {}, "Ready").get("message"))
+            ),
+            "waits for the terminating pod",
+            within=60,
+        )
+        assert waiting is not None
+        assert waiting["metadata"].get("deletionTimestamp")
+        terminating = await kube.get(PODS, held, namespace)
+        assert terminating["metadata"].get("deletionTimestamp")
+        assert terminating["status"]["phase"] == "Running"
+        daemonset = await kube.get(
+            DAEMONSETS, c.daemon_name(cd["metadata"]["uid"]), e2e.driver_namespace
+        )
+        assert not daemonset["metadata"].get("deletionTimestamp"), "IMEX torn down under a pod"
+        released = time.monotonic()
+        await kube.patch(PODS, held, LET_GO, namespace, patch_type="strategic")
         await e2e.cd_until(name, lambda cd: cd is None, "gone with its Job", within=60)
-        print(f"CD gone {time.monotonic() - deleted:.1f}s after its Job's deletion")
+        print(
+            f"CD waited {released - deleted:.1f}s for its terminating pod, gone "
+            f"{time.monotonic() - released:.1f}s after the pod was"
+        )
     finally:
+        for pod in (await kube.list(PODS, namespace))["items"]:
+            if HOLD in (pod["metadata"].get("finalizers") or []):
+                with contextlib.suppress(ApiError):
+                    await kube.patch(
+                        PODS, objects.name(pod), LET_GO, namespace, patch_type="strategic"
+                    )
         with contextlib.suppress(ApiError):
             await kube.delete(JOBS, "train", namespace, propagation_policy="Background")
         with contextlib.suppress(ApiError):

@@ -7,6 +7,7 @@ import asyncio
 import copy
 from typing import Any
 
+from computedomain.admission.ledger import LEDGER_NAME, PROMISES_ANNOTATION, Ledger
 from computedomain.admission.placer import Placement, Placer
 from computedomain.api import constants as c
 from computedomain.api.resources import COMPUTE_DOMAINS
@@ -53,8 +54,11 @@ def pod(template: str) -> Obj:
     return {"spec": {"resourceClaims": [{"name": "imex", "resourceClaimTemplateName": template}]}}
 
 
-def replica(api: FakeApiServer, nodes: list[Obj]) -> tuple[Placer, FakeRecorder]:
-    """One controller replica's placer: its own caches, filled from ``api`` and ``nodes``."""
+def replica(
+    api: FakeApiServer, nodes: list[Obj], ledger: bool = False
+) -> tuple[Placer, FakeRecorder]:
+    """One controller replica's placer: its own caches, filled from ``api`` and ``nodes``;
+    with ``ledger``, deciding through the placement ledger in ``api`` (several replicas)."""
     caches = build_caches(api, driver_namespace=DRIVER_NS)  # type: ignore[arg-type]
     for informer in caches.all:
         informer.feed_list([])
@@ -63,7 +67,8 @@ def replica(api: FakeApiServer, nodes: list[Obj]) -> tuple[Placer, FakeRecorder]
     )
     caches.nodes.feed_list(nodes)
     recorder = FakeRecorder()
-    return Placer(api, caches, recorder), recorder  # type: ignore[arg-type]
+    decisions = Ledger(api, DRIVER_NS) if ledger else None  # type: ignore[arg-type]
+    return Placer(api, caches, recorder, decisions), recorder  # type: ignore[arg-type]
 
 
 def clique(placement: Placement | None) -> str | None:
@@ -134,6 +139,52 @@ async def test_concurrent_admissions_on_two_replicas_that_see_different_fleets_p
     cliques = {str(clique(p)) for p in placements}
     assert len(cliques) == 1, f"one job was placed in several cliques: {sorted(cliques)}"
     assert cliques == {stored(api, "job")["metadata"]["annotations"][RECORDED_CLIQUE_ANNOTATION]}
+
+
+async def test_two_replicas_deciding_two_domains_at_once_never_promise_one_clique_twice() -> None:
+    """Each replica's cache shows neither decision (their informers have not brought the
+    annotations back): alone, each would give its domain clique A, with room for one job."""
+    api = FakeApiServer()
+    for name in ("first", "second"):
+        api.add(COMPUTE_DOMAINS, domain(name, 5))
+    one, _ = replica(api, fleet(A=6, B=5), ledger=True)
+    two, _ = replica(api, fleet(A=6, B=5), ledger=True)
+    placed = await asyncio.gather(
+        one.place(NS, pod("first"), namespace_opted_in=False),
+        two.place(NS, pod("second"), namespace_opted_in=False),
+    )
+    assert sorted(str(clique(p)) for p in placed) == ["A", "B"]
+    for name, placement in zip(("first", "second"), placed, strict=True):
+        annotations = stored(api, name)["metadata"]["annotations"]
+        assert annotations[RECORDED_CLIQUE_ANNOTATION] == clique(placement)
+    promises = api.objects[("leases", DRIVER_NS, LEDGER_NAME)]["metadata"]["annotations"]
+    assert '"uid-first"' in promises[PROMISES_ANNOTATION]
+    assert '"uid-second"' in promises[PROMISES_ANNOTATION]
+
+
+async def test_a_ledger_written_between_the_read_and_the_promise_is_read_again() -> None:
+    """The second replica read the ledger before the first wrote it: its write is refused
+    (409) and it decides again with the first one's promise."""
+    api = FakeApiServer()
+    for name in ("first", "second"):
+        api.add(COMPUTE_DOMAINS, domain(name, 5))
+    one, _ = replica(api, fleet(A=6, B=5), ledger=True)
+    two, _ = replica(api, fleet(A=6, B=5), ledger=True)
+    ledger = Ledger(api, DRIVER_NS)  # type: ignore[arg-type]
+    stale = await ledger.read()
+    assert clique(await one.place(NS, pod("first"), namespace_opted_in=False)) == "A"
+    assert not await ledger.promise(stale, "uid-second", f"{NS}/second", "A", 5)
+    assert clique(await two.place(NS, pod("second"), namespace_opted_in=False)) == "B"
+
+
+async def test_a_domain_another_replica_promised_takes_that_clique() -> None:
+    api = FakeApiServer()
+    api.add(COMPUTE_DOMAINS, domain("job", 2))
+    one, recorder = replica(api, fleet(A=3, B=6), ledger=True)
+    ledger = Ledger(api, DRIVER_NS)  # type: ignore[arg-type]
+    assert await ledger.promise(await ledger.read(), "uid-job", f"{NS}/job", "A", 2)
+    assert clique(await one.place(NS, pod("job"), namespace_opted_in=False)) == "A"
+    assert recorder.events == []  # the replica that promised it writes and announces it
 
 
 async def test_nodes_promised_to_a_domain_decided_a_moment_ago_are_not_offered_again() -> None:

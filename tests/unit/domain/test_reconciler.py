@@ -257,11 +257,22 @@ async def test_deletion_with_daemon_pods_removes_children_and_labels_then_waits(
     ]
 
 
-def workload_pod(name: str, node: str | None = "n1", phase: str = "Running") -> dict[str, Any]:
+def workload_pod(
+    name: str, node: str | None = "n1", phase: str = "Running", status: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """A pod of the CD's workload (its channel template), as the apiserver holds it."""
     claim = {"name": "channel", "resourceClaimTemplateName": "channel"}
     spec: dict[str, Any] = {"resourceClaims": [claim], **({"nodeName": node} if node else {})}
-    return {"metadata": {"name": name, "namespace": NS}, "spec": spec, "status": {"phase": phase}}
+    return {
+        "metadata": {"name": name, "namespace": NS},
+        "spec": spec,
+        "status": {"phase": phase, **(status or {})},
+    }
+
+
+RUNNING_INIT: dict[str, Any] = {
+    "initContainerStatuses": [{"name": "setup", "state": {"running": {}}}]
+}
 
 
 async def test_a_deletion_keeps_the_imex_daemons_while_workload_pods_run_then_goes_on(
@@ -282,6 +293,13 @@ async def test_a_deletion_keeps_the_imex_daemons_while_workload_pods_run_then_go
     world.client.add(r.PODS, workload_pod("job-1", phase="Succeeded"))  # done: holds nothing
     world.client.add(r.PODS, workload_pod("job-2", node=None, phase="Pending"))  # never placed
     world.client.add(r.PODS, workload_pod("job-3", phase="Pending"))  # placed, not running yet
+    # Being deleted, still draining (its containers have not stopped): holds its claims.
+    draining = workload_pod("job-4")
+    draining["metadata"]["deletionTimestamp"] = format_time(world.clock.wall())
+    world.client.add(r.PODS, draining)
+    # Pending on its node, an init container running (after its claims were prepared).
+    world.client.add(r.PODS, workload_pod("job-5", phase="Pending", status=RUNNING_INIT))
+    world.client.add(r.PODS, workload_pod("job-6", phase="Failed"))  # stopped, still reserved
     world.fill(service_accounts=[service_account()], **stores)
 
     assert await world.reconcile(CDKey(NS, "cd")) == Result(requeue_after=2.0)
@@ -289,8 +307,8 @@ async def test_a_deletion_keeps_the_imex_daemons_while_workload_pods_run_then_go
     ready = world.client.objects[("computedomains", NS, "cd")]["status"]["conditions"][0]
     assert (ready["reason"], ready["message"]) == (
         "Deleting",
-        "The ComputeDomain is being deleted; its IMEX daemons stay while 1 workload pod still "
-        "uses its channel: job-0",
+        "The ComputeDomain is being deleted; its IMEX daemons stay while 3 workload pods still "
+        "use its channel: job-0, job-4, job-5",
     )
     assert world.recorder.events == [("Normal", "WaitingForWorkloadPods")]
 
@@ -299,7 +317,8 @@ async def test_a_deletion_keeps_the_imex_daemons_while_workload_pods_run_then_go
     assert world.client.calls == [WORKLOAD_LIST]  # still running: nothing new to write or say
     assert world.recorder.events == [("Normal", "WaitingForWorkloadPods")]
 
-    world.client.remove(r.PODS, "job-0", NS)  # it stopped
+    for name in ("job-0", "job-4", "job-5"):  # they stopped
+        world.client.remove(r.PODS, name, NS)
     await world.clock.advance(2)
     await world.reconcile(CDKey(NS, "cd"))
     assert world.client.calls[0] == WORKLOAD_LIST

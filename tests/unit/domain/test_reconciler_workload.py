@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from computedomain.domain.deletion import RUNNING
+from computedomain.domain.deletion import NOT_DONE
 from computedomain.domain.keys import CDKey
 from computedomain.domain.status import GRACE_MARGIN_SECONDS
 from computedomain.domain.workload_check import IDLE_BACKOFF_FACTOR
@@ -199,13 +199,13 @@ async def test_deletion_forgets_the_workload(world: World) -> None:
     world.fill(cds=[stored], service_accounts=[service_account()])
     await world.clock.advance(INTERVAL * 2)
     await world.reconcile(KEY)
-    # Its one LIST of pods looks for workload pods still running (none: job-0 was never
-    # placed), not for Pending ones.
+    # Its one LIST of pods looks for workload pods not done (none holds its claims: job-0 was
+    # never placed).
     pod_lists = [
         params["field_selector"]
         for call, params in zip(world.client.calls, world.client.params, strict=True)
         if call == POD_LIST
     ]
-    assert pod_lists == [RUNNING]
+    assert pod_lists == [NOT_DONE]
     got = world.client.objects.get(("computedomains", NS, "cd"))
     assert got is None or ready(world)["reason"] == "Deleting"

@@ -10,7 +10,9 @@ import pytest
 from computedomain.domain.workload import (
     WorkloadPodProblem,
     claim_templates,
+    holds_its_claims,
     not_started_words,
+    pods_holding,
     scan_workload_pods,
 )
 from computedomain.runtime.clock import format_time
@@ -168,3 +170,41 @@ def test_a_scan_of_young_pods_only_finds_nothing_yet() -> None:
     assert scan.due == pytest.approx(GRACE - 100)
     empty = scan_workload_pods([], "channel", NOW, GRACE)
     assert (empty.problems, empty.due) == ((), None)
+
+
+def running(container: str) -> dict[str, Any]:
+    return {"name": container, "state": {"running": {"startedAt": "2026-03-01T11:59:00Z"}}}
+
+
+@pytest.mark.parametrize(
+    ("case", "workload_pod", "holds"),
+    [
+        ("running", pod(phase="Running", node="n1"), True),
+        (
+            "terminating, containers not stopped yet",
+            pod(phase="Running", node="n1", deletionTimestamp=format_time(NOW)),
+            True,
+        ),
+        (
+            "pending, an init container running",
+            pod(node="n1", init_containers=[running("setup")]),
+            True,
+        ),
+        ("pending, a container already running", pod(node="n1", containers=[running("w")]), True),
+        ("pending on its node, nothing started", pod(node="n1", containers=[]), False),
+        (
+            "pending, being deleted before anything started",
+            pod(node="n1", deletionTimestamp=format_time(NOW)),
+            False,
+        ),
+        ("never scheduled", pod(), False),
+        ("succeeded (its claim still reserved)", pod(phase="Succeeded", node="n1"), False),
+        ("failed, being deleted", pod(phase="Failed", node="n1", deletionTimestamp="x"), False),
+    ],
+)
+def test_which_pods_still_hold_their_claims(
+    case: str, workload_pod: dict[str, Any], holds: bool
+) -> None:
+    assert holds_its_claims(workload_pod) is holds, case
+    assert pods_holding([workload_pod], "channel") == (["job-0"] if holds else [])
+    assert pods_holding([workload_pod], "other") == []
