@@ -163,6 +163,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--soak-compactions", type=int, default=1, help="etcd compactions in the soak (410s)"
     )
     parser.add_argument(
+        "--soak-against",
+        choices=["nvidia"],
+        help="run the soak twice, ours and then NVIDIA's controller (the pinned v0.4.1 build, "
+        "its chart's environment), each behind a new proxy with the same seed and schedule; "
+        "requests and writes per CD and convergence for each, and ours ÷ NVIDIA's",
+    )
+    parser.add_argument(
         "--upgrade-under-load",
         action="store_true",
         help="run only the upgrade scenario (hack/upgrade.py): our chart with two replicas, "
@@ -309,6 +316,7 @@ async def run_soak(
         control_plane=cp,
         apiserver_restarts=args.soak_apiserver_restarts,
         compactions=args.soak_compactions,
+        against_nvidia=args.soak_against == "nvidia",
         say=say,
     )
     soaked = await soak.run()  # first: the duration and load are taken after it ran
