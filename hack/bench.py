@@ -427,13 +427,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         node_heartbeat_s=args.node_heartbeat,
     ) as cp:
         results = asyncio.run(run(args, cp, started))
-    print()
-    print(versus_report(results["versus"]) if "versus" in results else report(results))
+    # Written before the table is printed: a run of many minutes is never lost to the report.
     stamp = datetime.fromtimestamp(started, UTC).strftime("%Y-%m-%dT%H%M%SZ")
     output = args.output or RESULTS_DIR / f"{stamp}{'-quick' if args.quick else ''}.json"
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(json.dumps(results, indent=2, sort_keys=False) + "\n")
     shown = output.relative_to(REPO_ROOT) if output.is_relative_to(REPO_ROOT) else output
+    print()
+    print(versus_report(results["versus"]) if "versus" in results else report(results))
     print(f"\nresults: {shown}")
     return 0
 

@@ -169,10 +169,16 @@ class NvidiaChild:
 
     process: ChildProcess
     incarnation: int
+    killed: bool = False
 
     @property
     def pid(self) -> int:
         return self.process.pid
+
+    async def exited(self) -> int:
+        """Its exit code, once it exits."""
+        assert self.process.popen is not None
+        return await asyncio.to_thread(self.process.popen.wait)
 
     async def cache_differences(self) -> list[str] | None:
         return None  # not known: only what it wrote can be checked
@@ -182,6 +188,7 @@ class NvidiaChild:
 
     async def kill(self) -> None:
         """SIGKILL, as for ours."""
+        self.killed = True
         if self.process.alive():
             os.kill(self.pid, signal.SIGKILL)
         await asyncio.to_thread(self.process.stop, 0)
@@ -216,6 +223,10 @@ class Soak:
     # answer, e.g. being killed)
     rss: list[tuple[float, int, float, float, dict[str, Any]]] = field(default_factory=list)
     controller: SoakController | None = None
+    # Exits of NVIDIA's controller that the soak did not cause, each restarted at once (its
+    # v0.4.1 can die of a concurrent map write in its status metrics, and its Deployment's
+    # kubelet would restart it): [seconds into the soak, exit code].
+    crashes: list[tuple[float, int]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         # CDs alive at once: about a fifth of the fleet's nodes busy (1-4 nodes each).
@@ -291,6 +302,8 @@ class Soak:
             restarted = compacted = 0
             pace = self.seconds / max(1, self.cds)
             sampler = asyncio.create_task(self._sample_rss(begin))
+            self.crashes = []
+            keeper = asyncio.create_task(self._restart_on_crash(start, begin)) if nvidia else None
             faults_from = faults_until = None
             try:
                 while (elapsed := time.monotonic() - begin) < self.seconds:
@@ -356,8 +369,10 @@ class Soak:
                 # Up to here: the controller's work for every CD created, their deletion too.
                 exchanges = list(proxy.exchanges)
             finally:
-                sampler.cancel()
-                await asyncio.gather(sampler, return_exceptions=True)
+                for task in (sampler, keeper):
+                    if task is not None:
+                        task.cancel()
+                        await asyncio.gather(task, return_exceptions=True)
                 if replacing is not None:  # an error mid-replacement: the new one stops too
                     await asyncio.gather(replacing, return_exceptions=True)
                 await self.controller.kill()
@@ -370,6 +385,7 @@ class Soak:
             "cds_deleted_during_churn": deleted,
             "cds_alive_at_once_up_to": self.hold,
             "controller_kills": restarts,
+            "controller_crashes_restarted": [[round(t, 1), code] for t, code in self.crashes],
             "kill_window": self.kill_window,
             "apiserver_restarts": restarted,
             "etcd_compactions": compacted,
@@ -438,6 +454,22 @@ class Soak:
         assert self.controller is not None
         await self.controller.kill()
         self.controller = await start(incarnation)
+
+    async def _restart_on_crash(
+        self, start: Callable[[int], Awaitable[SoakController]], begin: float
+    ) -> None:
+        """Start NVIDIA's controller again whenever it exits on its own, as its Deployment's
+        kubelet would (without the kubelet's back-off: the soak is short)."""
+        while True:
+            controller = self.controller
+            assert isinstance(controller, NvidiaChild)
+            code = await controller.exited()
+            if controller.killed or controller is not self.controller:
+                await asyncio.sleep(0.5)  # a kill of the soak's: its replacement is starting
+                continue
+            self.crashes.append((time.monotonic() - begin, code))
+            self.say(f"soak: NVIDIA's controller exited ({code}), started again")
+            self.controller = await start(controller.incarnation)
 
     async def _orphans(self) -> list[str]:
         """What still names a CD once all are deleted; a CD the controller never finalized
