@@ -164,10 +164,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--soak-against",
-        choices=["nvidia"],
+        choices=["nvidia", "nvidia-qps100"],
         help="run the soak twice, ours and then NVIDIA's controller (the pinned v0.4.1 build, "
-        "its chart's environment), each behind a new proxy with the same seed and schedule; "
-        "requests and writes per CD and convergence for each, and ours ÷ NVIDIA's",
+        "its chart's environment: QPS 5, burst 10; nvidia-qps100: ours, QPS 100, burst 200), "
+        "each behind a new proxy with the same seed and schedule; requests and writes per CD "
+        "(created, and served) and convergence for each, and ours ÷ NVIDIA's",
     )
     parser.add_argument(
         "--upgrade-under-load",
@@ -316,7 +317,8 @@ async def run_soak(
         control_plane=cp,
         apiserver_restarts=args.soak_apiserver_restarts,
         compactions=args.soak_compactions,
-        against_nvidia=args.soak_against == "nvidia",
+        against_nvidia=args.soak_against is not None,
+        nvidia_rate=(100.0, 200) if args.soak_against == "nvidia-qps100" else None,
         say=say,
     )
     soaked = await soak.run()  # first: the duration and load are taken after it ran

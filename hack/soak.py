@@ -215,6 +215,8 @@ class Soak:
     fault_window: tuple[float, float] = FAULT_WINDOW
     # Ours, then NVIDIA's controller under the same soak, each figure also as ours ÷ NVIDIA's.
     against_nvidia: bool = False
+    # NVIDIA's client rate limit (QPS, burst); None: its chart's (5, 10).
+    nvidia_rate: tuple[float, int] | None = None
     rng: random.Random = field(init=False)
     hold: int = field(init=False)
     jobs: Jobs = field(init=False)
@@ -243,7 +245,7 @@ class Soak:
         self, proxied: Path, log: Path
     ) -> Callable[[int], Awaitable[SoakController]]:
         """Starts NVIDIA's controller (v0.4.1) with its chart's environment (QPS 5, burst 10,
-        no leader election), against the proxy."""
+        no leader election; ``nvidia_rate`` overrides the rate), against the proxy."""
         build = find_upstream(build=True)
         container = chart_controller_container(
             find_helm(), build, self.driver_namespace, COMPUTE_DOMAIN_VALUES
@@ -251,6 +253,11 @@ class Soak:
         env = container_environment(
             container, "dra-driver-nvidia-gpu-controller-0", self.driver_namespace
         )
+
+        if self.nvidia_rate is not None:
+            env.update(
+                KUBE_API_QPS=f"{self.nvidia_rate[0]:g}", KUBE_API_BURST=str(self.nvidia_rate[1])
+            )
 
         async def start(incarnation: int) -> SoakController:
             process = start_nvidia_controller(
@@ -394,7 +401,7 @@ class Soak:
             "requests_through_proxy": len(proxy.exchanges),
             "throttled": sum(1 for x in proxy.exchanges if x.fault == "throttle"),
             "retries_before_retry_after": early,
-            "controller": "nvidia v0.4.1 (its chart's environment)" if nvidia else "ours",
+            "controller": self._nvidia_title() if nvidia else "ours",
             "convergence_s": converged,
             "status_convergence_s": status_converged,
             "orphans": orphans,
@@ -435,6 +442,7 @@ class Soak:
         self.say(
             f"soak ({result['controller']}): {created} CDs over {self.seconds:.0f}s, "
             f"{per_cd['requests']:g} requests and {per_cd['writes']:g} writes per CD, "
+            f"{result['requests']['cds_served']} CDs served (a DaemonSet created), "
             f"status converged {status_converged} s after the faults, "
             f"{restarts} kills, converged "
             f"{converged if converged is not None else 'NEVER'} s after the last fault, "
@@ -454,6 +462,10 @@ class Soak:
         assert self.controller is not None
         await self.controller.kill()
         self.controller = await start(incarnation)
+
+    def _nvidia_title(self) -> str:
+        qps, burst = self.nvidia_rate or (5, 10)
+        return f"nvidia v0.4.1 (its chart's environment, QPS {qps:g} / burst {burst})"
 
     async def _restart_on_crash(
         self, start: Callable[[int], Awaitable[SoakController]], begin: float
@@ -558,15 +570,34 @@ def request_figures(
             for later in exchanges[index + 1 : index + 200]
         ):
             sent_again += 1
-    per = max(1, cds)
+    # A CD the controller served: its DaemonSet was created (a 5xx after the apiserver acted,
+    # or a reset mid-answer, still created it). A controller that falls behind the churn
+    # (NVIDIA's at QPS 5) never serves a CD deleted before its turn, and sends nothing for it.
+    served = sum(
+        1
+        for x in exchanges
+        if x.verb == "POST"
+        and x.resource == "daemonsets"
+        and (x.status == 201 or x.fault == "error-after")
+    )
+
+    def per(count: int, cds: int) -> float:
+        return round(count / max(1, cds), 2)
+
     return {
         "total": len(exchanges),
         "writes": writes,
+        "cds_served": served,
         "by_verb": {verb: by_verb.get(verb, 0) for verb in VERBS},
         "per_cd": {
-            "requests": round(len(exchanges) / per, 2),
-            "writes": round(writes / per, 2),
-            **{verb: round(by_verb.get(verb, 0) / per, 2) for verb in VERBS},
+            "requests": per(len(exchanges), cds),
+            "writes": per(writes, cds),
+            **{verb: per(by_verb.get(verb, 0), cds) for verb in VERBS},
+        },
+        "per_cd_served": {
+            "requests": per(len(exchanges), served),
+            "writes": per(writes, served),
+            **{verb: per(by_verb.get(verb, 0), served) for verb in VERBS},
         },
         "by_verb_and_resource": tally(f"{x.verb} {x.resource}" for x in exchanges),
         "by_phase": {
@@ -591,7 +622,10 @@ def ours_over(ours: Mapping[str, Any], theirs: Mapping[str, Any]) -> dict[str, f
         return None if a is None or b is None or b == 0 else round(a / b, 2)
 
     mine, its = ours["requests"]["per_cd"], theirs["requests"]["per_cd"]
+    mine_served, its_served = ours["requests"]["per_cd_served"], theirs["requests"]["per_cd_served"]
     return {
         **{f"{key}_per_cd": ratio(mine[key], its[key]) for key in mine},
+        **{f"{key}_per_cd_served": ratio(mine_served[key], its_served[key]) for key in mine_served},
+        "cds_served": ratio(ours["requests"]["cds_served"], theirs["requests"]["cds_served"]),
         "status_convergence": ratio(ours["status_convergence_s"], theirs["status_convergence_s"]),
     }
