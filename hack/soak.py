@@ -45,6 +45,7 @@ from typing import Any, Protocol
 
 import aiohttp
 
+from computedomain.api import constants as c
 from computedomain.api.resources import COMPUTE_DOMAINS
 from computedomain.devcluster.cluster import ensure_namespace
 from computedomain.devcluster.controlplane import ControlPlane, free_port
@@ -63,6 +64,7 @@ from computedomain.devcluster.upstream import (
     start_nvidia_controller,
 )
 from computedomain.devcluster.workloads import Jobs
+from computedomain.runtime import objects
 from computedomain.runtime import resources as r
 from computedomain.runtime.client import ApiError, KubeClient
 from computedomain.sim.context import SimSettings
@@ -483,6 +485,32 @@ class Soak:
             self.say(f"soak: NVIDIA's controller exited ({code}), started again")
             self.controller = await start(controller.incarnation)
 
+    async def _unserved(self) -> list[str]:
+        """Live CDs without their DaemonSet, their workload's claim template or a
+        ``status.status``: a controller behind the churn has not served them yet, and their
+        status (no node, no clique) would otherwise pass for true."""
+        cds = (await self.client.list(COMPUTE_DOMAINS, NAMESPACE))["items"]
+        daemonsets = (
+            await self.client.list(r.DAEMONSETS, self.driver_namespace, label_selector=c.CD_LABEL)
+        )["items"]
+        served = {objects.labels(ds).get(c.CD_LABEL) for ds in daemonsets}
+        templates = {
+            objects.name(rct)
+            for rct in (await self.client.list(r.RESOURCE_CLAIM_TEMPLATES, NAMESPACE))["items"]
+        }
+        problems = []
+        for cd in cds:
+            if objects.meta(cd).get("deletionTimestamp"):
+                continue
+            channel = ((cd.get("spec") or {}).get("channel") or {}).get(
+                "resourceClaimTemplate"
+            ) or {}
+            if objects.uid(cd) not in served or channel.get("name") not in templates:
+                problems.append(f"{objects.name(cd)}: children not all created")
+            elif not (cd.get("status") or {}).get("status"):
+                problems.append(f"{objects.name(cd)}: no status.status")
+        return problems
+
     async def _orphans(self) -> list[str]:
         """What still names a CD once all are deleted; a CD the controller never finalized
         (NVIDIA's, once a delete of a child met a fault) is named as such, and ends the wait."""
@@ -531,11 +559,13 @@ class Soak:
     ) -> tuple[float | None, float | None]:
         """Seconds from ``since`` until its caches equal a fresh LIST and every status is true,
         and until every status is true (the one figure that NVIDIA's controller has: its
-        caches cannot be asked, so its first figure is its status one)."""
+        caches cannot be asked, so its first figure is its status one). Either also needs every
+        live CD served: its children created and a ``status.status`` written."""
         deadline = since + 300
         status_at: float | None = None
         while time.monotonic() < deadline:
             liars = await status_liars(self.client, NAMESPACE, self.driver_namespace)
+            liars += await self._unserved()
             if not liars and status_at is None:
                 status_at = round(time.monotonic() - since, 1)
             problems = liars + (await controller.cache_differences() or [])
