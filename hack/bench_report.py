@@ -23,9 +23,63 @@ def first_max_last(values: list[float], unit: float = 1.0) -> str:
     return " / ".join(f"{v / unit:,.0f}" for v in (values[0], max(values), values[-1]))
 
 
+def soak_against_rows(soak: dict[str, Any]) -> list[tuple[str, str, str, str]]:
+    """Ours and NVIDIA's controller under the same soak: per CD created, requests (in all and
+    by verb) and writes, and seconds from the last fault until every status is true."""
+    ours, theirs, ratio = soak["ours"], soak["nvidia"], soak["ours_over_nvidia"]
+
+    def row(label: str, mine: float | None, its: float | None, quotient: float | None) -> Any:
+        def shown(value: float | None) -> str:
+            return "NEVER" if value is None else f"{value:g}"
+
+        return (
+            f"Soak vs NVIDIA: {label}, ours / NVIDIA's",
+            f"{shown(mine)} / {shown(its)}",
+            "" if "served (" in label else "ours ≤ 1.5x" if "request" in label else "ours ≤ 1x",
+            "-" if quotient is None else f"ours {quotient:g}x",
+        )
+
+    mine, its = ours["requests"]["per_cd"], theirs["requests"]["per_cd"]
+    rows = [row("requests per CD", mine["requests"], its["requests"], ratio["requests_per_cd"])]
+    rows.append(row("writes per CD", mine["writes"], its["writes"], ratio["writes_per_cd"]))
+    rows.append(
+        row(
+            "CDs served (a DaemonSet created)",
+            ours["requests"]["cds_served"],
+            theirs["requests"]["cds_served"],
+            ratio["cds_served"],
+        )
+    )
+    served, its_served = ours["requests"]["per_cd_served"], theirs["requests"]["per_cd_served"]
+    rows.append(
+        row(
+            "requests per CD served",
+            served["requests"],
+            its_served["requests"],
+            ratio["requests_per_cd_served"],
+        )
+    )
+    rows += [
+        row(f"{verb} requests per CD", mine[verb], its[verb], ratio[f"{verb}_per_cd"])
+        for verb in ("GET", "LIST", "WATCH", "POST", "PATCH", "PUT", "DELETE")
+    ]
+    rows.append(
+        row(
+            "s from the last fault until every status is true",
+            ours["status_convergence_s"],
+            theirs["status_convergence_s"],
+            ratio["status_convergence"],
+        )
+    )
+    return rows
+
+
 def report(results: dict[str, Any]) -> str:
     rows: list[tuple[str, str, str, str]] = []
     soak = results.get("soak")
+    if soak and "nvidia" in soak:  # --soak-against nvidia: ours' rows, then the comparison
+        rows += soak_against_rows(soak)
+        soak = soak["ours"]
     if soak:
         converged = soak["convergence_s"]
         rss = soak["last_controller_rss_mb"] or [0.0]

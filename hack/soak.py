@@ -15,7 +15,16 @@ under churn for minutes. Then:
 - orphans: after every CD is deleted, children, cliques and node labels still naming a CD;
 - the controller's own RSS: it runs as a process of its own (``hack/soak_controller.py``: the
   controller plus a line protocol on stdin/stdout through which this process asks for its
-  caches' differences from a fresh LIST), sampled every 10 s.
+  caches' differences from a fresh LIST), sampled every 10 s;
+- its requests through the proxy (by verb, by verb and resource, by phase, by fault met), and
+  per CD created.
+
+With ``against_nvidia`` (``--soak-against nvidia``) the same soak runs twice, ours and then
+NVIDIA's controller (the pinned v0.4.1 build, with its chart's environment), each behind a new
+proxy with the same seed, on the same fleet and schedule of churn, faults and disturbances, and
+the figures are given as ours ÷ NVIDIA's. NVIDIA's controller has no line protocol: its
+convergence is the status one alone (every CD's status says what its cliques and daemon pods
+say), which is also recorded for ours beside the stricter caches-and-status one.
 """
 
 from __future__ import annotations
@@ -28,23 +37,34 @@ import signal
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections import Counter
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import aiohttp
 
+from computedomain.api import constants as c
 from computedomain.api.resources import COMPUTE_DOMAINS
 from computedomain.devcluster.cluster import ensure_namespace
-from computedomain.devcluster.controlplane import ControlPlane
+from computedomain.devcluster.controlplane import ControlPlane, free_port
 from computedomain.devcluster.convergence import (
     names_left_by_deleted_cds,
     status_liars,
 )
-from computedomain.devcluster.faultproxy import Faults, fault_proxy
-from computedomain.devcluster.processes import rss_mb
+from computedomain.devcluster.faultproxy import WRITE_METHODS, Exchange, Faults, fault_proxy
+from computedomain.devcluster.helm import find_helm
+from computedomain.devcluster.processes import ChildProcess, rss_mb
+from computedomain.devcluster.upstream import (
+    COMPUTE_DOMAIN_VALUES,
+    chart_controller_container,
+    container_environment,
+    find_upstream,
+    start_nvidia_controller,
+)
 from computedomain.devcluster.workloads import Jobs
+from computedomain.runtime import objects
 from computedomain.runtime import resources as r
 from computedomain.runtime.client import ApiError, KubeClient
 from computedomain.sim.context import SimSettings
@@ -61,7 +81,28 @@ KILL_WINDOW = 0.7
 RSS_SAMPLE_EVERY_S = 10.0
 # CDs created at once when the churn is behind its schedule.
 BATCH = 8
+# Once every CD is deleted, how long the controller gets to finalize them all.
+FINALIZED_WITHIN_S = 120.0
 CHILD = Path(__file__).with_name("soak_controller.py")
+VERBS = ("GET", "LIST", "WATCH", "POST", "PATCH", "PUT", "DELETE")
+# Answers that a client may retry: throttled, a 5xx, a reset mid-body.
+RETRIABLE_FAULTS = ("throttle", "error-before", "error-after", "reset")
+
+
+class SoakController(Protocol):
+    """A controller process of the soak: ours (``ControllerChild``) or NVIDIA's."""
+
+    @property
+    def pid(self) -> int: ...
+
+    @property
+    def incarnation(self) -> int: ...
+
+    async def cache_differences(self) -> list[str] | None: ...
+
+    async def live_memory(self) -> dict[str, Any]: ...
+
+    async def kill(self) -> None: ...
 
 
 @dataclass
@@ -98,7 +139,7 @@ class ControllerChild:
         line = await asyncio.wait_for(self.process.stdout.readline(), within)
         return line.decode().strip()
 
-    async def cache_differences(self) -> list[str]:
+    async def cache_differences(self) -> list[str] | None:
         """What its informers' caches say unlike a fresh LIST (after waiting for their sync)."""
         answer: list[str] = json.loads(await self._ask("check", 180))
         return answer
@@ -124,6 +165,38 @@ class ControllerChild:
 
 
 @dataclass
+class NvidiaChild:
+    """NVIDIA's controller as its chart's container runs it, reached through the proxy. It has
+    no line protocol: its caches and memory cannot be asked about, only its RSS seen."""
+
+    process: ChildProcess
+    incarnation: int
+    killed: bool = False
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    async def exited(self) -> int:
+        """Its exit code, once it exits."""
+        assert self.process.popen is not None
+        return await asyncio.to_thread(self.process.popen.wait)
+
+    async def cache_differences(self) -> list[str] | None:
+        return None  # not known: only what it wrote can be checked
+
+    async def live_memory(self) -> dict[str, Any]:
+        return {}
+
+    async def kill(self) -> None:
+        """SIGKILL, as for ours."""
+        self.killed = True
+        if self.process.alive():
+            os.kill(self.pid, signal.SIGKILL)
+        await asyncio.to_thread(self.process.stop, 0)
+
+
+@dataclass
 class Soak:
     client: KubeClient
     sim_client: KubeClient
@@ -142,6 +215,10 @@ class Soak:
     compactions: int = 1
     kill_window: float = KILL_WINDOW
     fault_window: tuple[float, float] = FAULT_WINDOW
+    # Ours, then NVIDIA's controller under the same soak, each figure also as ours ÷ NVIDIA's.
+    against_nvidia: bool = False
+    # NVIDIA's client rate limit (QPS, burst); None: its chart's (5, 10).
+    nvidia_rate: tuple[float, int] | None = None
     rng: random.Random = field(init=False)
     hold: int = field(init=False)
     jobs: Jobs = field(init=False)
@@ -149,15 +226,54 @@ class Soak:
     # the controller's own account of its memory (``live_memory``): empty when it could not
     # answer, e.g. being killed)
     rss: list[tuple[float, int, float, float, dict[str, Any]]] = field(default_factory=list)
-    controller: ControllerChild | None = None
+    controller: SoakController | None = None
+    # Exits of NVIDIA's controller that the soak did not cause, each restarted at once (its
+    # v0.4.1 can die of a concurrent map write in its status metrics, and its Deployment's
+    # kubelet would restart it): [seconds into the soak, exit code].
+    crashes: list[tuple[float, int]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        self.rng = random.Random(self.seed)  # noqa: S311 - a reproducible churn
-        self.jobs = Jobs(self.client, NAMESPACE, self.nodes, self.rng)
         # CDs alive at once: about a fifth of the fleet's nodes busy (1-4 nodes each).
         self.hold = max(10, len(self.nodes) // 12)
 
     async def run(self) -> dict[str, Any]:
+        ours = await self._soak(nvidia=False)
+        if not self.against_nvidia:
+            return ours
+        theirs = await self._soak(nvidia=True)
+        return {"ours": ours, "nvidia": theirs, "ours_over_nvidia": ours_over(ours, theirs)}
+
+    def _nvidia_starter(
+        self, proxied: Path, log: Path
+    ) -> Callable[[int], Awaitable[SoakController]]:
+        """Starts NVIDIA's controller (v0.4.1) with its chart's environment (QPS 5, burst 10,
+        no leader election; ``nvidia_rate`` overrides the rate), against the proxy."""
+        build = find_upstream(build=True)
+        container = chart_controller_container(
+            find_helm(), build, self.driver_namespace, COMPUTE_DOMAIN_VALUES
+        )
+        env = container_environment(
+            container, "dra-driver-nvidia-gpu-controller-0", self.driver_namespace
+        )
+
+        if self.nvidia_rate is not None:
+            env.update(
+                KUBE_API_QPS=f"{self.nvidia_rate[0]:g}", KUBE_API_BURST=str(self.nvidia_rate[1])
+            )
+
+        async def start(incarnation: int) -> SoakController:
+            process = start_nvidia_controller(
+                build, proxied, container, {**env, "HTTP_ENDPOINT": f"127.0.0.1:{free_port()}"}, log
+            )
+            return NvidiaChild(process, incarnation)
+
+        return start
+
+    async def _soak(self, *, nvidia: bool) -> dict[str, Any]:
+        """One soak of one controller: the same churn, faults and disturbances for the seed."""
+        self.rng = random.Random(self.seed)  # noqa: S311 - a reproducible churn
+        self.jobs = Jobs(self.client, NAMESPACE, self.nodes, self.rng)
+        self.rss = []
         await ensure_namespace(self.client, NAMESPACE)
         settings = SimSettings(
             driver_namespace=self.driver_namespace, faults=FaultSettings(), seed=self.seed
@@ -166,14 +282,17 @@ class Soak:
         sim_task = asyncio.create_task(simulator.run())
         await asyncio.wait_for(simulator.wait_ready(), timeout=120)
         env = {"ORPHAN_GRACE_PERIOD": "5s", **self.overrides}
-        log = Path(tempfile.gettempdir()) / f"computedomain-soak-controller-{os.getpid()}.log"
+        who = "nvidia" if nvidia else "controller"
+        log = Path(tempfile.gettempdir()) / f"computedomain-soak-{who}-{os.getpid()}.log"
         async with fault_proxy(self.kubeconfig, self.pki_dir, seed=self.seed) as proxy:
             proxied = proxy.kubeconfig(self.kubeconfig.parent / "soak-proxied.kubeconfig")
 
-            async def start(incarnation: int) -> ControllerChild:
+            async def start_ours(incarnation: int) -> SoakController:
                 return await ControllerChild.start(
                     incarnation, proxied, self.kubeconfig, self.driver_namespace, env, log
                 )
+
+            start = self._nvidia_starter(proxied, log) if nvidia else start_ours
 
             self.controller = await start(0)
             begin = time.monotonic()
@@ -192,11 +311,17 @@ class Soak:
             restarted = compacted = 0
             pace = self.seconds / max(1, self.cds)
             sampler = asyncio.create_task(self._sample_rss(begin))
+            self.crashes = []
+            keeper = asyncio.create_task(self._restart_on_crash(start, begin)) if nvidia else None
+            faults_from = faults_until = None
             try:
                 while (elapsed := time.monotonic() - begin) < self.seconds:
                     share = elapsed / self.seconds
                     faulty = self.fault_window[0] <= share < self.fault_window[1]
                     proxy.faults = Faults.hostile() if faulty else Faults.none()
+                    if faulty:
+                        faults_from = faults_from or time.monotonic()
+                        faults_until = time.monotonic()
                     if (
                         next_kill is not None
                         and restarts < self.kills
@@ -242,28 +367,34 @@ class Soak:
                     await replacing
                 proxy.faults = Faults.none()
                 quiet_since = time.monotonic()
-                converged = await self._converge(self.controller, quiet_since)
+                converged, status_converged = await self._converge(self.controller, quiet_since)
+                converged_at = time.monotonic()
                 faults = sorted({x.fault for x in proxy.exchanges if x.fault})
                 gaps = proxy.retry_gaps("throttle")
                 early = sum(1 for gap in gaps if gap < 0.95)
                 for name in sorted(self.jobs.held):
                     await self.jobs.delete(name)
-                orphans = await names_left_by_deleted_cds(self.client, NAMESPACE)
+                orphans = await self._orphans()
+                # Up to here: the controller's work for every CD created, their deletion too.
+                exchanges = list(proxy.exchanges)
             finally:
-                sampler.cancel()
-                await asyncio.gather(sampler, return_exceptions=True)
+                for task in (sampler, keeper):
+                    if task is not None:
+                        task.cancel()
+                        await asyncio.gather(task, return_exceptions=True)
                 if replacing is not None:  # an error mid-replacement: the new one stops too
                     await asyncio.gather(replacing, return_exceptions=True)
                 await self.controller.kill()
                 sim_task.cancel()
                 await asyncio.gather(sim_task, return_exceptions=True)
         last = [(t, mb, probe) for t, inc, mb, _, probe in self.rss if inc == restarts and mb > 0]
-        result = {
+        result: dict[str, Any] = {
             "seconds": self.seconds,
             "cds_created": created,
             "cds_deleted_during_churn": deleted,
             "cds_alive_at_once_up_to": self.hold,
             "controller_kills": restarts,
+            "controller_crashes_restarted": [[round(t, 1), code] for t, code in self.crashes],
             "kill_window": self.kill_window,
             "apiserver_restarts": restarted,
             "etcd_compactions": compacted,
@@ -272,7 +403,9 @@ class Soak:
             "requests_through_proxy": len(proxy.exchanges),
             "throttled": sum(1 for x in proxy.exchanges if x.fault == "throttle"),
             "retries_before_retry_after": early,
+            "controller": self._nvidia_title() if nvidia else "ours",
             "convergence_s": converged,
+            "status_convergence_s": status_converged,
             "orphans": orphans,
             "rss_sample_every_s": RSS_SAMPLE_EVERY_S,
             # [seconds, incarnation, controller MiB, bench process MiB (simulator, proxy),
@@ -288,6 +421,17 @@ class Soak:
             "last_controller_c_heap_mb": [probe.get("c_heap", {}) for _, _, probe in last],
             "last_controller_event_keys": [probe.get("event_keys", [0, 0]) for _, _, probe in last],
             "last_controller_lived_s": round(last[-1][0] - last[0][0], 1) if last else 0.0,
+            "requests": request_figures(
+                exchanges,
+                created,
+                {
+                    "before_faults": faults_from or quiet_since,
+                    "under_faults": faults_until or quiet_since,
+                    "clean_churn": quiet_since,
+                    "convergence": converged_at,
+                    "deletion": float("inf"),
+                },
+            ),
         }
         first, peak, final = (
             (last[0][1], max(mb for _, mb, _ in last), last[-1][1]) if last else (0, 0, 0)
@@ -296,23 +440,89 @@ class Soak:
         live_text = (
             f"live blocks {blocks[0]:,} / {max(blocks):,} / {blocks[-1]:,}" if blocks else "no live"
         )
+        per_cd = result["requests"]["per_cd"]
         self.say(
-            f"soak: {created} CDs over {self.seconds:.0f}s, {restarts} kills, converged "
+            f"soak ({result['controller']}): {created} CDs over {self.seconds:.0f}s, "
+            f"{per_cd['requests']:g} requests and {per_cd['writes']:g} writes per CD, "
+            f"{result['requests']['cds_served']} CDs served (a DaemonSet created), "
+            f"status converged {status_converged} s after the faults, "
+            f"{restarts} kills, converged "
             f"{converged if converged is not None else 'NEVER'} s after the last fault, "
             f"{len(orphans)} orphans, last controller's RSS {first:.0f} / {peak:.0f} / "
             f"{final:.0f} MiB, {live_text} (first / max / last over "
             f"{result['last_controller_lived_s']:.0f} s); "
             f"controller log {log}"
         )
+        top = list(result["requests"]["by_verb_and_resource"].items())[:12]
+        self.say(f"soak ({result['controller']}): requests by verb and resource: {top}")
         return result
 
     async def _replace(
-        self, start: Callable[[int], Awaitable[ControllerChild]], incarnation: int
+        self, start: Callable[[int], Awaitable[SoakController]], incarnation: int
     ) -> None:
         """SIGKILL the controller and start the next one (its RSS is sampled from then on)."""
         assert self.controller is not None
         await self.controller.kill()
         self.controller = await start(incarnation)
+
+    def _nvidia_title(self) -> str:
+        qps, burst = self.nvidia_rate or (5, 10)
+        return f"nvidia v0.4.1 (its chart's environment, QPS {qps:g} / burst {burst})"
+
+    async def _restart_on_crash(
+        self, start: Callable[[int], Awaitable[SoakController]], begin: float
+    ) -> None:
+        """Start NVIDIA's controller again whenever it exits on its own, as its Deployment's
+        kubelet would (without the kubelet's back-off: the soak is short)."""
+        while True:
+            controller = self.controller
+            assert isinstance(controller, NvidiaChild)
+            code = await controller.exited()
+            if controller.killed or controller is not self.controller:
+                await asyncio.sleep(0.5)  # a kill of the soak's: its replacement is starting
+                continue
+            self.crashes.append((time.monotonic() - begin, code))
+            self.say(f"soak: NVIDIA's controller exited ({code}), started again")
+            self.controller = await start(controller.incarnation)
+
+    async def _unserved(self) -> list[str]:
+        """Live CDs without their DaemonSet, their workload's claim template or a
+        ``status.status``: a controller behind the churn has not served them yet, and their
+        status (no node, no clique) would otherwise pass for true."""
+        cds = (await self.client.list(COMPUTE_DOMAINS, NAMESPACE))["items"]
+        daemonsets = (
+            await self.client.list(r.DAEMONSETS, self.driver_namespace, label_selector=c.CD_LABEL)
+        )["items"]
+        served = {objects.labels(ds).get(c.CD_LABEL) for ds in daemonsets}
+        templates = {
+            objects.name(rct)
+            for rct in (await self.client.list(r.RESOURCE_CLAIM_TEMPLATES, NAMESPACE))["items"]
+        }
+        problems = []
+        for cd in cds:
+            if objects.meta(cd).get("deletionTimestamp"):
+                continue
+            channel = ((cd.get("spec") or {}).get("channel") or {}).get(
+                "resourceClaimTemplate"
+            ) or {}
+            if objects.uid(cd) not in served or channel.get("name") not in templates:
+                problems.append(f"{objects.name(cd)}: children not all created")
+            elif not (cd.get("status") or {}).get("status"):
+                problems.append(f"{objects.name(cd)}: no status.status")
+        return problems
+
+    async def _orphans(self) -> list[str]:
+        """What still names a CD once all are deleted; a CD the controller never finalized
+        (NVIDIA's, once a delete of a child met a fault) is named as such, and ends the wait."""
+        try:
+            return await names_left_by_deleted_cds(
+                self.client, NAMESPACE, finalized_within=FINALIZED_WITHIN_S
+            )
+        except TimeoutError:
+            left = (await self.client.list(COMPUTE_DOMAINS, NAMESPACE))["items"]
+            return [
+                f"ComputeDomain {NAMESPACE}/{cd['metadata']['name']} never finalized" for cd in left
+            ]
 
     async def _restart_apiserver(self) -> None:
         """Kill the apiserver (1 s grace) and start it again; back once it answers. The event
@@ -344,13 +554,108 @@ class Soak:
                 self.rss.append((at, controller.incarnation, mb, own, probe))
             await asyncio.sleep(RSS_SAMPLE_EVERY_S)
 
-    async def _converge(self, controller: ControllerChild, since: float) -> float | None:
+    async def _converge(
+        self, controller: SoakController, since: float
+    ) -> tuple[float | None, float | None]:
+        """Seconds from ``since`` until its caches equal a fresh LIST and every status is true,
+        and until every status is true (the one figure that NVIDIA's controller has: its
+        caches cannot be asked, so its first figure is its status one). Either also needs every
+        live CD served: its children created and a ``status.status`` written."""
         deadline = since + 300
+        status_at: float | None = None
         while time.monotonic() < deadline:
-            problems = await controller.cache_differences()
-            problems += await status_liars(self.client, NAMESPACE, self.driver_namespace)
+            liars = await status_liars(self.client, NAMESPACE, self.driver_namespace)
+            liars += await self._unserved()
+            if not liars and status_at is None:
+                status_at = round(time.monotonic() - since, 1)
+            problems = liars + (await controller.cache_differences() or [])
             if not problems:
-                return round(time.monotonic() - since, 1)
+                return round(time.monotonic() - since, 1), status_at
             await asyncio.sleep(0.5)  # polling caches and LISTs: no watch tells this
         self.say(f"soak: NOT converged after 300 s: {'; '.join(problems[:5])}")
-        return None
+        return None, status_at
+
+
+def request_figures(
+    exchanges: Sequence[Exchange], cds: int, phases_until: Mapping[str, float]
+) -> dict[str, Any]:
+    """The controller's requests through the proxy: in all and per CD created, by verb, by verb
+    and resource, by phase (each phase up to the moment given, in order), the answers that a
+    client may retry (429, 5xx, reset) and how many of those it sent again."""
+    by_verb = Counter(x.verb for x in exchanges)
+    writes = sum(1 for x in exchanges if x.method in WRITE_METHODS)
+
+    def phase(exchange: Exchange) -> str:
+        return next(name for name, until in phases_until.items() if exchange.arrived < until)
+
+    def tally(items: Iterable[str]) -> dict[str, int]:
+        return dict(Counter(items).most_common())
+
+    retriable = [x for x in exchanges if x.fault in RETRIABLE_FAULTS]
+    sent_again = 0
+    for index, first in enumerate(exchanges):
+        if first.fault in RETRIABLE_FAULTS and any(
+            (later.method, later.path, later.body) == (first.method, first.path, first.body)
+            and later.arrived >= first.answered
+            for later in exchanges[index + 1 : index + 200]
+        ):
+            sent_again += 1
+    # A CD the controller served: its DaemonSet was created (a 5xx after the apiserver acted,
+    # or a reset mid-answer, still created it). A controller that falls behind the churn
+    # (NVIDIA's at QPS 5) never serves a CD deleted before its turn, and sends nothing for it.
+    served = sum(
+        1
+        for x in exchanges
+        if x.verb == "POST"
+        and x.resource == "daemonsets"
+        and (x.status == 201 or x.fault == "error-after")
+    )
+
+    def per(count: int, cds: int) -> float:
+        return round(count / max(1, cds), 2)
+
+    return {
+        "total": len(exchanges),
+        "writes": writes,
+        "cds_served": served,
+        "by_verb": {verb: by_verb.get(verb, 0) for verb in VERBS},
+        "per_cd": {
+            "requests": per(len(exchanges), cds),
+            "writes": per(writes, cds),
+            **{verb: per(by_verb.get(verb, 0), cds) for verb in VERBS},
+        },
+        "per_cd_served": {
+            "requests": per(len(exchanges), served),
+            "writes": per(writes, served),
+            **{verb: per(by_verb.get(verb, 0), served) for verb in VERBS},
+        },
+        "by_verb_and_resource": tally(f"{x.verb} {x.resource}" for x in exchanges),
+        "by_phase": {
+            name: dict(tally(x.verb for x in exchanges if phase(x) == name))
+            for name in phases_until
+        },
+        "by_phase_and_resource": {
+            name: dict(tally(f"{x.verb} {x.resource}" for x in exchanges if phase(x) == name))
+            for name in phases_until
+        },
+        "answered": tally(x.fault or str(x.status) for x in exchanges),
+        "retriable_answers": len(retriable),
+        "retriable_answers_sent_again": sent_again,
+    }
+
+
+def ours_over(ours: Mapping[str, Any], theirs: Mapping[str, Any]) -> dict[str, float | None]:
+    """Ours ÷ NVIDIA's for requests and writes per CD (in all and by verb) and convergence:
+    below 1, ours sends fewer, converges sooner."""
+
+    def ratio(a: float | None, b: float | None) -> float | None:
+        return None if a is None or b is None or b == 0 else round(a / b, 2)
+
+    mine, its = ours["requests"]["per_cd"], theirs["requests"]["per_cd"]
+    mine_served, its_served = ours["requests"]["per_cd_served"], theirs["requests"]["per_cd_served"]
+    return {
+        **{f"{key}_per_cd": ratio(mine[key], its[key]) for key in mine},
+        **{f"{key}_per_cd_served": ratio(mine_served[key], its_served[key]) for key in mine_served},
+        "cds_served": ratio(ours["requests"]["cds_served"], theirs["requests"]["cds_served"]),
+        "status_convergence": ratio(ours["status_convergence_s"], theirs["status_convergence_s"]),
+    }

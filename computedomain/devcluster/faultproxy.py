@@ -91,6 +91,34 @@ class Exchange:
     # "", "latency", "throttle", "error-before", "error-after", "reset", "cut-clean" or "cut-reset"
     fault: str
 
+    @property
+    def verb(self) -> str:
+        """GET, LIST, WATCH, POST, PATCH, PUT or DELETE: a GET of a collection is a LIST."""
+        if self.watch:
+            return "WATCH"
+        resource, name, _ = api_path_parts(self.path)
+        if self.method == "GET" and not name and resource != self.path:  # not discovery
+            return "LIST"
+        return self.method
+
+    @property
+    def resource(self) -> str:
+        """The resource the path names, with any subresource (``computedomains/status``)."""
+        resource, _, subresource = api_path_parts(self.path)
+        return f"{resource}/{subresource}" if subresource else resource
+
+
+def api_path_parts(path: str) -> tuple[str, str, str]:
+    """(resource, name, subresource) of an API path such as ``/api/v1/namespaces/ns/pods/p/log``
+    or ``/apis/group/v1/nodes``; name and subresource empty where the path has none."""
+    parts = [part for part in path.split("/") if part]
+    # /api/v1/... or /apis/group/version/...
+    rest = parts[2:] if parts[:1] == ["api"] else parts[3:]
+    if rest[:1] == ["namespaces"] and len(rest) >= 3:
+        rest = rest[2:]  # a namespaced resource, not the Namespace itself
+    padded = [*rest, "", "", ""]
+    return padded[0] or path, padded[1], "/".join(rest[2:])  # discovery: the path itself
+
 
 @dataclass
 class FaultProxy:
