@@ -6,7 +6,9 @@ nothing when nothing differs, so a steady state costs no API calls.
 
 The work is split where its seams are:
 
-- ``children``: the live path (create, adopt, refuse a foreign object);
+- ``snapshot``: the CD and what the caches hold of it, read once (observe);
+- ``plan``: the live path's writes (finalizer, children), decided from that (pure);
+- ``children``: the executor of the creates (create, adopt, refuse a foreign object);
 - ``status``: projection, conditions, clique pruning, the status write and its events;
 - ``deletion``: children, node labels, then the finalizer;
 - ``sweeper``: orphans of CDs that are gone.
@@ -20,9 +22,7 @@ finalizer, cleans up then. The stand-by is a cluster's state, reported once on t
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
-from computedomain.api import constants as c
 from computedomain.api.resources import COMPUTE_DOMAINS
 from computedomain.api.v1beta1 import ComputeDomain
 from computedomain.domain.caches import Caches
@@ -30,13 +30,15 @@ from computedomain.domain.children import ChildMaker
 from computedomain.domain.context import ReconcileContext
 from computedomain.domain.deletion import Cleanup, Finalizer
 from computedomain.domain.keys import OrphanKey, QueueKey
-from computedomain.domain.modes import status_mode
+from computedomain.domain.observe import observe
+from computedomain.domain.plan import plan_live
 from computedomain.domain.ports import DomainMetricsSink
 from computedomain.domain.pruning import CliquePruner
 from computedomain.domain.settings import ReconcilerSettings
-from computedomain.domain.status import StatusWriter, daemon_pods
+from computedomain.domain.snapshot import DomainSnapshot
+from computedomain.domain.status import StatusWriter
 from computedomain.domain.sweeper import OrphanSweeper
-from computedomain.runtime import patches
+from computedomain.runtime import objects
 from computedomain.runtime.access import Access
 from computedomain.runtime.client import ApiError, KubeClient
 from computedomain.runtime.clock import Clock, SystemClock
@@ -93,34 +95,37 @@ class ComputeDomainReconciler:
             return Result()
         if standing_by:
             return Result()
-        cd = ComputeDomain.model_validate(obj)
-        if cd.metadata.deletion_timestamp:
-            return await self._finalizer.finalize(cd, obj)
-        return await self._reconcile_live(cd, obj)
+        if objects.meta(obj).get("deletionTimestamp"):
+            return await self._finalizer.finalize(ComputeDomain.model_validate(obj), obj)
+        return await self._reconcile_live(observe(self._ctx, obj))
 
-    async def _reconcile_live(self, cd: ComputeDomain, obj: dict[str, Any]) -> Result:
+    async def _reconcile_live(self, snapshot: DomainSnapshot) -> Result:
+        """Observe (``snapshot``), plan (``plan_live``: finalizer, children), act; then the
+        clique pruning and the status, which decide and write for themselves."""
         ctx = self._ctx
-        patch = patches.add_finalizer(obj, c.FINALIZER)
-        if patch is not None:
+        plan = plan_live(snapshot, self._children.refused, ctx.clock.now())
+        if plan.finalizer is not None:
             # Finalizer first: no child may exist that a deletion would not clean up.
             try:
-                obj = await ctx.patch_cd(cd, obj, patch, patch_type="json")
+                obj = await ctx.patch_cd(
+                    snapshot.cd, snapshot.obj, plan.finalizer, patch_type="json"
+                )
             except ApiError as err:
                 if err.is_not_found:  # deleted since the cache saw it; the watch says so next
                     return Result()
                 raise
             ctx.caches.observe_write(COMPUTE_DOMAINS, obj)
-            cd = ComputeDomain.model_validate(obj)
+            snapshot = snapshot.rebased(obj)
 
-        children, requeue, created = await self._children.ensure(cd, obj)
+        children, requeue, created = await self._children.act(snapshot, plan)
         if created and ctx.backlog() > 0:
             # Children first in a burst: this CD's first status waits behind the reconciles
             # queued now, so no CD's children wait for another's status (same writes, reordered).
             return Result(requeue_after=CHILDREN_FIRST_REQUEUE)
-        mode, pods = status_mode(ctx, cd), daemon_pods(ctx, cd)
+        cd, mode, pods = snapshot.cd, snapshot.mode, list(snapshot.pods)
         # Before the status: what it projects must not show the entries removed now.
         pruning = await self._pruner.prune(cd, pods) if mode.prunes_cliques else None
-        result = await self._status.update(cd, obj, children, mode=mode, pods=pods)
+        result = await self._status.update(cd, dict(snapshot.obj), children, mode=mode, pods=pods)
         if pruning is not None and not result.requeue:
             result = result.sooner(pruning)
         return result if requeue is None else result.sooner(requeue)

@@ -27,7 +27,8 @@ from computedomain.domain.childkinds import ChildKind
 from computedomain.domain.conditions import ChildState, DomainView
 from computedomain.domain.context import DomainMemory, ReconcileContext
 from computedomain.domain.keys import CDKey
-from computedomain.domain.modes import StatusMode, status_mode
+from computedomain.domain.modes import StatusMode
+from computedomain.domain.observe import status_mode
 from computedomain.domain.transitions import ONCE_PER_DOMAIN, transition_events
 from computedomain.domain.workload_check import WorkloadCheck
 from computedomain.runtime import objects

@@ -13,9 +13,11 @@ from prometheus_client import CollectorRegistry
 from computedomain.api import constants as c
 from computedomain.api.resources import COMPUTE_DOMAINS
 from computedomain.domain.caches import Caches, build_caches
-from computedomain.domain.keys import QueueKey
+from computedomain.domain.keys import CDKey, QueueKey
+from computedomain.domain.observe import observe
 from computedomain.domain.reconciler import ComputeDomainReconciler
 from computedomain.domain.settings import DaemonSettings, ReconcilerSettings
+from computedomain.domain.snapshot import DomainSnapshot
 from computedomain.domain.status import GRACE_MARGIN_SECONDS
 from computedomain.observability.metrics import DomainMetrics
 from computedomain.runtime import objects
@@ -92,6 +94,12 @@ class World:
             ]
         for name, items in stores.items():
             informers[name][0].feed_list(items)
+
+    def observe(self, key: CDKey) -> DomainSnapshot:
+        """The snapshot the live path of ``key``'s reconcile would plan from now."""
+        obj = self.caches.compute_domain(key)
+        assert obj is not None, f"{key} is not in the cache"
+        return observe(self.reconciler._ctx, obj)
 
     async def reconcile(self, key: QueueKey) -> Result:
         self.client.forget_calls()
