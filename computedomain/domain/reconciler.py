@@ -88,11 +88,15 @@ class ComputeDomainReconciler:
         obj = self._ctx.caches.compute_domain(key)
         if obj is None:
             # Gone, also without our finalizer (removed by hand): its series go with it, and so
-            # does what this process remembered of it (by UID, which the key does not carry).
+            # does what this process remembered of it: the UID last reconciled under this key,
+            # and any other UID no cached CD has any more.
             self._ctx.metrics.forget_domain(key.namespace, key.name)
+            if (last := self._ctx.uid_of_key.get(key)) is not None:
+                self._ctx.forget(last)
             for uid in [uid for uid in self._ctx.memory if not self._ctx.caches.cds_of(uid)]:
                 self._ctx.forget(uid)
             return Result()
+        self._ctx.reconciling(key, objects.uid(obj) or "")
         if standing_by:
             return Result()
         if objects.meta(obj).get("deletionTimestamp"):

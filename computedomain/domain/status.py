@@ -25,7 +25,7 @@ from computedomain.domain import conditions as cond
 from computedomain.domain.caches import BY_CD, BY_GPU_CLIQUE
 from computedomain.domain.childkinds import ChildKind
 from computedomain.domain.conditions import ChildState, DomainView
-from computedomain.domain.context import DomainMemory, ReconcileContext
+from computedomain.domain.context import ReconcileContext, StatusMemory
 from computedomain.domain.keys import CDKey
 from computedomain.domain.modes import StatusMode
 from computedomain.domain.observe import status_mode
@@ -243,7 +243,7 @@ class StatusWriter:
         if stuck:
             template = cd.spec.channel.resource_claim_template.name if cd.spec else ""
             view = replace(view, workload_template=template, workload_problems=stuck)
-        memory = ctx.memory_of(cd.metadata.uid)
+        memory = ctx.memory_of(cd.metadata.uid).status
         previous = self._previous_conditions(cd, memory, mode)
         now, grace = ctx.clock.wall(), ctx.settings.daemon_ready_grace_period
         conditions = cond.conditions_for(view, cd.metadata.generation or 0, now, previous, grace)
@@ -325,7 +325,7 @@ class StatusWriter:
 
     @staticmethod
     def _previous_conditions(
-        cd: ComputeDomain, memory: DomainMemory, mode: StatusMode
+        cd: ComputeDomain, memory: StatusMemory, mode: StatusMode
     ) -> list[Condition]:
         """The conditions the last write carried: in memory while the CRD prunes them."""
         if mode.upstream_only:
@@ -352,7 +352,7 @@ class StatusWriter:
         self._ctx.caches.observe_write(COMPUTE_DOMAINS, written)
         return written
 
-    def _coalescing(self, memory: DomainMemory) -> float | None:
+    def _coalescing(self, memory: StatusMemory) -> float | None:
         """How long a status change waits to be folded with the next ones, or None: write now.
 
         The first change after a quiet window goes out at once (an isolated change is not
@@ -368,7 +368,7 @@ class StatusWriter:
         memory.status_held = True
         return wait
 
-    def _progress_hold(self, memory: DomainMemory) -> float | None:
+    def _progress_hold(self, memory: StatusMemory) -> float | None:
         """How long a change of the conditions' words alone waits, or None: write now.
 
         A daemon pod seen before its daemon's clique entry (Ready False, DaemonsStarting) is
@@ -385,7 +385,7 @@ class StatusWriter:
         wait = max(memory.progress_held_since + base - now, self._coalescing(memory) or 0.0)
         return wait if wait > 0 else None
 
-    def _wrote(self, memory: DomainMemory) -> None:
+    def _wrote(self, memory: StatusMemory) -> None:
         """A status write went out: the next window is twice as long if this write folded held
         changes (they keep coming), up to ``MAX_WINDOW_FACTOR``, else the configured one."""
         base = self._ctx.settings.status_coalesce_window
@@ -405,7 +405,7 @@ class StatusWriter:
         global_status: str,
     ) -> None:
         ctx = self._ctx
-        memory = ctx.memory_of(cd.metadata.uid)
+        memory = ctx.memory_of(cd.metadata.uid).metrics
         now = ctx.clock.now()
         by_status: dict[str, int] = {c.STATUS_READY: 0, c.STATUS_NOT_READY: 0}
         for node in nodes:
@@ -445,7 +445,7 @@ class StatusWriter:
         nodes: list[ComputeDomainNode],
     ) -> None:
         old_nodes = list(cd.status.nodes or []) if cd.status else []
-        warned = self._ctx.memory_of(cd.metadata.uid).warned_once
+        warned = self._ctx.memory_of(cd.metadata.uid).status.warned_once
         for event in transition_events(old_nodes, nodes, before, after, warned):
             self._ctx.recorder.record(obj, event.type, event.reason, event.action, event.note)
             if event.type == WARNING and event.reason in ONCE_PER_DOMAIN:
