@@ -22,7 +22,8 @@ from computedomain.api import constants as c
 from computedomain.api.resources import COMPUTE_DOMAINS
 from computedomain.api.v1beta1 import ComputeDomain
 from computedomain.domain.caches import BY_CD
-from computedomain.domain.context import DELETION_POLL_SECONDS, DeletionMemory, ReconcileContext
+from computedomain.domain.context import DELETION_POLL_SECONDS, ReconcileContext
+from computedomain.domain.memory import DeletionMemory
 from computedomain.domain.projection import plural
 from computedomain.domain.status import StatusWriter
 from computedomain.domain.workload import pods_holding

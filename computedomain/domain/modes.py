@@ -15,6 +15,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+# Status fields NVIDIA's CRD has; everything else in our status is our addition.
+UPSTREAM_STATUS_FIELDS: tuple[str, ...] = ("status", "nodes")
+OUR_STATUS_FIELDS: tuple[str, ...] = (
+    "conditions",
+    "observedGeneration",
+    "nodeCount",
+    "readyNodeCount",
+    "cliqueCount",
+)
+
 
 @dataclass(frozen=True)
 class StatusMode:

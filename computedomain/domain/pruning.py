@@ -13,7 +13,8 @@ from computedomain.api import constants as c
 from computedomain.api.resources import CLIQUES
 from computedomain.api.v1beta1 import ComputeDomain, ComputeDomainClique
 from computedomain.domain import projection
-from computedomain.domain.context import PruningMemory, ReconcileContext
+from computedomain.domain.context import ReconcileContext
+from computedomain.domain.memory import PruningMemory
 from computedomain.runtime import objects
 from computedomain.runtime.client import ApiError
 from computedomain.runtime.resources import PODS

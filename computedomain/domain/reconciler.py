@@ -80,6 +80,19 @@ class ComputeDomainReconciler:
         self._finalizer = Finalizer(self._ctx, self.cleanup, self._status)
         self.sweeper = OrphanSweeper(self._ctx, self.cleanup)
 
+    # Its parts, for the unit tests that compare whole plans (tests/kit/world.py).
+    @property
+    def context(self) -> ReconcileContext:
+        return self._ctx
+
+    @property
+    def children(self) -> ChildMaker:
+        return self._children
+
+    @property
+    def status(self) -> StatusWriter:
+        return self._status
+
     async def reconcile(self, key: QueueKey) -> Result:
         standing_by = self._standing_by()
         if isinstance(key, OrphanKey):

@@ -15,10 +15,10 @@ from computedomain.api.resources import COMPUTE_DOMAINS
 from computedomain.domain.caches import Caches, build_caches
 from computedomain.domain.keys import CDKey, QueueKey
 from computedomain.domain.observe import observe
+from computedomain.domain.plan import GRACE_MARGIN_SECONDS, StatusPlan, plan_live
 from computedomain.domain.reconciler import ComputeDomainReconciler
 from computedomain.domain.settings import DaemonSettings, ReconcilerSettings
 from computedomain.domain.snapshot import DomainSnapshot
-from computedomain.domain.status import GRACE_MARGIN_SECONDS
 from computedomain.observability.metrics import DomainMetrics
 from computedomain.runtime import objects
 from computedomain.runtime import resources as r
@@ -99,7 +99,16 @@ class World:
         """The snapshot the live path of ``key``'s reconcile would plan from now."""
         obj = self.caches.compute_domain(key)
         assert obj is not None, f"{key} is not in the cache"
-        return observe(self.reconciler._ctx, obj)
+        return observe(self.reconciler.context, obj)
+
+    async def plan_status(self, key: CDKey) -> StatusPlan:
+        """The status plan of ``key``'s live path now, its children as they are (none
+        created): what ``StatusWriter.update`` would apply."""
+        snapshot = self.observe(key)
+        children = plan_live(snapshot, self.reconciler.children.refused, self.clock.now()).known
+        writer, mode = self.reconciler.status, snapshot.mode
+        observed = await writer.observe(snapshot.cd, children, mode, list(snapshot.pods))
+        return writer.plan(snapshot.cd, snapshot.obj, observed, children, mode)
 
     async def reconcile(self, key: QueueKey) -> Result:
         self.client.forget_calls()
