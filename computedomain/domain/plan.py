@@ -263,7 +263,7 @@ def plan_status(
     hold: float | None = None
     held = memory
     if deleting:
-        pass
+        pass  # what a deletion says goes out at once
     elif _progress_only(stored, desired, previous, conditions):
         hold, held = _progress_hold(memory, now, window)
     elif not flips:

@@ -118,7 +118,8 @@ class ComputeDomainReconciler:
 
     async def _reconcile_live(self, snapshot: DomainSnapshot) -> Result:
         """Observe (``snapshot``), plan (``plan_live``: finalizer, children), act; then the
-        clique pruning and the status, which decide and write for themselves."""
+        clique pruning, and the status (``StatusWriter.update``: observe the view, plan it with
+        ``plan_status``, act)."""
         ctx = self._ctx
         plan = plan_live(snapshot, self._children.refused, ctx.clock.now())
         if plan.finalizer is not None:

@@ -101,14 +101,17 @@ class World:
         assert obj is not None, f"{key} is not in the cache"
         return observe(self.reconciler.context, obj)
 
-    async def plan_status(self, key: CDKey) -> StatusPlan:
-        """The status plan of ``key``'s live path now, its children as they are (none
-        created): what ``StatusWriter.update`` would apply."""
+    async def plan_status(self, key: CDKey, deleting: bool = False) -> StatusPlan:
+        """The status plan of ``key`` now, as ``StatusWriter.update`` would apply it: on the
+        live path its children as they are (none created); ``deleting``, none (as the
+        deletion calls it)."""
         snapshot = self.observe(key)
         children = plan_live(snapshot, self.reconciler.children.refused, self.clock.now()).known
-        writer, mode = self.reconciler.status, snapshot.mode
-        observed = await writer.observe(snapshot.cd, children, mode, list(snapshot.pods))
-        return writer.plan(snapshot.cd, snapshot.obj, observed, children, mode)
+        if deleting:
+            children = {}
+        writer, mode, pods = self.reconciler.status, snapshot.mode, list(snapshot.pods)
+        observed = await writer.observe(snapshot.cd, children, mode, pods, deleting)
+        return writer.plan(snapshot.cd, snapshot.obj, observed, children, mode, deleting)
 
     async def reconcile(self, key: QueueKey) -> Result:
         self.client.forget_calls()

@@ -221,3 +221,32 @@ async def test_a_daemon_joining_plans_one_status_patch_and_its_events(world: Wor
         memory=memory,  # unchanged unless the patch is written: then ``written``
         written=replace(memory, status_written_at=world.clock.now()),
     )
+
+
+async def test_a_deletion_plans_its_status_patch_at_once_even_within_the_window(
+    world: World,
+) -> None:
+    world.fill(**with_children(world), service_accounts=[service_account()])
+    await world.reconcile(KEY)  # its status written just now: a live change would wait 1 s
+    resource_version = world.caches.compute_domain(KEY)["metadata"]["resourceVersion"]  # type: ignore[index]
+    memory = world.reconciler.context.memory_of(UID).status
+
+    plan = await world.plan_status(KEY, deleting=True)
+
+    assert [(x.type, x.status, x.reason) for x in plan.conditions] == [
+        ("Ready", "False", "Deleting"),
+        ("ChildrenReady", "False", "Deleting"),
+        ("DaemonsReady", "Unknown", "NoDaemons"),
+        ("SingleClique", "Unknown", "NoNodes"),
+        ("ExclusiveClique", "Unknown", "NoNodes"),
+    ]
+    assert plan == StatusPlan(
+        desired=plan.desired,
+        conditions=plan.conditions,
+        patch={"metadata": {"resourceVersion": resource_version}, "status": plan.desired},
+        events=(
+            EventSpec("Normal", "Deleting", "Reconcile", "The ComputeDomain is being deleted"),
+        ),
+        memory=memory,
+        written=replace(memory, status_written_at=world.clock.now()),
+    )
