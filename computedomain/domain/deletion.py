@@ -24,6 +24,7 @@ from computedomain.api.v1beta1 import ComputeDomain
 from computedomain.domain.caches import BY_CD
 from computedomain.domain.context import DELETION_POLL_SECONDS, ReconcileContext
 from computedomain.domain.memory import DeletionMemory
+from computedomain.domain.observe import observe
 from computedomain.domain.projection import plural
 from computedomain.domain.status import StatusWriter
 from computedomain.domain.workload import pods_holding
@@ -158,7 +159,9 @@ class Finalizer:
         waited = (ctx.clock.wall() - deleted_at).total_seconds()
         holders = await self._workload_still_running(cd, obj, waited)
         if holders:
-            await self._status.update(cd, obj, {}, deleting=True, workload_holders=holders)
+            await self._status.update(
+                observe(ctx, obj), {}, deleting=True, workload_holders=holders
+            )
             left = ctx.settings.workload_release_timeout - waited
             return Result(requeue_after=max(0.0, min(WORKLOAD_RELEASE_POLL_SECONDS, left)))
         # Every child goes, also a DaemonSet or daemon RCT left from driverManaged mode: the
@@ -177,7 +180,7 @@ class Finalizer:
             waited = (ctx.clock.wall() - released_at).total_seconds()
         if pods and waited < ctx.settings.daemon_pod_wait_timeout:
             # Keep the CD while its daemon pods stop, so the plugin can still resolve it (#380).
-            await self._status.update(cd, obj, {}, deleting=True)
+            await self._status.update(observe(ctx, obj), {}, deleting=True)
             return Result(requeue_after=DELETION_POLL_SECONDS)
         if pods:
             names = ", ".join(sorted(objects.name(p) or "?" for p in pods))

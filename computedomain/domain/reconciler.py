@@ -140,10 +140,12 @@ class ComputeDomainReconciler:
             # Children first in a burst: this CD's first status waits behind the reconciles
             # queued now, so no CD's children wait for another's status (same writes, reordered).
             return Result(requeue_after=CHILDREN_FIRST_REQUEUE)
-        cd, mode, pods = snapshot.cd, snapshot.mode, list(snapshot.pods)
         # Before the status: what it projects must not show the entries removed now.
-        pruning = await self._pruner.prune(cd, pods) if mode.prunes_cliques else None
-        result = await self._status.update(cd, dict(snapshot.obj), children, mode=mode, pods=pods)
+        if snapshot.mode.prunes_cliques:
+            pruning = await self._pruner.prune(snapshot.cd, snapshot.pods)
+        else:
+            pruning = None
+        result = await self._status.update(snapshot, children)
         if pruning is not None and not result.requeue:
             result = result.sooner(pruning)
         return result if requeue is None else result.sooner(requeue)

@@ -30,8 +30,8 @@ from computedomain.domain.context import ReconcileContext
 from computedomain.domain.keys import CDKey
 from computedomain.domain.memory import StatusMemory
 from computedomain.domain.modes import StatusMode
-from computedomain.domain.observe import status_mode
 from computedomain.domain.plan import StatusPlan, plan_status
+from computedomain.domain.snapshot import DomainSnapshot
 from computedomain.domain.transitions import ONCE_PER_DOMAIN, EventSpec
 from computedomain.domain.workload_check import WorkloadCheck
 from computedomain.runtime import objects
@@ -41,11 +41,6 @@ from computedomain.runtime.controller import Result
 from computedomain.runtime.event_types import WARNING
 
 log = logging.getLogger(__name__)
-
-
-def daemon_pods(ctx: ReconcileContext, cd: ComputeDomain) -> list[projection.DaemonPod]:
-    """The CD's daemon pods as the cache holds them, projected (once per reconcile)."""
-    return [projection.daemon_pod_from_dict(p) for p in ctx.caches.pods_of(cd.metadata.uid)]
 
 
 class StatusWriter:
@@ -203,20 +198,15 @@ class StatusWriter:
 
     async def update(
         self,
-        cd: ComputeDomain,
-        obj: dict[str, Any],
+        snapshot: DomainSnapshot,
         children: Mapping[ChildKind, ChildState],
         deleting: bool = False,
-        mode: StatusMode | None = None,
-        pods: list[projection.DaemonPod] | None = None,
         workload_holders: tuple[str, ...] = (),
     ) -> Result:
         """Observe, plan, act: the view, ``plan_status``, then its patch, metrics and events,
-        for ``mode`` and the CD's daemon ``pods`` (given by the caller for the whole reconcile;
-        else read here)."""
+        in the snapshot's status mode, from its daemon pods."""
         ctx = self._ctx
-        mode = mode or status_mode(ctx, cd)
-        pods = daemon_pods(ctx, cd) if pods is None else pods
+        cd, obj, mode, pods = snapshot.cd, snapshot.obj, snapshot.mode, list(snapshot.pods)
         observed = await self.observe(cd, children, mode, pods, deleting, workload_holders)
         plan = self.plan(cd, obj, observed, children, mode, deleting)
         view, nodes, _ = observed
