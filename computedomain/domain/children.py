@@ -1,40 +1,35 @@
 """The live path of a ComputeDomain: its children exist, or we say why not.
 
-Creates each child kind of ``childkinds`` (the daemon ResourceClaimTemplate, the IMEX DaemonSet
-and the workload ResourceClaimTemplate; with host-managed IMEX, contract §18, only the last).
-An object of the same name that we made earlier (it carries this CD's UID label) is adopted;
-one that does not is never touched: we refuse and report it as FOREIGN, with what to do, until
-it is gone. The ChildrenReady condition carries that advice, and its transition is the one
-Warning event (``transitions``).
+``plan.plan_live`` decides which child kinds of ``childkinds`` to create (the daemon
+ResourceClaimTemplate, the IMEX DaemonSet and the workload ResourceClaimTemplate; with
+host-managed IMEX, contract §18, only the last); this module creates them. An object of the
+same name that we made earlier (it carries this CD's UID label) is adopted; one that does not
+is never touched: we refuse and report it as FOREIGN, with what to do, until it is gone. The
+ChildrenReady condition carries that advice, and its transition is the one Warning event
+(``transitions``).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
-from dataclasses import replace
 from typing import Any
 
 from computedomain.api.v1beta1 import ComputeDomain
 from computedomain.domain import childkinds
-from computedomain.domain.childkinds import Child, ChildKind, Inputs, Scope
-from computedomain.domain.coexistence import daemon_image
+from computedomain.domain.childkinds import ChildKind
 from computedomain.domain.conditions import ChildState, ChildStatus
 from computedomain.domain.context import ReconcileContext
 from computedomain.domain.keys import CDKey
 from computedomain.domain.labels import cd_uid_of
+from computedomain.domain.plan import FOREIGN_RECHECK_SECONDS, SPEC_MISSING, Create, Plan, Refusals
+from computedomain.domain.snapshot import DomainSnapshot
 from computedomain.runtime import objects
 from computedomain.runtime.client import ApiError
 from computedomain.runtime.resources import Resource
 
 log = logging.getLogger(__name__)
 
-SPEC_MISSING = (
-    "spec is missing: a ComputeDomain needs spec.channel.resourceClaimTemplate.name (and "
-    "optionally spec.numNodes); nothing is created for it until it has one"
-)
-# A refused (foreign) object is looked at again this often; until then no create is tried.
-FOREIGN_RECHECK_SECONDS = 60.0
+__all__ = ["FOREIGN_RECHECK_SECONDS", "SPEC_MISSING", "ChildMaker", "foreign_advice"]
 
 
 def foreign_advice(
@@ -66,81 +61,50 @@ def foreign_advice(
 
 
 class ChildMaker:
+    """The executor of a plan's creates (``plan``): each create, its answer, one Event."""
+
     def __init__(self, ctx: ReconcileContext) -> None:
         self._ctx = ctx
         # (resource plural, namespace, name) -> (monotonic time a foreign object was last
         # confirmed, the advice given), so the condition message stays as it was until then.
         self._foreign: dict[tuple[str, str, str], tuple[float, str]] = {}
 
-    async def ensure(
-        self, cd: ComputeDomain, obj: dict[str, Any]
+    @property
+    def refused(self) -> Refusals:
+        """What ``plan_live`` reads: the objects refused lately, with the advice given."""
+        return self._foreign
+
+    async def act(
+        self, snapshot: DomainSnapshot, plan: Plan
     ) -> tuple[dict[ChildKind, ChildState], float | None, bool]:
-        """Each child's state, when to look again (set while a foreign object blocks one), and
-        whether this call created any child."""
-        caches, s = self._ctx.caches, self._ctx.settings
-        states: dict[ChildKind, ChildState] = {}
+        """Create what ``plan`` says. Each child's state, when to look again (set while a
+        foreign object blocks one), and whether this call created any child."""
+        states = dict(plan.known)
         # What this reconcile created: one Event lists them all (one write, not one per child).
         created: list[tuple[str, dict[str, Any]]] = []
-        if cd.spec is None:
-            # The CRD admits a ComputeDomain without spec (as upstream); with no channel
-            # template it cannot work, so no DaemonSet or claim template is made for it.
-            return {ChildKind.SPEC: ChildState(ChildStatus.INVALID, SPEC_MISSING)}, None, False
-
-        # Host-managed IMEX (§18): the workload RCT is the only child. A DaemonSet or daemon
-        # RCT left from driverManaged is never deleted here (its daemons may serve a running
-        # job); the conditions report it.
-        inputs: Inputs | None = None
-        for child in childkinds.in_mode(s.host_managed):
-            if self._exists(child, cd, obj):
-                states[child.kind] = ChildState(ChildStatus.OK)
-                continue
-            if inputs is None:
-                # IMAGE_NAME, else the driver image NVIDIA's kubelet plugin runs beside the
-                # daemons.
-                image = daemon_image(
-                    s.daemon.image, caches.nvidia_daemonsets.store.list(), s.driver_namespace
-                )
-                inputs = Inputs(replace(s.daemon, image=image), s.host_managed)
-            states[child.kind] = await self._create(
-                cd, obj, child.resource, child.build(cd, inputs), created=created
-            )
-
-        self._ctx.record_children(obj, "Created", created)
+        for create in plan.creates:
+            states[create.kind] = await self._create(snapshot.cd, create, created=created)
+        self._ctx.record_children(snapshot.obj, "Created", created)
         blocked = any(state.status is ChildStatus.FOREIGN for state in states.values())
-        return states, FOREIGN_RECHECK_SECONDS if blocked else None, bool(created)
-
-    def _exists(self, child: Child, cd: ComputeDomain, obj: Mapping[str, Any]) -> bool:
-        """Any child of this kind labelled with the CD's UID serves (one beside the daemons
-        only in a managed namespace), including one made by an older controller with
-        generateName, and so does an object at the child's own name carrying the UID: never
-        create a second one."""
-        caches, s = self._ctx.caches, self._ctx.settings
-        uid = cd.metadata.uid
-        found = caches.children_of(child, uid)
-        if child.scope is Scope.DRIVER_NAMESPACE:
-            found = [obj for obj in found if objects.namespace(obj) in s.managed_namespaces]
-        if found:
-            return True
-        named = caches.child_at(child.resource, *child.locate(obj, s.driver_namespace))
-        return named is not None and cd_uid_of(named) == uid
+        requeue = FOREIGN_RECHECK_SECONDS if blocked else plan.requeue_after
+        # Created children keep their table order: a kind known before sorts with the rest.
+        order = [ChildKind.SPEC, *(child.kind for child in childkinds.CHILDREN)]
+        ordered = {kind: states[kind] for kind in order if kind in states}
+        return ordered, requeue, bool(created)
 
     async def _create(
         self,
         cd: ComputeDomain,
-        cd_obj: Mapping[str, Any],
-        res: Resource,
-        body: dict[str, Any],
+        create: Create,
         *,
         created: list[tuple[str, dict[str, Any]]],
     ) -> ChildState:
         """Create one child; on success append what it is and a reference to ``created``."""
         ctx = self._ctx
+        res, body = create.resource, create.body
         namespace = body["metadata"]["namespace"]
         name = body["metadata"]["name"]
-        memo_key = (res.plural, namespace, name)
-        confirmed = self._foreign.get(memo_key)
-        if confirmed is not None and ctx.clock.now() - confirmed[0] < FOREIGN_RECHECK_SECONDS:
-            return ChildState(ChildStatus.FOREIGN, confirmed[1])
+        memo_key = create.refusal_key
         try:
             written = await ctx.client.create(res, body, namespace)
         except ApiError as err:

@@ -34,6 +34,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from computedomain.api import constants as c
+from computedomain.domain import modes
 from computedomain.domain.ports import CoexistenceMetricsSink
 from computedomain.domain.selectors import matches, parse_selector
 from computedomain.runtime import objects
@@ -45,15 +46,9 @@ log = logging.getLogger(__name__)
 CD_CRD_NAME = c.CD_CRD_NAME
 CLIQUE_CRD_NAME = c.CLIQUE_CRD_NAME
 CRD_INSTALL_COMMAND = c.CRD_INSTALL_COMMAND
-# Status fields NVIDIA's CRD has; everything else in our status is our addition.
-UPSTREAM_STATUS_FIELDS: tuple[str, ...] = ("status", "nodes")
-OUR_STATUS_FIELDS: tuple[str, ...] = (
-    "conditions",
-    "observedGeneration",
-    "nodeCount",
-    "readyNodeCount",
-    "cliqueCount",
-)
+# Status fields NVIDIA's CRD has, and ours besides (defined with the status modes, pure).
+UPSTREAM_STATUS_FIELDS = modes.UPSTREAM_STATUS_FIELDS
+OUR_STATUS_FIELDS = modes.OUR_STATUS_FIELDS
 CRD_UPGRADE_COMMAND = c.CRD_UPGRADE_COMMAND
 RESUMED_NOTE = (
     "Nothing makes this controller stand by any more (no other ComputeDomain controller runs, "

@@ -22,7 +22,9 @@ from computedomain.api import constants as c
 from computedomain.api.resources import COMPUTE_DOMAINS
 from computedomain.api.v1beta1 import ComputeDomain
 from computedomain.domain.caches import BY_CD
-from computedomain.domain.context import DELETION_POLL_SECONDS, DomainMemory, ReconcileContext
+from computedomain.domain.context import DELETION_POLL_SECONDS, ReconcileContext
+from computedomain.domain.memory import DeletionMemory
+from computedomain.domain.observe import observe
 from computedomain.domain.projection import plural
 from computedomain.domain.status import StatusWriter
 from computedomain.domain.workload import pods_holding
@@ -58,7 +60,7 @@ class Cleanup:
         """
         ctx = self._ctx
         targets = ctx.caches.children_to_delete(uid)  # in childkinds' deletion order
-        gone = ctx.memory_of(uid).children_gone
+        gone = ctx.memory_of(uid).deletion.children_gone
         remaining = 0
         # One Event per pass names every child it deleted (as `Created` names those it made):
         # three Events per CD said what one says. Recorded also when a later call fails.
@@ -113,7 +115,7 @@ class Cleanup:
         PUT with its resourceVersion).
         """
         ctx = self._ctx
-        memory = ctx.memory_of(uid)
+        memory = ctx.memory_of(uid).deletion
         if memory.node_labels_cleared and not ctx.caches.nodes.store.by_index(BY_CD, uid):
             # A live LIST already found none, and the labelled-Node watch has seen no new one
             # since: a retried pass does not list again.
@@ -158,7 +160,9 @@ class Finalizer:
         waited = (ctx.clock.wall() - deleted_at).total_seconds()
         holders = await self._workload_still_running(cd, obj, waited)
         if holders:
-            await self._status.update(cd, obj, {}, deleting=True, workload_holders=holders)
+            await self._status.update(
+                observe(ctx, obj), {}, deleting=True, workload_holders=holders
+            )
             left = ctx.settings.workload_release_timeout - waited
             return Result(requeue_after=max(0.0, min(WORKLOAD_RELEASE_POLL_SECONDS, left)))
         # Every child goes, also a DaemonSet or daemon RCT left from driverManaged mode: the
@@ -172,12 +176,12 @@ class Finalizer:
         pods = ctx.caches.pods_of(uid)
         # Daemon pods get DAEMON_POD_WAIT_TIMEOUT from the moment their DaemonSet could go, not
         # from the deletion's start: a wait for the workload came first.
-        released_at = ctx.memory_of(uid).workload_released_at
+        released_at = ctx.memory_of(uid).deletion.workload_released_at
         if released_at is not None and released_at > deleted_at:
             waited = (ctx.clock.wall() - released_at).total_seconds()
         if pods and waited < ctx.settings.daemon_pod_wait_timeout:
             # Keep the CD while its daemon pods stop, so the plugin can still resolve it (#380).
-            await self._status.update(cd, obj, {}, deleting=True)
+            await self._status.update(observe(ctx, obj), {}, deleting=True)
             return Result(requeue_after=DELETION_POLL_SECONDS)
         if pods:
             names = ", ".join(sorted(objects.name(p) or "?" for p in pods))
@@ -220,7 +224,7 @@ class Finalizer:
         finds none, the timeout passes, or a LIST fails (a deletion never hangs on a read);
         then never again for this CD."""
         ctx = self._ctx
-        memory = ctx.memory_of(cd.metadata.uid)
+        memory = ctx.memory_of(cd.metadata.uid).deletion
         timeout = ctx.settings.workload_release_timeout
         if memory.workload_released or timeout <= 0 or ctx.settings.host_managed or not cd.spec:
             return ()
@@ -263,7 +267,7 @@ class Finalizer:
         self._released(memory)
         return ()
 
-    def _released(self, memory: DomainMemory) -> None:
+    def _released(self, memory: DeletionMemory) -> None:
         memory.workload_released = True
         if memory.workload_wait_announced:  # it waited: the daemon pods' time starts now
             memory.workload_released_at = self._ctx.clock.wall()

@@ -7,16 +7,23 @@ never the settings, daemonsets or CRD again).
   of ours to prune and no nodes to project beyond theirs;
 - an outdated CRD: the apiserver prunes our status fields, so only upstream's are written and
   the conditions live in memory.
+
+Pure: ``observe.status_mode`` reads what decides it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from computedomain.api.v1beta1 import ComputeDomain
-from computedomain.domain import projection
-from computedomain.domain.childkinds import ChildKind
-from computedomain.domain.context import ReconcileContext
+# Status fields NVIDIA's CRD has; everything else in our status is our addition.
+UPSTREAM_STATUS_FIELDS: tuple[str, ...] = ("status", "nodes")
+OUR_STATUS_FIELDS: tuple[str, ...] = (
+    "conditions",
+    "observedGeneration",
+    "nodeCount",
+    "readyNodeCount",
+    "cliqueCount",
+)
 
 
 @dataclass(frozen=True)
@@ -35,17 +42,3 @@ class StatusMode:
     def prunes_cliques(self) -> bool:
         """Stale clique entries are ours to remove (cliques protocol, driver-managed)."""
         return not self.host_managed and not self.legacy
-
-
-def status_mode(ctx: ReconcileContext, cd: ComputeDomain) -> StatusMode:
-    # From the CRD; where it cannot be read, from what the apiserver dropped from a write.
-    pruned = ctx.caches.missing_status_fields() or ctx.pruned_status_fields
-    if ctx.settings.host_managed:
-        return StatusMode(host_managed=True, pruned_fields=pruned)
-    daemonsets = ctx.caches.children_of(ChildKind.DAEMON_SET, cd.metadata.uid)
-    legacy = (
-        projection.uses_legacy_protocol(daemonsets[0])
-        if daemonsets
-        else not ctx.settings.cliques_enabled
-    )
-    return StatusMode(legacy=legacy, pruned_fields=pruned)

@@ -13,7 +13,8 @@ from computedomain.api import constants as c
 from computedomain.api.resources import CLIQUES
 from computedomain.api.v1beta1 import ComputeDomain, ComputeDomainClique
 from computedomain.domain import projection
-from computedomain.domain.context import DomainMemory, ReconcileContext
+from computedomain.domain.context import ReconcileContext
+from computedomain.domain.memory import PruningMemory
 from computedomain.runtime import objects
 from computedomain.runtime.client import ApiError
 from computedomain.runtime.resources import PODS
@@ -37,7 +38,7 @@ class CliquePruner:
         so the status of the same reconcile no longer shows the entries removed.
         """
         ctx, uid = self._ctx, cd.metadata.uid
-        memory = ctx.memory_of(uid)
+        memory = ctx.memory_of(uid).pruning
         now = ctx.clock.now()
         wait: float | None = None
         seen: set[tuple[str, str]] = set()
@@ -83,7 +84,7 @@ class CliquePruner:
         uid: str,
         clique: ComputeDomainClique,
         due: list[str],
-        memory: DomainMemory,
+        memory: PruningMemory,
         live: dict[str, list[projection.DaemonPod]],
     ) -> list[str]:
         """The entries of ``due`` that no daemon pod backs in the apiserver either.

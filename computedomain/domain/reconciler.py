@@ -6,7 +6,9 @@ nothing when nothing differs, so a steady state costs no API calls.
 
 The work is split where its seams are:
 
-- ``children``: the live path (create, adopt, refuse a foreign object);
+- ``snapshot``: the CD and what the caches hold of it, read once (observe);
+- ``plan``: the live path's writes (finalizer, children), decided from that (pure);
+- ``children``: the executor of the creates (create, adopt, refuse a foreign object);
 - ``status``: projection, conditions, clique pruning, the status write and its events;
 - ``deletion``: children, node labels, then the finalizer;
 - ``sweeper``: orphans of CDs that are gone.
@@ -20,9 +22,7 @@ finalizer, cleans up then. The stand-by is a cluster's state, reported once on t
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
-from computedomain.api import constants as c
 from computedomain.api.resources import COMPUTE_DOMAINS
 from computedomain.api.v1beta1 import ComputeDomain
 from computedomain.domain.caches import Caches
@@ -30,13 +30,15 @@ from computedomain.domain.children import ChildMaker
 from computedomain.domain.context import ReconcileContext
 from computedomain.domain.deletion import Cleanup, Finalizer
 from computedomain.domain.keys import OrphanKey, QueueKey
-from computedomain.domain.modes import status_mode
+from computedomain.domain.observe import observe
+from computedomain.domain.plan import plan_live
 from computedomain.domain.ports import DomainMetricsSink
 from computedomain.domain.pruning import CliquePruner
 from computedomain.domain.settings import ReconcilerSettings
-from computedomain.domain.status import StatusWriter, daemon_pods
+from computedomain.domain.snapshot import DomainSnapshot
+from computedomain.domain.status import StatusWriter
 from computedomain.domain.sweeper import OrphanSweeper
-from computedomain.runtime import patches
+from computedomain.runtime import objects
 from computedomain.runtime.access import Access
 from computedomain.runtime.client import ApiError, KubeClient
 from computedomain.runtime.clock import Clock, SystemClock
@@ -78,6 +80,19 @@ class ComputeDomainReconciler:
         self._finalizer = Finalizer(self._ctx, self.cleanup, self._status)
         self.sweeper = OrphanSweeper(self._ctx, self.cleanup)
 
+    # Its parts, for the unit tests that compare whole plans (tests/kit/world.py).
+    @property
+    def context(self) -> ReconcileContext:
+        return self._ctx
+
+    @property
+    def children(self) -> ChildMaker:
+        return self._children
+
+    @property
+    def status(self) -> StatusWriter:
+        return self._status
+
     async def reconcile(self, key: QueueKey) -> Result:
         standing_by = self._standing_by()
         if isinstance(key, OrphanKey):
@@ -86,41 +101,51 @@ class ComputeDomainReconciler:
         obj = self._ctx.caches.compute_domain(key)
         if obj is None:
             # Gone, also without our finalizer (removed by hand): its series go with it, and so
-            # does what this process remembered of it (by UID, which the key does not carry).
+            # does what this process remembered of it: the UID last reconciled under this key,
+            # and any other UID no cached CD has any more.
             self._ctx.metrics.forget_domain(key.namespace, key.name)
+            if (last := self._ctx.uid_of_key.get(key)) is not None:
+                self._ctx.forget(last)
             for uid in [uid for uid in self._ctx.memory if not self._ctx.caches.cds_of(uid)]:
                 self._ctx.forget(uid)
             return Result()
+        self._ctx.reconciling(key, objects.uid(obj) or "")
         if standing_by:
             return Result()
-        cd = ComputeDomain.model_validate(obj)
-        if cd.metadata.deletion_timestamp:
-            return await self._finalizer.finalize(cd, obj)
-        return await self._reconcile_live(cd, obj)
+        if objects.meta(obj).get("deletionTimestamp"):
+            return await self._finalizer.finalize(ComputeDomain.model_validate(obj), obj)
+        return await self._reconcile_live(observe(self._ctx, obj))
 
-    async def _reconcile_live(self, cd: ComputeDomain, obj: dict[str, Any]) -> Result:
+    async def _reconcile_live(self, snapshot: DomainSnapshot) -> Result:
+        """Observe (``snapshot``), plan (``plan_live``: finalizer, children), act; then the
+        clique pruning, and the status (``StatusWriter.update``: observe the view, plan it with
+        ``plan_status``, act)."""
         ctx = self._ctx
-        patch = patches.add_finalizer(obj, c.FINALIZER)
-        if patch is not None:
+        plan = plan_live(snapshot, self._children.refused, ctx.clock.now())
+        if plan.finalizer is not None:
             # Finalizer first: no child may exist that a deletion would not clean up.
             try:
-                obj = await ctx.patch_cd(cd, obj, patch, patch_type="json")
+                obj = await ctx.patch_cd(
+                    snapshot.cd, snapshot.obj, plan.finalizer, patch_type="json"
+                )
             except ApiError as err:
                 if err.is_not_found:  # deleted since the cache saw it; the watch says so next
                     return Result()
                 raise
             ctx.caches.observe_write(COMPUTE_DOMAINS, obj)
-            cd = ComputeDomain.model_validate(obj)
+            snapshot = snapshot.rebased(obj)
 
-        children, requeue, created = await self._children.ensure(cd, obj)
+        children, requeue, created = await self._children.act(snapshot, plan)
         if created and ctx.backlog() > 0:
             # Children first in a burst: this CD's first status waits behind the reconciles
             # queued now, so no CD's children wait for another's status (same writes, reordered).
             return Result(requeue_after=CHILDREN_FIRST_REQUEUE)
-        mode, pods = status_mode(ctx, cd), daemon_pods(ctx, cd)
         # Before the status: what it projects must not show the entries removed now.
-        pruning = await self._pruner.prune(cd, pods) if mode.prunes_cliques else None
-        result = await self._status.update(cd, obj, children, mode=mode, pods=pods)
+        if snapshot.mode.prunes_cliques:
+            pruning = await self._pruner.prune(snapshot.cd, snapshot.pods)
+        else:
+            pruning = None
+        result = await self._status.update(snapshot, children)
         if pruning is not None and not result.requeue:
             result = result.sooner(pruning)
         return result if requeue is None else result.sooner(requeue)

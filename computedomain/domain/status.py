@@ -1,8 +1,9 @@
 """A ComputeDomain's status: projected from the caches, written only when it differs.
 
-The projection (``projection``), the conditions (``conditions``) and the events a change is
-worth (``transitions``) are pure; this module reads the caches, prunes stale clique entries,
-writes ``status`` and reports metrics.
+The projection (``projection``), the conditions (``conditions``), the events a change is
+worth (``transitions``) and the decision to write (``plan.plan_status``) are pure; this module
+reads the caches into the view, applies the plan (writes ``status``, records its events) and
+reports metrics.
 """
 
 from __future__ import annotations
@@ -25,10 +26,13 @@ from computedomain.domain import conditions as cond
 from computedomain.domain.caches import BY_CD, BY_GPU_CLIQUE
 from computedomain.domain.childkinds import ChildKind
 from computedomain.domain.conditions import ChildState, DomainView
-from computedomain.domain.context import DomainMemory, ReconcileContext
+from computedomain.domain.context import ReconcileContext
 from computedomain.domain.keys import CDKey
-from computedomain.domain.modes import StatusMode, status_mode
-from computedomain.domain.transitions import ONCE_PER_DOMAIN, transition_events
+from computedomain.domain.memory import StatusMemory
+from computedomain.domain.modes import StatusMode
+from computedomain.domain.plan import StatusPlan, plan_status
+from computedomain.domain.snapshot import DomainSnapshot
+from computedomain.domain.transitions import ONCE_PER_DOMAIN, EventSpec
 from computedomain.domain.workload_check import WorkloadCheck
 from computedomain.runtime import objects
 from computedomain.runtime.client import ApiError
@@ -37,83 +41,6 @@ from computedomain.runtime.controller import Result
 from computedomain.runtime.event_types import WARNING
 
 log = logging.getLogger(__name__)
-
-
-# A requeue at a grace deadline goes this much later, so the clock has surely passed it.
-GRACE_MARGIN_SECONDS = 0.1
-# While a CD's status keeps changing (a bring-up: daemons start over tens of seconds), its
-# coalescing window doubles after each folded write, up to this many times the configured one.
-MAX_WINDOW_FACTOR = 4
-
-
-def _ready(conditions: Sequence[Condition]) -> str | None:
-    return next((x.status for x in conditions if x.type == "Ready"), None)
-
-
-def _healthy(ready: Condition | None) -> bool:
-    return ready is not None and (ready.status == "True" or ready.reason in cond.PROGRESS_REASONS)
-
-
-def _progress_only(
-    stored: Mapping[str, Any],
-    desired: Mapping[str, Any],
-    previous: Sequence[Condition],
-    conditions: Sequence[Condition],
-) -> bool:
-    """Only the conditions changed, Ready says the CD is on its way (a daemon starting within
-    its grace period, waiting for the workload) and said nothing was wrong before: no node,
-    count or global status moved, so no consumer acts on this write (the plugin reads
-    status.nodes), and no problem is taken back."""
-    ready = next((x for x in conditions if x.type == "Ready"), None)
-    if ready is None or ready.status != "False" or ready.reason not in cond.PROGRESS_REASONS:
-        return False
-    if not _healthy(next((x for x in previous if x.type == "Ready"), None)):
-        return False
-
-    def rest(status: Mapping[str, Any]) -> dict[str, Any]:
-        return {k: v for k, v in status.items() if k != "conditions"}
-
-    return bool(stored) and projection.status_equal(rest(stored), rest(desired))
-
-
-def desired_status(
-    cd: ComputeDomain,
-    view: DomainView,
-    nodes: Sequence[ComputeDomainNode],
-    conditions: Sequence[Condition],
-    children: Mapping[ChildKind, ChildState],
-    mode: StatusMode,
-) -> dict[str, Any]:
-    """The whole status this controller would write (before an outdated CRD cuts it down)."""
-    counts: tuple[int | None, ...] = cond.status_counts(list(nodes), view.cliques)
-    if mode.host_managed:
-        # Upstream's Ready: admitted and the workload RCT (each child of this mode) exists
-        # (§18). No daemon joins, so the node and clique counts are absent (empty printer
-        # columns), not 0.
-        ok = all(
-            (state := children.get(kind.kind)) is not None and state.status is cond.ChildStatus.OK
-            for kind in childkinds.in_mode(host_managed=True)
-        )
-        global_status = c.STATUS_READY if ok else c.STATUS_NOT_READY
-        counts = (None, None, None)
-    elif view.invalid:
-        global_status = c.STATUS_NOT_READY
-    else:
-        global_status = projection.global_status(list(nodes), view.num_nodes)
-    return {
-        "status": global_status,
-        "nodes": [n.to_dict() for n in nodes] or None,
-        "conditions": [x.to_dict() for x in conditions],
-        "observedGeneration": cd.metadata.generation,
-        "nodeCount": counts[0],
-        "readyNodeCount": counts[1],
-        "cliqueCount": counts[2],
-    }
-
-
-def daemon_pods(ctx: ReconcileContext, cd: ComputeDomain) -> list[projection.DaemonPod]:
-    """The CD's daemon pods as the cache holds them, projected (once per reconcile)."""
-    return [projection.daemon_pod_from_dict(p) for p in ctx.caches.pods_of(cd.metadata.uid)]
 
 
 class StatusWriter:
@@ -216,21 +143,17 @@ class StatusWriter:
             leftovers=tuple(sorted(leftovers)),
         )
 
-    async def update(
+    async def observe(
         self,
         cd: ComputeDomain,
-        obj: dict[str, Any],
         children: Mapping[ChildKind, ChildState],
+        mode: StatusMode,
+        pods: list[projection.DaemonPod],
         deleting: bool = False,
-        mode: StatusMode | None = None,
-        pods: list[projection.DaemonPod] | None = None,
         workload_holders: tuple[str, ...] = (),
-    ) -> Result:
-        """View, desired status, coalescing, write, events: in that order, for ``mode`` and the
-        CD's daemon ``pods`` (given by the caller for the whole reconcile; else read here)."""
-        ctx = self._ctx
-        mode = mode or status_mode(ctx, cd)
-        pods = daemon_pods(ctx, cd) if pods is None else pods
+    ) -> tuple[DomainView, list[ComputeDomainNode], float | None]:
+        """What the status is planned from: the view, the projected nodes, and when the
+        workload check looks again (it reads the CD's namespace's pods while the CD waits)."""
         view, nodes = self.domain_view(cd, children, mode, pods, deleting)
         if workload_holders:  # a deletion waits for them (deletion.py)
             view = replace(view, workload_holders=workload_holders)
@@ -242,58 +165,70 @@ class StatusWriter:
         if stuck:
             template = cd.spec.channel.resource_claim_template.name if cd.spec else ""
             view = replace(view, workload_template=template, workload_problems=stuck)
-        memory = ctx.memory_of(cd.metadata.uid)
-        previous = self._previous_conditions(cd, memory, mode)
-        now, grace = ctx.clock.wall(), ctx.settings.daemon_ready_grace_period
-        conditions = cond.conditions_for(view, cd.metadata.generation or 0, now, previous, grace)
-        result = Result()
-        due = cond.daemons_due(view, now, grace, conditions)
-        if due is not None:
-            # Look again when a starting daemon outlives its grace period: then it is late.
-            result = Result(requeue_after=due + GRACE_MARGIN_SECONDS)
-        if look_again is not None:
-            result = result.sooner(look_again + GRACE_MARGIN_SECONDS)
-        desired = desired_status(cd, view, nodes, conditions, children, mode)
-        self._observe_metrics(cd, view, conditions, nodes, desired["status"])
-        if mode.upstream_only:
-            # Writing fields the apiserver prunes would differ from the stored status forever.
-            # The CRD itself carries the one CRDOutdated Event (coexistence), not each CD.
-            desired = {k: desired[k] for k in coexistence.UPSTREAM_STATUS_FIELDS}
-        stored = dict(obj.get("status") or {})
-        if projection.status_equal(stored, desired):
-            memory.progress_held_since = None  # what was held is moot: nothing to write
-            if mode.upstream_only and conditions != previous:
-                # No write carries them, yet their transitions are still news.
-                self._emit_transitions(obj, cd, previous, conditions, nodes)
-                memory.conditions = conditions
-            return result
+        return view, nodes, look_again
 
-        # A verdict a workload or a person waits on (Ready either way) and deletion go out now;
-        # a daemon starting that changed nothing but the conditions' words waits a window.
-        flips = stored.get("status") != desired["status"]
-        flips = flips or _ready(previous) != _ready(conditions)
-        if deleting:
-            hold = None
-        elif _progress_only(stored, desired, previous, conditions):
-            hold = self._progress_hold(memory)
-        else:
-            hold = None if flips else self._coalescing(memory)
-        if hold is not None:
-            # Folded into one write at the window's end; that reconcile recomputes from the
-            # caches, so it carries whatever changed meanwhile.
-            return result.sooner(hold)
-        written = await self._write(cd, obj, desired)
+    def plan(
+        self,
+        cd: ComputeDomain,
+        obj: Mapping[str, Any],
+        observed: tuple[DomainView, list[ComputeDomainNode], float | None],
+        children: Mapping[ChildKind, ChildState],
+        mode: StatusMode,
+        deleting: bool = False,
+    ) -> StatusPlan:
+        """``plan_status`` over what ``observe`` found, this CD's memory and the clocks."""
+        ctx = self._ctx
+        view, nodes, look_again = observed
+        return plan_status(
+            cd=cd,
+            stored=dict(obj.get("status") or {}),
+            resource_version=objects.resource_version(obj),
+            view=view,
+            nodes=nodes,
+            children=children,
+            mode=mode,
+            memory=ctx.memory_of(cd.metadata.uid).status,
+            now=ctx.clock.now(),
+            wall=ctx.clock.wall(),
+            grace=ctx.settings.daemon_ready_grace_period,
+            window=ctx.settings.status_coalesce_window,
+            deleting=deleting,
+            look_again=look_again,
+        )
+
+    async def update(
+        self,
+        snapshot: DomainSnapshot,
+        children: Mapping[ChildKind, ChildState],
+        deleting: bool = False,
+        workload_holders: tuple[str, ...] = (),
+    ) -> Result:
+        """Observe, plan, act: the view, ``plan_status``, then its patch, metrics and events,
+        in the snapshot's status mode, from its daemon pods."""
+        ctx = self._ctx
+        cd, obj, mode, pods = snapshot.cd, snapshot.obj, snapshot.mode, list(snapshot.pods)
+        observed = await self.observe(cd, children, mode, pods, deleting, workload_holders)
+        plan = self.plan(cd, obj, observed, children, mode, deleting)
+        view, nodes, _ = observed
+        self._observe_metrics(cd, view, plan.conditions, nodes, plan.desired["status"])
+        memory = ctx.memory_of(cd.metadata.uid)
+        result = Result(requeue_after=plan.requeue_after)
+        if plan.patch is None or plan.written is None:
+            memory.status = plan.memory
+            self._emit(obj, plan.events, memory.status)
+            return result
+        written = await self._write(cd, obj, plan.patch)
         if isinstance(written, Result):
             return written
-        self._wrote(memory)
-        self._emit_transitions(obj, cd, previous, conditions, nodes)
+        # The next window starts when this write returned.
+        memory.status = replace(plan.written, status_written_at=ctx.clock.now())
+        self._emit(obj, plan.events, memory.status)
         if mode.upstream_only:
-            # Only now reported: a held or failed write leaves their transitions to the next.
-            memory.conditions = conditions
-        elif not projection.status_equal(dict(written.get("status") or {}), desired):
+            return result
+        if not projection.status_equal(dict(written.get("status") or {}), plan.desired):
             if not ctx.caches.crd_readable:
-                self._learn_pruned(dict(written.get("status") or {}), desired)
-                memory.conditions = conditions  # reported; they live in memory from now on
+                self._learn_pruned(dict(written.get("status") or {}), plan.desired)
+                memory.status.conditions = plan.conditions  # reported; in memory from now on
                 return Result(requeue=True)
             # Just after a CRD upgrade the apiserver may still prune with the old schema for a
             # moment. Nothing else would requeue this CD (the watch shows our own write), so
@@ -322,21 +257,11 @@ class StatusWriter:
                 coexistence.crd_outdated_message(dropped),
             )
 
-    @staticmethod
-    def _previous_conditions(
-        cd: ComputeDomain, memory: DomainMemory, mode: StatusMode
-    ) -> list[Condition]:
-        """The conditions the last write carried: in memory while the CRD prunes them."""
-        if mode.upstream_only:
-            return memory.conditions
-        return list(cd.status.conditions or []) if cd.status else []
-
     async def _write(
-        self, cd: ComputeDomain, obj: Mapping[str, Any], desired: dict[str, Any]
+        self, cd: ComputeDomain, obj: Mapping[str, Any], patch: dict[str, Any]
     ) -> dict[str, Any] | Result:
         """The status patch, guarded by the version read. The written object, or the Result to
         return instead (a conflict requeues; a CD gone meanwhile needs nothing)."""
-        patch = {"metadata": {"resourceVersion": objects.resource_version(obj)}, "status": desired}
         try:
             written = await self._ctx.patch_cd(
                 cd, obj, patch, patch_type="merge", subresource="status"
@@ -351,50 +276,6 @@ class StatusWriter:
         self._ctx.caches.observe_write(COMPUTE_DOMAINS, written)
         return written
 
-    def _coalescing(self, memory: DomainMemory) -> float | None:
-        """How long a status change waits to be folded with the next ones, or None: write now.
-
-        The first change after a quiet window goes out at once (an isolated change is not
-        delayed); changes within the window after a write wait for its end, so a bring-up of
-        many daemons costs a few status writes instead of several per daemon.
-        """
-        base, last = self._ctx.settings.status_coalesce_window, memory.status_written_at
-        if base <= 0 or last is None:
-            return None
-        wait = last + (memory.status_window or base) - self._ctx.clock.now()
-        if wait <= 0:
-            return None
-        memory.status_held = True
-        return wait
-
-    def _progress_hold(self, memory: DomainMemory) -> float | None:
-        """How long a change of the conditions' words alone waits, or None: write now.
-
-        A daemon pod seen before its daemon's clique entry (Ready False, DaemonsStarting) is
-        news to nobody: the workload waits for the node's entry, which is written at once. Held
-        one window from when it was first seen, it is folded into that entry's write; a daemon
-        slower than the window still shows as starting, at most one window late.
-        """
-        base = self._ctx.settings.status_coalesce_window
-        if base <= 0:
-            return None
-        now = self._ctx.clock.now()
-        if memory.progress_held_since is None:
-            memory.progress_held_since = now
-        wait = max(memory.progress_held_since + base - now, self._coalescing(memory) or 0.0)
-        return wait if wait > 0 else None
-
-    def _wrote(self, memory: DomainMemory) -> None:
-        """A status write went out: the next window is twice as long if this write folded held
-        changes (they keep coming), up to ``MAX_WINDOW_FACTOR``, else the configured one."""
-        base = self._ctx.settings.status_coalesce_window
-        window = memory.status_window or base
-        grown = min(window * 2, base * MAX_WINDOW_FACTOR)
-        memory.status_window = grown if memory.status_held else base
-        memory.status_held = False
-        memory.progress_held_since = None
-        memory.status_written_at = self._ctx.clock.now()
-
     def _observe_metrics(
         self,
         cd: ComputeDomain,
@@ -404,7 +285,7 @@ class StatusWriter:
         global_status: str,
     ) -> None:
         ctx = self._ctx
-        memory = ctx.memory_of(cd.metadata.uid)
+        memory = ctx.memory_of(cd.metadata.uid).metrics
         now = ctx.clock.now()
         by_status: dict[str, int] = {c.STATUS_READY: 0, c.STATUS_NOT_READY: 0}
         for node in nodes:
@@ -435,17 +316,10 @@ class StatusWriter:
             clique_split=cond.avoidable_clique_split(view),
         )
 
-    def _emit_transitions(
-        self,
-        obj: Mapping[str, Any],
-        cd: ComputeDomain,
-        before: list[Condition],
-        after: list[Condition],
-        nodes: list[ComputeDomainNode],
+    def _emit(
+        self, obj: Mapping[str, Any], events: Sequence[EventSpec], memory: StatusMemory
     ) -> None:
-        old_nodes = list(cd.status.nodes or []) if cd.status else []
-        warned = self._ctx.memory_of(cd.metadata.uid).warned_once
-        for event in transition_events(old_nodes, nodes, before, after, warned):
+        for event in events:
             self._ctx.recorder.record(obj, event.type, event.reason, event.action, event.note)
             if event.type == WARNING and event.reason in ONCE_PER_DOMAIN:
-                warned.add(event.reason)
+                memory.warned_once.add(event.reason)

@@ -44,7 +44,7 @@ class WorkloadCheck:
         to look again (None: not waiting, nothing to look at). ``waiting``: the CD's Ready
         would say ``WaitingForWorkload`` (``conditions.waits_for_workload``)."""
         ctx = self._ctx
-        memory = ctx.memory_of(cd.metadata.uid)
+        memory = ctx.memory_of(cd.metadata.uid).workload_check
         if not waiting or cd.spec is None:
             memory.workload_check_at = None
             memory.workload_idle_interval = None

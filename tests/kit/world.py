@@ -13,10 +13,12 @@ from prometheus_client import CollectorRegistry
 from computedomain.api import constants as c
 from computedomain.api.resources import COMPUTE_DOMAINS
 from computedomain.domain.caches import Caches, build_caches
-from computedomain.domain.keys import QueueKey
+from computedomain.domain.keys import CDKey, QueueKey
+from computedomain.domain.observe import observe
+from computedomain.domain.plan import GRACE_MARGIN_SECONDS, StatusPlan, plan_live
 from computedomain.domain.reconciler import ComputeDomainReconciler
 from computedomain.domain.settings import DaemonSettings, ReconcilerSettings
-from computedomain.domain.status import GRACE_MARGIN_SECONDS
+from computedomain.domain.snapshot import DomainSnapshot
 from computedomain.observability.metrics import DomainMetrics
 from computedomain.runtime import objects
 from computedomain.runtime import resources as r
@@ -92,6 +94,24 @@ class World:
             ]
         for name, items in stores.items():
             informers[name][0].feed_list(items)
+
+    def observe(self, key: CDKey) -> DomainSnapshot:
+        """The snapshot the live path of ``key``'s reconcile would plan from now."""
+        obj = self.caches.compute_domain(key)
+        assert obj is not None, f"{key} is not in the cache"
+        return observe(self.reconciler.context, obj)
+
+    async def plan_status(self, key: CDKey, deleting: bool = False) -> StatusPlan:
+        """The status plan of ``key`` now, as ``StatusWriter.update`` would apply it: on the
+        live path its children as they are (none created); ``deleting``, none (as the
+        deletion calls it)."""
+        snapshot = self.observe(key)
+        children = plan_live(snapshot, self.reconciler.children.refused, self.clock.now()).known
+        if deleting:
+            children = {}
+        writer, mode, pods = self.reconciler.status, snapshot.mode, list(snapshot.pods)
+        observed = await writer.observe(snapshot.cd, children, mode, pods, deleting)
+        return writer.plan(snapshot.cd, snapshot.obj, observed, children, mode, deleting)
 
     async def reconcile(self, key: QueueKey) -> Result:
         self.client.forget_calls()

@@ -188,6 +188,22 @@ async def test_a_cd_gone_from_the_cache_leaves_nothing_in_memory(world: World) -
     world.caches.compute_domains.feed_list([])
     assert await world.reconcile(CDKey(NS, "cd")) == Result()
     assert world.reconciler._ctx.memory == {}
+    assert world.reconciler._ctx.uid_of_key == {}
+
+
+async def test_a_cd_made_again_under_its_name_leaves_nothing_of_the_old_one(world: World) -> None:
+    """Deleted and created again between two reconciles of its key (the queue held the key
+    once for both events): the old UID's memory goes with the first look at the new CD, not
+    only when some CD leaves the cache."""
+    world.fill(service_accounts=[service_account()], **with_children(world))
+    await world.reconcile(CDKey(NS, "cd"))
+    assert list(world.reconciler._ctx.memory) == [UID]
+
+    again = world.client.add(COMPUTE_DOMAINS, compute_domain(name="cd", uid=GHOST))
+    world.caches.compute_domains.feed_list([again])
+    await world.reconcile(CDKey(NS, "cd"))
+
+    assert list(world.reconciler._ctx.memory) == [GHOST]
 
 
 async def test_deletion_with_daemon_pods_removes_children_and_labels_then_waits(

@@ -13,7 +13,7 @@ import pytest
 
 from computedomain.domain.deletion import NOT_DONE
 from computedomain.domain.keys import CDKey
-from computedomain.domain.status import GRACE_MARGIN_SECONDS
+from computedomain.domain.plan import GRACE_MARGIN_SECONDS
 from computedomain.domain.workload_check import IDLE_BACKOFF_FACTOR
 from computedomain.runtime import objects
 from computedomain.runtime import resources as r
