@@ -18,10 +18,10 @@ from typing import Any
 from computedomain.api.v1beta1 import ComputeDomain
 from computedomain.domain import childkinds
 from computedomain.domain.childkinds import Child, ChildKind, Inputs, Scope
-from computedomain.domain.coexistence import daemon_image
 from computedomain.domain.conditions import ChildState, ChildStatus
 from computedomain.domain.context import ReconcileContext
 from computedomain.domain.keys import CDKey
+from computedomain.domain.kubeletplugin import daemon_image
 from computedomain.domain.labels import cd_uid_of
 from computedomain.runtime import objects
 from computedomain.runtime.client import ApiError
