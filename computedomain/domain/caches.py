@@ -24,15 +24,11 @@ from computedomain.api import constants as c
 from computedomain.api.resources import CLIQUES, COMPUTE_DOMAINS
 from computedomain.domain import childkinds
 from computedomain.domain.childkinds import CHILD, Child, ChildKind, is_of
-from computedomain.domain.coexistence import (
-    CD_CRD_NAME,
-    CLIQUE_CRD_NAME,
-    missing_status_fields,
-    trim_plugin_daemonset,
-    trim_pod_identity,
-)
+from computedomain.domain.crdschema import CD_CRD_NAME, CLIQUE_CRD_NAME, missing_status_fields
 from computedomain.domain.keys import CDKey
+from computedomain.domain.kubeletplugin import trim_plugin_daemonset
 from computedomain.domain.labels import cd_uid_of, cd_uids_of_clique
+from computedomain.domain.nvidiacontroller import trim_pod_identity
 from computedomain.domain.topology import clique_of, reported_cliques
 from computedomain.runtime import objects
 from computedomain.runtime import resources as r

@@ -1,10 +1,13 @@
-"""Living inside an NVIDIA DRA driver install: the two hazards of a swap, found and reported.
+"""Living inside an NVIDIA DRA driver install: the two hazards of a swap, found and reported by
+``CoexistenceMonitor``, the one stateful part. What it reads is pure and lives apart:
+``crdschema.py`` (an outdated CRD), ``nvidiacontroller.py`` (NVIDIA's controller pods, their
+Lease, daemons outside our namespaces) and ``kubeletplugin.py`` (the plugin's image and
+namespace).
 
 - NVIDIA's chart installs its CRDs once and never upgrades them, so after a swap the installed
-  ComputeDomain CRD may lack the status fields we add. The apiserver then prunes them silently:
-  conditions vanish, printer columns go empty, and a status written with them would differ from
-  the stored one forever (a write loop). We detect the missing fields, write only the upstream
-  fields, and say what to run.
+  ComputeDomain CRD may lack the status fields we add, and the apiserver prunes them silently
+  (``crdschema.py``). We detect the missing fields, write only the upstream fields, and say
+  what to run.
 - NVIDIA's controller running beside ours (a later `helm upgrade` of NVIDIA's chart scales it
   back to 1, or ours was installed in a namespace of its own beside NVIDIA's chart) would mean
   two writers of status, children, cliques, node labels and finalizers. Its pods carry the
@@ -34,335 +37,34 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from computedomain.api import constants as c
-from computedomain.domain import modes
+from computedomain.domain.crdschema import (
+    CRD_INSTALL_COMMAND,
+    crd_outdated_message,
+    missing_status_fields,
+)
+from computedomain.domain.kubeletplugin import (
+    driver_namespace_problem,
+    image_drift_message,
+    kubelet_plugins,
+)
+from computedomain.domain.nvidiacontroller import (
+    concurrent_controller_message,
+    foreign_daemonsets_problem,
+    running_nvidia_controllers,
+    shares_lease,
+)
 from computedomain.domain.ports import CoexistenceMetricsSink
-from computedomain.domain.selectors import matches, parse_selector
 from computedomain.runtime import objects
 from computedomain.runtime.event_types import NORMAL, WARNING
 from computedomain.runtime.events import EventRecorder
 
 log = logging.getLogger(__name__)
 
-CD_CRD_NAME = c.CD_CRD_NAME
-CLIQUE_CRD_NAME = c.CLIQUE_CRD_NAME
-CRD_INSTALL_COMMAND = c.CRD_INSTALL_COMMAND
-# Status fields NVIDIA's CRD has, and ours besides (defined with the status modes, pure).
-UPSTREAM_STATUS_FIELDS = modes.UPSTREAM_STATUS_FIELDS
-OUR_STATUS_FIELDS = modes.OUR_STATUS_FIELDS
-CRD_UPGRADE_COMMAND = c.CRD_UPGRADE_COMMAND
 RESUMED_NOTE = (
     "Nothing makes this controller stand by any more (no other ComputeDomain controller runs, "
     "and NVIDIA's kubelet plugin runs in its driver namespace): it manages every ComputeDomain "
     "again"
 )
-
-
-def missing_status_fields(crd: Mapping[str, Any] | None) -> tuple[str, ...]:
-    """Our status fields the installed CD CRD would prune (empty when it keeps them all).
-
-    An absent CRD or one without our version reports nothing here: that is another failure,
-    with its own message.
-    """
-    if crd is None:
-        return ()
-    for version in (crd.get("spec") or {}).get("versions") or []:
-        if version.get("name") != c.VERSION:
-            continue
-        schema = (version.get("schema") or {}).get("openAPIV3Schema") or {}
-        status = (schema.get("properties") or {}).get("status") or {}
-        if status.get("x-kubernetes-preserve-unknown-fields"):
-            return ()
-        properties = status.get("properties") or {}
-        return tuple(name for name in OUR_STATUS_FIELDS if name not in properties)
-    return ()
-
-
-def crd_outdated_message(missing: Iterable[str]) -> str:
-    return (
-        f"the installed ComputeDomain CRD lacks status fields {', '.join(missing)}: the apiserver "
-        "drops them, so conditions and `kubectl wait --for=condition=Ready` do not work; only "
-        f"status.status and status.nodes are written. Upgrade the CRD: {CRD_UPGRADE_COMMAND} "
-        "(or apply the chart's crds/, the same files)"
-    )
-
-
-def is_own_pod(labels: Mapping[str, str]) -> bool:
-    return any(labels.get(key) == value for key, value in c.OWN_POD_LABELS.items())
-
-
-def running_nvidia_controllers(
-    pods: Iterable[Mapping[str, Any]],
-    selectors: Sequence[str] = c.NVIDIA_CONTROLLER_SELECTORS,
-) -> list[Mapping[str, Any]]:
-    """NVIDIA's controller pods that are running now (matching a selector, not ours, not
-    terminating), once each, by name."""
-    parsed = [parse_selector(selector) for selector in selectors]
-    found: dict[str, Mapping[str, Any]] = {}
-    for pod in pods:
-        meta = objects.meta(pod)
-        labels = meta.get("labels") or {}
-        if not any(matches(selector, labels) for selector in parsed):
-            continue
-        if is_own_pod(labels) or meta.get("deletionTimestamp"):
-            continue
-        if (pod.get("status") or {}).get("phase") != "Running":
-            continue
-        found[meta.get("uid") or objects.object_key(pod)] = pod
-    return sorted(found.values(), key=lambda p: (objects.namespace(p) or "", objects.name(p)))
-
-
-def nvidia_deployment_of(pod: Mapping[str, Any]) -> str:
-    """The Deployment that runs one of NVIDIA's controller pods: its ReplicaSet's name without
-    the pod-template hash; else from the chart's selector label ``<name>-component``, whose
-    Deployment is ``<name>-controller`` (contract §19)."""
-    meta = objects.meta(pod)
-    for owner in meta.get("ownerReferences") or []:
-        if owner.get("kind") == "ReplicaSet" and "-" in str(owner.get("name", "")):
-            return str(owner["name"]).rsplit("-", 1)[0]
-    labels = meta.get("labels") or {}
-    names = [
-        key.removesuffix("-component")
-        for key, value in labels.items()
-        if key.endswith("-component") and "/" not in key and value == c.NVIDIA_CONTROLLER_COMPONENT
-    ]
-    # v0.4.0 put its fixed legacy label beside the selector label: the latter names the chart.
-    chosen = [n for n in names if f"{n}-component" != c.NVIDIA_COMPONENT_LABEL] or names
-    return f"{chosen[0]}-controller" if chosen else c.NVIDIA_CONTROLLER_DEPLOYMENT
-
-
-# NVIDIA's controller's leader-election settings (environment; flags of the same name win) and
-# their defaults in its binary: off, Lease default/nvidia-compute-domain-controller.
-NVIDIA_LE_ENABLED = "LEADER_ELECTION_ENABLED"
-NVIDIA_LE_NAME = "LEADER_ELECTION_LEASE_LOCK_NAME"
-NVIDIA_LE_NAMESPACE = "LEADER_ELECTION_LEASE_LOCK_NAMESPACE"
-NVIDIA_LE_SETTINGS = {
-    NVIDIA_LE_ENABLED: "--leader-election-enabled",
-    NVIDIA_LE_NAME: "--leader-election-lease-lock-name",
-    NVIDIA_LE_NAMESPACE: "--leader-election-lease-lock-namespace",
-}
-NVIDIA_LE_DEFAULTS = {
-    NVIDIA_LE_ENABLED: "false",
-    NVIDIA_LE_NAME: "nvidia-compute-domain-controller",
-    NVIDIA_LE_NAMESPACE: "default",
-}
-_TRUE = {"1", "t", "T", "true", "TRUE", "True"}
-
-
-def nvidia_lease(pod: Mapping[str, Any]) -> tuple[str, str] | None:
-    """The Lease (namespace, name) one of NVIDIA's controller pods must hold before it writes,
-    or None: its leader election is off (its chart's default), it writes as soon as it runs."""
-    containers = (pod.get("spec") or {}).get("containers") or []
-    settings = dict(NVIDIA_LE_DEFAULTS)
-    if containers:
-        container = containers[0]
-        for item in container.get("env") or []:
-            if item.get("name") in settings and "valueFrom" not in item:
-                settings[item["name"]] = str(item.get("value") or "")
-        argv = [*(container.get("command") or [])[1:], *(container.get("args") or [])]
-        for env, flag in NVIDIA_LE_SETTINGS.items():
-            for index, arg in enumerate(argv):
-                if arg == flag and env == NVIDIA_LE_ENABLED:
-                    settings[env] = "true"
-                elif arg.startswith(f"{flag}="):
-                    settings[env] = arg.split("=", 1)[1]
-                elif arg == flag and index + 1 < len(argv):
-                    settings[env] = argv[index + 1]
-    if settings[NVIDIA_LE_ENABLED] not in _TRUE:
-        return None
-    return settings[NVIDIA_LE_NAMESPACE], settings[NVIDIA_LE_NAME]
-
-
-def shares_lease(pod: Mapping[str, Any], own_lease: tuple[str, str] | None) -> bool:
-    """One of NVIDIA's controller pods elects its leader on the Lease ours leads on: it waits
-    while ours leads, so it is no second writer."""
-    return own_lease is not None and nvidia_lease(pod) == own_lease
-
-
-def concurrent_controller_message(
-    pod: Mapping[str, Any], shared_lease: tuple[str, str] | None = None
-) -> str:
-    """What an SRE reads about one of NVIDIA's controller pods running beside ours: ours stands
-    by, or (``shared_lease``: both elect on that Lease) the Lease lets one write at a time."""
-    meta = objects.meta(pod)
-    namespace = meta.get("namespace")
-    if shared_lease is None:
-        what = (
-            "so this one stands by: it writes nothing to ComputeDomains, their children, cliques "
-            "or node labels until no such pod runs, and NVIDIA's controller manages them meanwhile"
-        )
-    else:
-        what = (
-            f"and elects its leader on the same Lease {shared_lease[0]}/{shared_lease[1]}, so "
-            "only the holder of that Lease writes (this one keeps working while it leads)"
-        )
-    return (
-        f"NVIDIA's ComputeDomain controller runs beside this one (pod {namespace}/"
-        f"{meta.get('name')}), {what}. Scale it to 0 (kubectl -n {namespace} scale deployment "
-        f"{nvidia_deployment_of(pod)} --replicas=0) and keep it there in NVIDIA's Helm values "
-        "(controller.replicas=0)"
-    )
-
-
-def trim_pod_identity(pod: dict[str, Any]) -> dict[str, Any]:
-    """What we read of a controller pod: identity, labels, owner, phase."""
-    meta = objects.meta(pod)
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            key: meta[key]
-            for key in (
-                "name",
-                "namespace",
-                "uid",
-                "resourceVersion",
-                "labels",
-                "ownerReferences",
-                "deletionTimestamp",
-            )
-            if key in meta
-        },
-        # Its leader-election settings: whether it can write while ours leads (nvidia_lease).
-        "spec": {
-            "containers": [
-                {
-                    "command": container.get("command") or [],
-                    "args": container.get("args") or [],
-                    "env": [
-                        item
-                        for item in container.get("env") or []
-                        if item.get("name") in NVIDIA_LE_SETTINGS
-                    ],
-                }
-                for container in ((pod.get("spec") or {}).get("containers") or [])[:1]
-            ]
-        },
-        "status": {"phase": (pod.get("status") or {}).get("phase")},
-    }
-
-
-def trim_plugin_daemonset(ds: dict[str, Any]) -> dict[str, Any]:
-    """What we read of one of NVIDIA's DaemonSets: identity, selector, container images."""
-    meta = objects.meta(ds)
-    spec = ds.get("spec") or {}
-    containers = ((spec.get("template") or {}).get("spec") or {}).get("containers") or []
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "DaemonSet",
-        "metadata": {
-            key: meta[key] for key in ("name", "namespace", "uid", "resourceVersion") if key in meta
-        },
-        "spec": {
-            "selector": spec.get("selector") or {},
-            "template": {
-                "spec": {
-                    "containers": [
-                        {"name": item.get("name"), "image": item.get("image")}
-                        for item in containers
-                    ]
-                }
-            },
-        },
-    }
-
-
-def kubelet_plugin_image(ds: Mapping[str, Any]) -> str | None:
-    """The driver image one of NVIDIA's DaemonSets runs if it is its kubelet plugin (its pods
-    selected by `<name>-component: kubelet-plugin`, or GPU Operator's
-    `app: nvidia-dra-driver-kubelet-plugin`); None for any other DaemonSet."""
-    spec = ds.get("spec") or {}
-    match = ((spec.get("selector") or {}).get("matchLabels")) or {}
-    if not any(
-        (key.endswith("-component") and value == c.NVIDIA_KUBELET_PLUGIN_COMPONENT)
-        or (key == "app" and value == c.GPU_OPERATOR_KUBELET_PLUGIN_APP)
-        for key, value in match.items()
-    ):
-        return None
-    containers = ((spec.get("template") or {}).get("spec") or {}).get("containers") or []
-    images = [item.get("image") for item in containers if item.get("image")]
-    return str(images[0]) if images else None
-
-
-def kubelet_plugins(
-    daemonsets: Iterable[Mapping[str, Any]],
-) -> list[tuple[Mapping[str, Any], str]]:
-    """NVIDIA's kubelet plugin DaemonSets among ``daemonsets`` with the image each runs, by
-    namespace and name."""
-    found = [(ds, image) for ds in daemonsets if (image := kubelet_plugin_image(ds)) is not None]
-    return sorted(found, key=lambda item: objects.object_key(item[0]))
-
-
-def daemon_image(explicit: str, daemonsets: Iterable[Mapping[str, Any]], namespace: str) -> str:
-    """The image of new IMEX daemons: IMAGE_NAME when given; else the image NVIDIA's kubelet
-    plugin runs in the driver namespace (NVIDIA ships one driver image for both, and the two must
-    be the same release); else, with no plugin found, NVIDIA_DRIVER_IMAGE."""
-    if explicit:
-        return explicit
-    for ds, image in kubelet_plugins(daemonsets):
-        if objects.namespace(ds) == namespace:
-            return image
-    return c.NVIDIA_DRIVER_IMAGE
-
-
-def driver_namespace_problem(
-    plugins: Sequence[tuple[Mapping[str, Any], str]], driver_namespace: str
-) -> str:
-    """Why this controller must not write while NVIDIA's kubelet plugin (``plugins``, from
-    ``kubelet_plugins``) runs, but not in its driver namespace; empty when the plugin runs
-    there, or nowhere.
-
-    The plugin finds IMEX daemons and cliques in its own namespace only: daemons created
-    elsewhere never make a workload ready, and NVIDIA's install manages ComputeDomains from
-    there (a README install in a namespace of its own, beside NVIDIA's chart, did exactly that).
-    """
-    if not plugins or any(objects.namespace(ds) == driver_namespace for ds, _ in plugins):
-        return ""
-    namespaces = sorted({objects.namespace(ds) or "" for ds, _ in plugins})
-    first = plugins[0][0]
-    there = namespaces[0]
-    return (
-        f"NVIDIA's kubelet plugin runs in namespace {', '.join(namespaces)} (DaemonSet "
-        f"{objects.object_key(first)}), not in this controller's driver namespace "
-        f"{driver_namespace}: it finds IMEX daemons and cliques in its own namespace only, so "
-        "this one stands by and writes nothing to ComputeDomains. Install it for that "
-        f"namespace: Helm --set driverNamespace={there}, or NAMESPACE={there} "
-        "(kustomize: manifests/nvidia)"
-    )
-
-
-def foreign_daemonsets_problem(
-    daemonsets: Iterable[Mapping[str, Any]], namespaces: Sequence[str]
-) -> str:
-    """Why this controller must not write while IMEX daemon DaemonSets of live ComputeDomains
-    exist outside ``namespaces`` (driver and additional): another controller made them, and
-    manages those ComputeDomains from there. Empty when there are none."""
-    foreign = sorted(
-        (ds for ds in daemonsets if objects.namespace(ds) not in namespaces),
-        key=objects.object_key,
-    )
-    if not foreign:
-        return ""
-    there = objects.namespace(foreign[0]) or ""
-    return (
-        f"IMEX daemon DaemonSet {objects.object_key(foreign[0])} of a live ComputeDomain "
-        "is outside this controller's namespaces "
-        f"({', '.join(namespaces)}): another ComputeDomain controller manages them from {there} "
-        "(NVIDIA's, or a second install of this one), so this one stands by and writes nothing "
-        f"to ComputeDomains. Remove the other controller, or install this one with driver "
-        f"namespace {there}; if {there} is a driver namespace left behind, name it in "
-        "ADDITIONAL_NAMESPACES"
-    )
-
-
-def image_drift_message(ds: Mapping[str, Any], plugin_image: str, daemon_image: str) -> str:
-    meta = objects.meta(ds)
-    return (
-        f"NVIDIA's kubelet plugin (DaemonSet {meta.get('namespace')}/{meta.get('name')}) runs "
-        f"{plugin_image}, but the IMEX daemons of new ComputeDomains get {daemon_image} "
-        "(IMAGE_NAME): the two must be the same driver release. Leave IMAGE_NAME unset (Helm: "
-        "image.tag empty) and new daemons get the plugin's image, or set it to "
-        f"{plugin_image}"
-    )
 
 
 class CoexistenceMonitor:

@@ -11,8 +11,8 @@ from computedomain.api.v1beta1 import ComputeDomain
 from computedomain.domain import childkinds, projection
 from computedomain.domain.caches import BY_CD
 from computedomain.domain.childkinds import ChildKind, Inputs, Scope
-from computedomain.domain.coexistence import daemon_image
 from computedomain.domain.context import ReconcileContext
+from computedomain.domain.kubeletplugin import daemon_image
 from computedomain.domain.labels import cd_uid_of
 from computedomain.domain.modes import StatusMode
 from computedomain.domain.snapshot import DomainSnapshot

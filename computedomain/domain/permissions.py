@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from computedomain.api import constants as c
 from computedomain.api.resources import CLIQUES, COMPUTE_DOMAINS
 from computedomain.domain.caches import Caches
-from computedomain.domain.coexistence import CD_CRD_NAME, CLIQUE_CRD_NAME
+from computedomain.domain.crdschema import CD_CRD_NAME, CLIQUE_CRD_NAME
 from computedomain.runtime import resources as r
 from computedomain.runtime.access import Access, Permission, ReviewClient
 from computedomain.runtime.events import EventRecorder

@@ -21,7 +21,7 @@ from computedomain.api.v1beta1 import (
     ComputeDomainNode,
     Condition,
 )
-from computedomain.domain import childkinds, coexistence, placement, projection, topology
+from computedomain.domain import childkinds, crdschema, placement, projection, topology
 from computedomain.domain import conditions as cond
 from computedomain.domain.caches import BY_CD, BY_GPU_CLIQUE
 from computedomain.domain.childkinds import ChildKind
@@ -246,7 +246,7 @@ class StatusWriter:
         CRD from now on (the next reconcile finds nothing to write), said once."""
         dropped = tuple(
             name
-            for name in coexistence.OUR_STATUS_FIELDS
+            for name in crdschema.OUR_STATUS_FIELDS
             if desired.get(name) is not None and name not in written
         )
         if dropped and dropped != self._ctx.pruned_status_fields:
@@ -254,7 +254,7 @@ class StatusWriter:
             log.warning(
                 "ComputeDomain CRD is outdated (learned from a status write, the CRD cannot be "
                 "read): %s",
-                coexistence.crd_outdated_message(dropped),
+                crdschema.crd_outdated_message(dropped),
             )
 
     async def _write(

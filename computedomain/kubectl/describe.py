@@ -13,7 +13,7 @@ from typing import Any
 from computedomain.api import constants as c
 from computedomain.api.claims import driver_configs
 from computedomain.domain.childkinds import CHILDREN, ChildKind
-from computedomain.domain.coexistence import (
+from computedomain.domain.nvidiacontroller import (
     nvidia_deployment_of,
     running_nvidia_controllers,
     shares_lease,

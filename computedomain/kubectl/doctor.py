@@ -16,12 +16,10 @@ from typing import Any, Literal
 from computedomain.api import constants as c
 from computedomain.api import rbac
 from computedomain.domain import permissions
-from computedomain.domain.coexistence import (
-    CD_CRD_NAME,
-    CLIQUE_CRD_NAME,
+from computedomain.domain.crdschema import CD_CRD_NAME, CLIQUE_CRD_NAME, missing_status_fields
+from computedomain.domain.kubeletplugin import kubelet_plugin_image
+from computedomain.domain.nvidiacontroller import (
     is_own_pod,
-    kubelet_plugin_image,
-    missing_status_fields,
     nvidia_deployment_of,
     running_nvidia_controllers,
     shares_lease,

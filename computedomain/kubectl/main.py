@@ -34,7 +34,7 @@ from computedomain.api import constants as c
 from computedomain.api.resources import CLIQUES, COMPUTE_DOMAINS
 from computedomain.domain.capacity import clique_capacity
 from computedomain.domain.childkinds import CHILDREN, ChildKind, Scope
-from computedomain.domain.coexistence import CD_CRD_NAME, CLIQUE_CRD_NAME
+from computedomain.domain.crdschema import CD_CRD_NAME, CLIQUE_CRD_NAME
 from computedomain.kubectl import doctor, shipped
 from computedomain.kubectl.cliques import fits_message, table
 from computedomain.kubectl.describe import (

@@ -23,7 +23,7 @@ from computedomain.app import REPORTING_CONTROLLER
 from computedomain.devcluster.audit import AuditedWrite, AuditLog, tally
 from computedomain.devcluster.controlplane import ControlPlane
 from computedomain.devcluster.watching import Objects, watch_object, watch_objects
-from computedomain.domain.coexistence import CD_CRD_NAME
+from computedomain.domain.crdschema import CD_CRD_NAME
 from computedomain.domain.keys import CDKey
 from computedomain.runtime import resources as r
 from computedomain.runtime.client import ApiError, KubeClient

@@ -48,7 +48,7 @@ from computedomain.devcluster.upstream import (
     UpstreamBuild,
 )
 from computedomain.devcluster.watching import Objects, watch_object, watch_objects
-from computedomain.domain.coexistence import CD_CRD_NAME
+from computedomain.domain.crdschema import CD_CRD_NAME
 from computedomain.domain.keys import CDKey
 from computedomain.kubectl.doctor import CRD_UPGRADE_COMMAND
 from computedomain.runtime import resources as r

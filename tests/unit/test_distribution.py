@@ -16,7 +16,15 @@ import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
-CONTROLLER_PACKAGES = {"admission", "api", "domain", "kubectl", "observability", "runtime"}
+CONTROLLER_PACKAGES = {
+    "admission",
+    "api",
+    "config",
+    "domain",
+    "kubectl",
+    "observability",
+    "runtime",
+}
 LAB_PACKAGES = {"sim", "devcluster"}
 CONTROLLER_SCRIPTS = {
     "computedomain-controller",

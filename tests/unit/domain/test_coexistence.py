@@ -12,17 +12,17 @@ import yaml
 
 from computedomain.api import constants as c
 from computedomain.domain.caches import build_caches
-from computedomain.domain.coexistence import (
-    CD_CRD_NAME,
-    CoexistenceMonitor,
-    concurrent_controller_message,
-    crd_outdated_message,
+from computedomain.domain.coexistence import CoexistenceMonitor
+from computedomain.domain.crdschema import CD_CRD_NAME, crd_outdated_message, missing_status_fields
+from computedomain.domain.kubeletplugin import (
     daemon_image,
     image_drift_message,
-    missing_status_fields,
+    trim_plugin_daemonset,
+)
+from computedomain.domain.nvidiacontroller import (
+    concurrent_controller_message,
     nvidia_lease,
     running_nvidia_controllers,
-    trim_plugin_daemonset,
     trim_pod_identity,
 )
 from computedomain.domain.selectors import matches, parse_selector

@@ -10,13 +10,13 @@ import yaml
 from computedomain.api import constants as c
 from computedomain.api.v1beta1 import ComputeDomain
 from computedomain.config import parse_settings
-from computedomain.domain.coexistence import daemon_image
 from computedomain.domain.desired import (
     daemon_daemonset,
     daemon_resource_claim_template,
     feature_gates_env,
     workload_resource_claim_template,
 )
+from computedomain.domain.kubeletplugin import daemon_image
 from computedomain.domain.settings import DaemonSettings
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "upstream"

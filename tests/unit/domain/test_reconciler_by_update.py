@@ -9,7 +9,7 @@ from typing import Any
 
 from computedomain.api import constants as c
 from computedomain.api.resources import COMPUTE_DOMAINS
-from computedomain.domain import coexistence, permissions
+from computedomain.domain import crdschema, permissions
 from computedomain.domain.childkinds import ChildKind
 from computedomain.domain.keys import CDKey
 from computedomain.runtime import resources as r
@@ -227,13 +227,13 @@ async def test_an_outdated_crd_that_cannot_be_read_is_learned_from_a_status_writ
     steady CD costs no write (not one per reconcile, retried)."""
     world = await nvidia_world()
     world.caches.crds.disable("list customresourcedefinitions not granted")
-    world.client.pruned_status_fields = coexistence.OUR_STATUS_FIELDS
+    world.client.pruned_status_fields = crdschema.OUR_STATUS_FIELDS
     stores = with_children(world)
     world.fill(service_accounts=[service_account()], **stores)
 
     assert await world.reconcile(CDKey(NS, "cd")) == Result(requeue=True)
     assert world.client.calls == [("replace", "computedomains/status", f"{NS}/cd")]
-    assert world.reconciler._ctx.pruned_status_fields == coexistence.OUR_STATUS_FIELDS
+    assert world.reconciler._ctx.pruned_status_fields == crdschema.OUR_STATUS_FIELDS
 
     world.caches.compute_domains.feed(
         "MODIFIED", world.client.objects[("computedomains", NS, "cd")]

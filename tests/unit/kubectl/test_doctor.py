@@ -11,7 +11,7 @@ import pytest
 
 from computedomain.api import constants as c
 from computedomain.api import rbac
-from computedomain.domain.coexistence import (
+from computedomain.domain.crdschema import (
     CD_CRD_NAME,
     CLIQUE_CRD_NAME,
     OUR_STATUS_FIELDS,
