@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench_process import metric_total, scrape
+from bench_process import metric_total, scrape, stop
 from bench_scenarios import bounded
 from measures import now, proc_cpu_s, summary
 
@@ -243,12 +243,7 @@ class WebhookCost:
                 except ApiError as err:
                     if not err.is_not_found:
                         raise
-            child.terminate()
-            try:
-                await asyncio.wait_for(child.wait(), timeout=20)
-            except TimeoutError:
-                child.kill()
-                await child.wait()
+            await stop(child)
             log_path.unlink(missing_ok=True)
         return result
 
