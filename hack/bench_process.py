@@ -41,6 +41,17 @@ def metric_total(text: str, name: str) -> float:
     )
 
 
+async def stop(child: asyncio.subprocess.Process) -> None:
+    """``child`` gone: asked to stop (SIGTERM, the controller's graceful shutdown), killed if it
+    has not within 20 s."""
+    child.terminate()
+    try:
+        await asyncio.wait_for(child.wait(), timeout=20)
+    except TimeoutError:
+        child.kill()
+        await child.wait()
+
+
 async def scrape(client: KubeClient, port: int) -> str:
     session = client.session
     try:
@@ -115,12 +126,7 @@ async def measure_process(
             "idle_cpu_s_per_60s": round(cpu * 60.0 / idle_window, 3),
         }
     finally:
-        child.terminate()
-        try:
-            await asyncio.wait_for(child.wait(), timeout=20)
-        except TimeoutError:
-            child.kill()
-            await child.wait()
+        await stop(child)
 
 
 # Log lines that mark the start-up phases, in order (JSON logs, the controller's default).

@@ -31,18 +31,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench_process import metric_total, scrape
+from bench_process import metric_total, scrape, stop
 from bench_scenarios import bounded
 from measures import now, proc_cpu_s, summary
 
-from computedomain.admission.server import DOMAIN_PATH
 from computedomain.api import constants as c
 from computedomain.api.resources import COMPUTE_DOMAINS
 from computedomain.config import SETTINGS, environ
 from computedomain.devcluster.cluster import ensure_namespace
 from computedomain.devcluster.controlplane import free_port
 from computedomain.devcluster.harness import compute_domain
-from computedomain.devcluster.placement import ca_bundle_written, webhook_configuration
+from computedomain.devcluster.placement import (
+    ca_bundle_written,
+    webhook_configuration,
+    webhook_environ,
+    webhook_url,
+)
 from computedomain.devcluster.processes import rss_mb
 from computedomain.devcluster.watching import watch_objects
 from computedomain.devcluster.workloads import WORKLOAD_IMAGE
@@ -170,19 +174,14 @@ class WebhookCost:
         extra: dict[str, str] = {}
         made_certificate = False
         if webhook:
-            url = f"https://127.0.0.1:{webhook_port}{DOMAIN_PATH}"
             await self.client.create(
                 MUTATING_WEBHOOK_CONFIGURATIONS,
-                webhook_configuration(configuration, url, namespace),
+                webhook_configuration(configuration, webhook_url(webhook_port), namespace),
             )
             # The replica that makes the certificate imports cryptography to do it; one that
             # finds it in the Secret (a later round's, every replica after the first) does not.
             made_certificate = not await self.exists(SECRETS, CERTIFICATE_SECRET)
-            extra = environ(
-                placement_webhook_address=f"127.0.0.1:{webhook_port}",
-                placement_webhook_hosts="127.0.0.1",
-                placement_webhook_configuration=configuration,
-            )
+            extra = webhook_environ(webhook_port, configuration)
         child, log_path = await self.spawn(metrics_port, extra, f"webhook-{variant}")
         try:
             # Settled: the CDs' claim templates made, then no reconcile for 3 s.
@@ -244,12 +243,7 @@ class WebhookCost:
                 except ApiError as err:
                     if not err.is_not_found:
                         raise
-            child.terminate()
-            try:
-                await asyncio.wait_for(child.wait(), timeout=20)
-            except TimeoutError:
-                child.kill()
-                await child.wait()
+            await stop(child)
             log_path.unlink(missing_ok=True)
         return result
 

@@ -217,25 +217,12 @@ class Placer:
                 state, uid, domain_key(current), decision.clique or "", decision.size
             ):
                 continue  # another decision came first: decide again with it counted
-            try:
-                written = await self._client.patch(
-                    COMPUTE_DOMAINS,
-                    objects.name(current),
-                    _record(current, decision),
-                    namespace=objects.namespace(current),
-                )
-            except ApiError as err:
-                if not err.is_conflict:
-                    raise
-                current = await listed_by_name(
-                    self._client, objects.namespace(current) or "", objects.name(current)
-                )
-                if self._ledger:
-                    # Promised in the ledger: that is the decision; only its write is retried.
-                    return await self._write_promised(current, decision)
-                continue
-            self._announce(written, decision)
-            return self._remember(written, decision.clique or "")
+            written, current = await self._record_or_reread(current, decision)
+            if written:
+                return self._remember(current, decision.clique or "")
+            if self._ledger:
+                # Promised in the ledger: that is the decision; only its write is retried.
+                return await self._write_promised(current, decision)
         raise RuntimeError(
             f"ComputeDomain {objects.object_key(cd)} changed under {MAX_ATTEMPTS} placement "
             "decisions in a row"
@@ -249,26 +236,35 @@ class Placer:
             recorded = recorded_clique(current)
             if recorded is not None:
                 return self._remember(current, recorded)
-            try:
-                written = await self._client.patch(
-                    COMPUTE_DOMAINS,
-                    objects.name(current),
-                    _record(current, decision),
-                    namespace=objects.namespace(current),
-                )
-            except ApiError as err:
-                if not err.is_conflict:
-                    raise
-                current = await listed_by_name(
-                    self._client, objects.namespace(current) or "", objects.name(current)
-                )
-                continue
-            self._announce(written, decision)
-            return self._remember(written, decision.clique or "")
+            written, current = await self._record_or_reread(current, decision)
+            if written:
+                return self._remember(current, decision.clique or "")
         raise RuntimeError(
             f"ComputeDomain {objects.object_key(cd)} changed under {MAX_ATTEMPTS} writes of its "
             "placement decision in a row"
         )
+
+    async def _record_or_reread(
+        self, cd: Mapping[str, Any], decision: Decision
+    ) -> tuple[bool, Mapping[str, Any]]:
+        """``decision`` written on ``cd`` (its resourceVersion a precondition) and announced:
+        (True, the CD as written); or, on a 409, the CD changed since it was read: (False, the
+        CD read again), for the caller to decide whether to try again."""
+        try:
+            written = await self._client.patch(
+                COMPUTE_DOMAINS,
+                objects.name(cd),
+                _record(cd, decision),
+                namespace=objects.namespace(cd),
+            )
+        except ApiError as err:
+            if not err.is_conflict:
+                raise
+            return False, await listed_by_name(
+                self._client, objects.namespace(cd) or "", objects.name(cd)
+            )
+        self._announce(written, decision)
+        return True, written
 
     def _remember(self, cd: Mapping[str, Any], clique: str) -> str:
         self._recorded[objects.uid(cd) or ""] = clique

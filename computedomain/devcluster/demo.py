@@ -26,7 +26,6 @@ from typing import Any
 import yaml
 from kubernetes_asyncio.client import ApiClient
 
-from computedomain.admission.server import DOMAIN_PATH
 from computedomain.api import constants as c
 from computedomain.api.resources import COMPUTE_DOMAINS
 from computedomain.config import environ
@@ -49,6 +48,8 @@ from computedomain.devcluster.placement import (
     ca_bundle_written,
     clique_of_each_pod,
     webhook_configuration,
+    webhook_environ,
+    webhook_url,
 )
 from computedomain.devcluster.processes import ChildProcess, spawn, tail
 from computedomain.devcluster.progress import STARTED, Progress, say, watch_progress
@@ -421,7 +422,7 @@ class Demo:
         controller's address (there is no Service here); the controller makes its certificate
         and writes the CA into this configuration."""
         self.webhook_port = free_port()
-        url = f"https://127.0.0.1:{self.webhook_port}{DOMAIN_PATH}"
+        url = webhook_url(self.webhook_port)
         body = webhook_configuration(CONFIGURATION, url, DEMO_NAMESPACE)
         with contextlib.suppress(ApiError):  # a kept cluster's, from an earlier run
             await kube.delete(MUTATING_WEBHOOK_CONFIGURATIONS, CONFIGURATION)
@@ -463,10 +464,7 @@ class Demo:
             pod_name="demo-controller",
             http_endpoint=metrics_address,
             probe_address=f"127.0.0.1:{free_port()}",
-            placement_webhook_address=f"127.0.0.1:{self.webhook_port}",
-            placement_webhook_hosts="127.0.0.1",
-            placement_webhook_configuration=CONFIGURATION,
-        )
+        ) | webhook_environ(self.webhook_port, CONFIGURATION)
         controller = spawn_console_script(
             "computedomain-controller",
             [],

@@ -6,13 +6,17 @@ into it. Also where a set of pods landed, clique by clique.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import contextlib
+from collections.abc import AsyncIterator, Iterable, Mapping
 from typing import Any
 
+from computedomain.admission.server import DOMAIN_PATH
 from computedomain.api import constants as c
+from computedomain.config import environ
+from computedomain.devcluster.controlplane import free_port
 from computedomain.devcluster.watching import watch_objects
 from computedomain.runtime import objects
-from computedomain.runtime.client import KubeClient
+from computedomain.runtime.client import ApiError, KubeClient
 from computedomain.runtime.resources import MUTATING_WEBHOOK_CONFIGURATIONS
 
 # The configuration's name in the manifests: the webhook's RBAC grants the caBundle write on it
@@ -38,6 +42,40 @@ def webhook_configuration(name: str, url: str, namespace: str) -> dict[str, Any]
             "timeoutSeconds": 5,
         }],
     }  # fmt: skip
+
+
+def webhook_url(port: int) -> str:
+    """Where the apiserver calls a controller serving the webhook on this machine's ``port``."""
+    return f"https://127.0.0.1:{port}{DOMAIN_PATH}"
+
+
+def webhook_environ(port: int, configuration: str) -> dict[str, str]:
+    """A controller's settings to serve the webhook on 127.0.0.1:``port`` with a certificate
+    for that address, and to write its CA into ``configuration``."""
+    return environ(
+        placement_webhook_address=f"127.0.0.1:{port}",
+        placement_webhook_hosts="127.0.0.1",
+        placement_webhook_configuration=configuration,
+    )
+
+
+@contextlib.asynccontextmanager
+async def webhook_configured(
+    kube: KubeClient, configuration: str, namespace: str, port: int | None = None
+) -> AsyncIterator[int]:
+    """``configuration`` created for ``namespace``'s pods, calling 127.0.0.1:``port`` (a free
+    port when None), for as long as the block runs; yields that port. Deleted at the end,
+    whatever the deletion answers: a clean-up must not hide what failed in the block."""
+    port = free_port() if port is None else port
+    await kube.create(
+        MUTATING_WEBHOOK_CONFIGURATIONS,
+        webhook_configuration(configuration, webhook_url(port), namespace),
+    )
+    try:
+        yield port
+    finally:
+        with contextlib.suppress(ApiError):
+            await kube.delete(MUTATING_WEBHOOK_CONFIGURATIONS, configuration)
 
 
 async def ca_bundle_written(kube: KubeClient, configuration: str, within: float = 30.0) -> None:

@@ -16,6 +16,7 @@ import os
 import re
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import TypeVar
 
@@ -55,7 +56,13 @@ from computedomain.runtime.client import ApiError, KubeClient
 from computedomain.runtime.resources import NAMESPACES, SERVICE_ACCOUNTS
 from tests.integration.cluster import STARTUP, fleet_node_names, run_control_plane
 from tests.integration.e2e_harness import EndToEnd, end_to_end
-from tests.integration.nvidia_fleet import NvidiaFleet, nvidia_fleet
+from tests.integration.nvidia_fleet import (
+    NodeSide,
+    NodeSideOn,
+    NvidiaFleet,
+    nvidia_fleet,
+    nvidia_node_side,
+)
 from tests.integration.nvidia_install import CLUSTER_ROLE_BINDINGS
 from tests.kit.controllers import controllers_for, stop_after_cleanup
 from tests.kit.prometheus import RunningPrometheus, running_prometheus
@@ -240,6 +247,38 @@ def mock_nvml() -> MockNvml:
     nodes."""
     where = "CI, NVIDIA_MOCK_NVML_SRC or hack/test.sh"
     return _required_or_skip(lambda build: find_mock_nvml(build=build), mock_nvml_required(), where)
+
+
+@pytest.fixture
+def nvidia_node_side_on(
+    nvidia_target: tuple[str, UpstreamBuild],
+    mock_nvml: MockNvml,
+    control_plane: ControlPlane,
+    api_client: ApiClient,
+    kube: KubeClient,
+    kubeconfig_path: Path,
+    namespace: str,
+    driver_namespace: str,
+    tmp_path: Path,
+) -> NodeSideOn:
+    """``nvidia_node_side`` on the nodes given, of the test's target, in its namespaces: a test
+    module's fixture names only its nodes."""
+
+    def on(nodes: list[str]) -> AbstractAsyncContextManager[NodeSide]:
+        return nvidia_node_side(
+            nvidia_target,
+            mock_nvml,
+            control_plane,
+            api_client,
+            kube,
+            kubeconfig_path,
+            namespace,
+            driver_namespace,
+            tmp_path,
+            nodes,
+        )
+
+    return on
 
 
 @pytest.fixture

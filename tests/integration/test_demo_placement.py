@@ -8,15 +8,11 @@ must all land in one other clique, the one recorded on the CD, and ``kubectl cdo
 
 from __future__ import annotations
 
-import contextlib
 import time
 
 import pytest
 
-from computedomain.admission.server import DOMAIN_PATH
 from computedomain.api.resources import COMPUTE_DOMAINS
-from computedomain.config import environ
-from computedomain.devcluster.controlplane import free_port
 from computedomain.devcluster.demo import (
     JOB_SIZE,
     PLACED_JOB,
@@ -24,10 +20,14 @@ from computedomain.devcluster.demo import (
     nodes_held,
     show_placement,
 )
-from computedomain.devcluster.placement import ca_bundle_written, webhook_configuration
+from computedomain.devcluster.placement import (
+    ca_bundle_written,
+    webhook_configured,
+    webhook_environ,
+)
 from computedomain.domain.capacity import clique_capacity
-from computedomain.runtime.client import ApiError, KubeClient
-from computedomain.runtime.resources import MUTATING_WEBHOOK_CONFIGURATIONS, NODES
+from computedomain.runtime.client import KubeClient
+from computedomain.runtime.resources import NODES
 from tests.integration.e2e_harness import EndToEnd
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
@@ -38,20 +38,9 @@ async def test_the_demos_job_lands_in_one_clique_with_room_beside_a_nearly_full_
 ) -> None:
     started = time.monotonic()
     configuration = f"demo-placement-{namespace}"
-    port = free_port()
-    await kube.create(
-        MUTATING_WEBHOOK_CONFIGURATIONS,
-        webhook_configuration(configuration, f"https://127.0.0.1:{port}{DOMAIN_PATH}", namespace),
-    )
-    try:
+    async with webhook_configured(kube, configuration, namespace) as port:
         await e2e.start_simulator()
-        await e2e.start_controller(
-            **environ(
-                placement_webhook_address=f"127.0.0.1:{port}",
-                placement_webhook_hosts="127.0.0.1",
-                placement_webhook_configuration=configuration,
-            )
-        )
+        await e2e.start_controller(**webhook_environ(port, configuration))
         await ca_bundle_written(kube, configuration)
 
         shown = await show_placement(kube, namespace, within=120)
@@ -72,7 +61,4 @@ async def test_the_demos_job_lands_in_one_clique_with_room_beside_a_nearly_full_
         assert {k: v for k, v in held.items() if v} == {shown.recorded: JOB_SIZE}, held
         nearly_full = next(r for r in rows if r.clique == shown.nearly_full)
         assert nearly_full.free <= ROOM_LEFT, nearly_full.as_dict()
-    finally:
-        with contextlib.suppress(ApiError):
-            await kube.delete(MUTATING_WEBHOOK_CONFIGURATIONS, configuration)
     print(f"demo placement step: {time.monotonic() - started:.1f}s")

@@ -20,33 +20,32 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator, Iterable
-from pathlib import Path
 from typing import Any
 
 import pytest
-from kubernetes_asyncio.client import ApiClient
 
-from computedomain.admission.server import DOMAIN_PATH
 from computedomain.api import constants as c
 from computedomain.api.resources import COMPUTE_DOMAINS
-from computedomain.config import environ
-from computedomain.devcluster.controlplane import ControlPlane, free_port
 from computedomain.devcluster.harness import compute_domain
 from computedomain.devcluster.kubeletplugin import IMEX_CHANNELS_MAJOR
-from computedomain.devcluster.placement import ca_bundle_written, webhook_configuration
-from computedomain.devcluster.upstream import MAIN, TARGET_VERSIONS, MockNvml, UpstreamBuild
+from computedomain.devcluster.placement import (
+    ca_bundle_written,
+    webhook_configured,
+    webhook_environ,
+)
+from computedomain.devcluster.upstream import MAIN, TARGET_VERSIONS, UpstreamBuild
 from computedomain.domain.placement import PLACEMENT_OPT_IN, RECORDED_CLIQUE_ANNOTATION
 from computedomain.runtime import objects
 from computedomain.runtime import resources as r
-from computedomain.runtime.client import ApiError, KubeClient
+from computedomain.runtime.client import KubeClient
 from computedomain.sim.fleet import rack_node_name
 from tests.integration.cluster import TEST_FLEET, fleet_node_names
 from tests.integration.e2e_harness import cd_ready, pod_running, status_nodes, workload
-from tests.integration.test_nvidia_plugin_e2e import (
+from tests.integration.nvidia_fleet import (
     CHANNEL,
     START_WITHIN,
     NodeSide,
-    nvidia_node_side,
+    NodeSideOn,
 )
 
 pytestmark = pytest.mark.integration
@@ -75,30 +74,11 @@ async def only_plugin_nodes_schedulable(kube: KubeClient) -> AsyncIterator[None]
 
 @pytest.fixture
 async def placement_side(
-    nvidia_target: tuple[str, UpstreamBuild],
-    mock_nvml: MockNvml,
-    control_plane: ControlPlane,
-    api_client: ApiClient,
-    kube: KubeClient,
-    kubeconfig_path: Path,
-    namespace: str,
-    driver_namespace: str,
-    tmp_path: Path,
+    kube: KubeClient, nvidia_node_side_on: NodeSideOn
 ) -> AsyncIterator[NodeSide]:
     async with (
         only_plugin_nodes_schedulable(kube),
-        nvidia_node_side(
-            nvidia_target,
-            mock_nvml,
-            control_plane,
-            api_client,
-            kube,
-            kubeconfig_path,
-            namespace,
-            driver_namespace,
-            tmp_path,
-            PLUGIN_NODES,
-        ) as side,
+        nvidia_node_side_on(PLUGIN_NODES) as side,
     ):
         yield side
 
@@ -136,21 +116,8 @@ async def test_the_webhook_places_a_job_in_the_clique_nvidias_plugin_labelled_wi
     assert labelled == {n: cliques[n].label for n in PLUGIN_NODES}
 
     configuration = f"placement-{env.namespace}"
-    port = free_port()
-    await kube.create(
-        r.MUTATING_WEBHOOK_CONFIGURATIONS,
-        webhook_configuration(
-            configuration, f"https://127.0.0.1:{port}{DOMAIN_PATH}", env.namespace
-        ),
-    )
-    try:
-        await placement_side.start(
-            **environ(
-                placement_webhook_address=f"127.0.0.1:{port}",
-                placement_webhook_hosts="127.0.0.1",
-                placement_webhook_configuration=configuration,
-            )
-        )
+    async with webhook_configured(kube, configuration, env.namespace) as port:
+        await placement_side.start(**webhook_environ(port, configuration))
         await ca_bundle_written(kube, configuration)
 
         # The nearly full clique: one of its two nodes held by a domain the webhook leaves alone.
@@ -205,7 +172,4 @@ async def test_the_webhook_places_a_job_in_the_clique_nvidias_plugin_labelled_wi
             objects.label(await kube.get(r.NODES, n), c.GPU_CLIQUE_NODE_LABEL) for n in held
         }
         assert (recorded, on_nodes) == (room_clique, {room_clique})
-    finally:
-        with contextlib.suppress(ApiError):
-            await kube.delete(r.MUTATING_WEBHOOK_CONFIGURATIONS, configuration)
     print(f"placement with NVIDIA's plugin: {time.monotonic() - started:.1f}s")

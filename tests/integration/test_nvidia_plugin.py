@@ -32,7 +32,6 @@ from typing import Any
 import pytest
 from kubernetes_asyncio.client import ApiClient
 
-from computedomain.api import constants as c
 from computedomain.api.resources import COMPUTE_DOMAINS
 from computedomain.devcluster.controlplane import ControlPlane
 from computedomain.devcluster.helm import find_helm
@@ -40,17 +39,17 @@ from computedomain.devcluster.kubeletplugin import (
     DRIVER_NAME,
     Clique,
     PluginFleet,
-    Topology,
     plugin_fleet,
 )
 from computedomain.devcluster.upstream import MockNvml, UpstreamBuild
 from computedomain.devcluster.watching import Objects, watch_objects
 from computedomain.domain.topology import LABEL_MISSING
 from computedomain.runtime import resources as r
-from computedomain.runtime.client import ApiError, KubeClient
-from computedomain.sim.fleet import build_resource_slice, rack_node_name, resource_slice_name
+from computedomain.runtime.client import KubeClient
+from computedomain.sim.fleet import rack_node_name, resource_slice_name
 from tests.integration.cluster import TEST_FLEET
 from tests.integration.e2e_harness import EndToEnd, cd_ready, status_nodes, workload
+from tests.integration.nvidia_fleet import clique_label, nvidia_nodes
 from tests.kit.controllers import clique_gauges
 from tests.kit.kubectl_plugin import cliques_rows
 from tests.kit.waiting import eventually
@@ -60,10 +59,6 @@ pytestmark = pytest.mark.integration
 # Two racks, two nodes each.
 NODES = [rack_node_name(TEST_FLEET.name_prefix, rack, index) for rack in (0, 1) for index in (0, 1)]
 START_WITHIN = 90.0
-
-
-def clique_label(node: dict[str, Any] | None) -> str | None:
-    return ((node or {}).get("metadata", {}).get("labels") or {}).get(c.GPU_CLIQUE_NODE_LABEL)
 
 
 async def labels_until(
@@ -107,13 +102,9 @@ async def taken_over(
 ) -> AsyncIterator[PluginFleet]:
     """NVIDIA's plugin of ``build`` set up (not started) for NODES, whose clique labels and
     simulated ResourceSlices are gone until the end, when the fleet is as before."""
-    nodes = [await kube.get(r.NODES, name) for name in NODES]
-    topology = Topology.from_nodes(nodes)
-    for name in NODES:
-        await kube.patch(r.NODES, name, {"metadata": {"labels": {c.GPU_CLIQUE_NODE_LABEL: None}}})
-        await _delete_slice(kube, resource_slice_name(name))
-    try:
-        async with plugin_fleet(
+    async with (
+        nvidia_nodes(kube, NODES) as topology,
+        plugin_fleet(
             build,
             mock,
             find_helm(),
@@ -123,19 +114,9 @@ async def taken_over(
             workdir,
             driver_namespace,
             topology,
-        ) as fleet:
-            yield fleet
-    finally:
-        slices = await kube.list(r.RESOURCE_SLICES)
-        for item in slices["items"]:
-            if item["spec"].get("driver") == DRIVER_NAME and item["spec"].get("nodeName") in NODES:
-                await _delete_slice(kube, item["metadata"]["name"])
-        for name in NODES:
-            await kube.create(r.RESOURCE_SLICES, build_resource_slice(name))
-            label = topology.cliques[name].label
-            await kube.patch(
-                r.NODES, name, {"metadata": {"labels": {c.GPU_CLIQUE_NODE_LABEL: label}}}
-            )
+        ) as fleet,
+    ):
+        yield fleet
 
 
 @pytest.fixture
@@ -153,14 +134,6 @@ async def plugins(
         upstream_main, mock_nvml, control_plane, api_client, kube, driver_namespace, tmp_path
     ) as fleet:
         yield fleet
-
-
-async def _delete_slice(kube: KubeClient, name: str) -> None:
-    try:
-        await kube.delete(r.RESOURCE_SLICES, name)
-    except ApiError as err:
-        if not err.is_not_found:
-            raise
 
 
 async def test_each_plugin_publishes_its_slice_and_labels_its_node_with_its_clique(

@@ -29,38 +29,24 @@ their sources set or COMPUTEDOMAIN_REQUIRE_UPSTREAM=1 (hack/test.sh), where they
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 from collections.abc import AsyncIterator, Mapping
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pytest
-from kubernetes_asyncio.client import ApiClient
 
 from computedomain.api import constants as c
 from computedomain.api.resources import COMPUTE_DOMAINS
-from computedomain.devcluster.controlplane import ControlPlane
 from computedomain.devcluster.drakubelet import (
     FAILED_PREPARE,
-    DraKubelet,
-    NodePlugin,
-    SharedDraKubelet,
-    connect,
 )
-from computedomain.devcluster.harness import RunningController
 from computedomain.devcluster.helm import find_helm
-from computedomain.devcluster.imexdaemon import DaemonRuntime, NvidiaDaemons, NvidiaImexDaemon
+from computedomain.devcluster.imexdaemon import NvidiaImexDaemon
 from computedomain.devcluster.kubeletplugin import (
     CAPS_MAJOR,
-    DRIVER_NAME,
     FABRIC_IMEX_MGMT_MINOR,
     IMEX_CHANNELS_MAJOR,
     Clique,
-    PluginFleet,
-    Topology,
-    plugin_fleet,
 )
 from computedomain.devcluster.processes import tail
 from computedomain.devcluster.upstream import (
@@ -68,8 +54,6 @@ from computedomain.devcluster.upstream import (
     MAIN,
     TARGET_VERSIONS,
     TARGETS,
-    V041,
-    MockNvml,
     UpstreamBuild,
     chart_controller_container,
     container_environment,
@@ -77,22 +61,25 @@ from computedomain.devcluster.upstream import (
 )
 from computedomain.devcluster.watching import Objects, watch_objects
 from computedomain.runtime import resources as r
-from computedomain.runtime.client import ApiError, KubeClient
 from computedomain.runtime.objects import condition
-from computedomain.sim.fleet import build_resource_slice, rack_node_name, resource_slice_name
-from computedomain.sim.simulator import Simulator
+from computedomain.sim.fleet import rack_node_name
 from tests.integration.cluster import TEST_FLEET
 from tests.integration.e2e_harness import (
     STATEFULSETS,
     EndToEnd,
     cd_ready,
-    end_to_end,
     pod_running,
     status_nodes,
     workload,
 )
-from tests.integration.nvidia_fleet import configured_as
-from tests.integration.nvidia_install import install_daemon_rbac, remove_cluster_objects
+from tests.integration.nvidia_fleet import (
+    CHANNEL,
+    START_WITHIN,
+    NodeSide,
+    NodeSideOn,
+    clique_label,
+    configured_as,
+)
 from tests.integration.test_upstream_controller import SHARED_SETTINGS
 from tests.kit.indexes import watching_indexes
 from tests.kit.waiting import eventually
@@ -101,9 +88,7 @@ pytestmark = pytest.mark.integration
 
 # Two nodes of one rack (one NVLink clique).
 NODES = [rack_node_name(TEST_FLEET.name_prefix, 0, index) for index in (0, 1)]
-CHANNEL = "/dev/nvidia-caps-imex-channels/channel0"
 FABRIC_MGMT = f"/dev/nvidia-caps/nvidia-cap{FABRIC_IMEX_MGMT_MINOR}"
-START_WITHIN = 90.0
 NOT_READY = "current node not ready in ComputeDomain"
 # NVIDIA's plugin retries a refused preparation itself for 45 s, as long as the kubelet waits for
 # the call (the kubelet's timeout): the kubelet then learns only that the claim was "left out",
@@ -113,223 +98,13 @@ IMEX_SLOW = 55.0
 REFUSED = ("NodePrepareResources left out 1 claims", "code = DeadlineExceeded")
 
 
-@dataclass
-class NodeSide:
-    """NVIDIA's plugin and daemon on some nodes (NODES, in this file's tests), the stand-in
-    kubelet between them and the pods."""
-
-    env: EndToEnd
-    plugins: PluginFleet
-    kubelets: SharedDraKubelet
-    daemons: NvidiaDaemons
-    build: UpstreamBuild
-    kubeconfig: Path
-    simulator: Simulator | None = None
-    controller: RunningController | None = None
-
-    async def start(self, **controller_env: str) -> None:
-        self.controller = await self.env.start_controller(**controller_env)
-        await self.start_nodes()
-
-    async def controller_saw_label(self, node: str, label: str) -> None:
-        """Until our controller's Node cache has ``node``'s clique ``label`` and it has handled
-        every event it has seen."""
-        controller = self.controller
-        assert controller is not None
-        nodes = controller.process.caches.nodes.store
-
-        async def seen() -> bool:
-            return clique_label(nodes.get(node)) == label
-
-        await eventually(seen, within=10, what=f"{node}'s new label in the controller's cache")
-        # Timers too: a requeue due within a few seconds could still write.
-        await controller.wait_idle(within=5.0)
-
-    async def start_nodes(self) -> None:
-        """The simulator, with NVIDIA's daemons and the stand-in kubelet (no controller)."""
-        self.simulator = await self.env.start_simulator(
-            daemon_factory=self.daemons, workload_kubelet=self.kubelets
-        )
-
-    @property
-    def kubelet(self) -> DraKubelet:
-        assert self.simulator is not None
-        return self.kubelets(self.simulator.context)
-
-    def daemon(self, node: str) -> NvidiaImexDaemon:
-        daemon = self.daemons.on_node(node)
-        assert daemon is not None, f"no NVIDIA daemon runs on {node}"
-        return daemon
-
-    def diagnostics(self) -> str:
-        parts = [f"--- plugin {n.name}:\n{tail(n.log)}" for n in self.plugins.nodes.values()]
-        parts += [
-            f"--- daemon {d.key}:\n{d.log_text()[-3000:]}" for d in self.daemons.containers.values()
-        ]
-        return "\n".join(parts)
-
-
-def clique_label(node: Mapping[str, Any] | None) -> str | None:
-    return ((node or {}).get("metadata", {}).get("labels") or {}).get(c.GPU_CLIQUE_NODE_LABEL)
-
-
-async def _delete_slice(kube: KubeClient, name: str) -> None:
-    try:
-        await kube.delete(r.RESOURCE_SLICES, name)
-    except ApiError as err:
-        if not err.is_not_found:
-            raise
-
-
-@contextlib.asynccontextmanager
-async def nvidia_nodes(
-    kube: KubeClient, nodes: list[str], plugin_labels: bool = True
-) -> AsyncIterator[Topology]:
-    """NODES without the simulated fleet's ResourceSlices (NVIDIA's plugin makes its own) and,
-    where the plugin sets the clique label itself (``plugin_labels``: v0.5), without their clique
-    labels (elsewhere GPU Feature Discovery's, which the fleet's stand for); as before
-    afterwards."""
-    topology = Topology.from_nodes([await kube.get(r.NODES, name) for name in nodes])
-    for name in nodes:
-        if plugin_labels:
-            unlabel = {"metadata": {"labels": {c.GPU_CLIQUE_NODE_LABEL: None}}}
-            await kube.patch(r.NODES, name, unlabel)
-        await _delete_slice(kube, resource_slice_name(name))
-    try:
-        yield topology
-    finally:
-        slices = await kube.list(r.RESOURCE_SLICES)
-        for item in slices["items"]:
-            if item["spec"].get("driver") == DRIVER_NAME and item["spec"].get("nodeName") in nodes:
-                await _delete_slice(kube, item["metadata"]["name"])
-        for name in nodes:
-            await kube.create(r.RESOURCE_SLICES, build_resource_slice(name))
-            label = topology.cliques[name].label
-            await kube.patch(
-                r.NODES, name, {"metadata": {"labels": {c.GPU_CLIQUE_NODE_LABEL: label}}}
-            )
-
-
-async def plugins_serving(kube: KubeClient, plugins: PluginFleet) -> dict[str, NodePlugin]:
-    """Start every plugin; once each published its slice and labelled its node, register it
-    with the stand-in kubelet."""
-    plugins.start_all()
-
-    def serving(slices: Objects) -> bool:
-        published = {
-            s["spec"].get("nodeName")
-            for s in slices.values()
-            if s["spec"].get("driver") == DRIVER_NAME
-            and s["metadata"]["name"] != resource_slice_name(str(s["spec"].get("nodeName")))
-        }
-        return set(plugins.nodes) <= published
-
-    await watch_objects(
-        kube, r.RESOURCE_SLICES, serving, within=START_WITHIN, what="a slice per plugin"
-    )
-    expected = {name: plugins.topology.cliques[name].label for name in plugins.nodes}
-    await watch_objects(
-        kube,
-        r.NODES,
-        lambda found: all(clique_label(found.get(n)) == v for n, v in expected.items()),
-        within=START_WITHIN,
-        what="nodes labelled by their plugins",
-    )
-    plugins.check_running()
-    return {
-        name: await connect(name, node.registration_socket, [node.cdi_root])
-        for name, node in plugins.nodes.items()
-    }
-
-
-@contextlib.asynccontextmanager
-async def nvidia_node_side(
-    nvidia_target: tuple[str, UpstreamBuild],
-    mock_nvml: MockNvml,
-    control_plane: ControlPlane,
-    api_client: ApiClient,
-    kube: KubeClient,
-    kubeconfig_path: Path,
-    namespace: str,
-    driver_namespace: str,
-    tmp_path: Path,
-    nodes: list[str],
-) -> AsyncIterator[NodeSide]:
-    """NVIDIA's plugins and daemons of ``nvidia_target`` on ``nodes`` (one plugin process each:
-    as few as make a test's point), the stand-in kubelet between them and the pods."""
-    target, build = nvidia_target
-    assert control_plane.ca_file is not None
-    helm = find_helm()
-    made = await install_daemon_rbac(kube, helm, build.chart, driver_namespace)
-    daemons: NvidiaDaemons | None = None
-    try:
-        async with (
-            nvidia_nodes(kube, nodes, plugin_labels=target != V041) as topology,
-            plugin_fleet(
-                build,
-                mock_nvml,
-                helm,
-                api_client,
-                control_plane.server,
-                control_plane.ca_file,
-                tmp_path / "plugins",
-                driver_namespace,
-                topology,
-            ) as plugins,
-        ):
-            registered = await plugins_serving(kube, plugins)
-            kubelets = SharedDraKubelet(registered, tmp_path / "pods")
-            runtime = DaemonRuntime(
-                build=build,
-                admin=api_client,
-                server=control_plane.server,
-                ca_file=control_plane.ca_file,
-                workdir=tmp_path / "daemons",
-                restart_backoff=1.0,
-                kubelet=kubelets,
-            )
-            daemons = NvidiaDaemons(runtime)
-            async with end_to_end(kube, kubeconfig_path, namespace, driver_namespace) as env:
-                side = NodeSide(env, plugins, kubelets, daemons, build, kubeconfig_path)
-                try:
-                    yield side
-                except BaseException:
-                    print(side.diagnostics())
-                    raise
-            await daemons.close()
-            daemons = None
-    finally:
-        if daemons is not None:
-            await daemons.close()
-        await remove_cluster_objects(kube, made)
-
-
 @pytest.fixture
 async def node_side(
-    nvidia_target: tuple[str, UpstreamBuild],
-    mock_nvml: MockNvml,
-    control_plane: ControlPlane,
-    api_client: ApiClient,
-    kube: KubeClient,
-    kubeconfig_path: Path,
-    namespace: str,
-    driver_namespace: str,
-    tmp_path: Path,
+    nvidia_node_side_on: NodeSideOn,
 ) -> AsyncIterator[NodeSide]:
     """NVIDIA's plugins and daemons of the test's target (main unless it parametrizes
     ``nvidia_target``) on NODES."""
-    async with nvidia_node_side(
-        nvidia_target,
-        mock_nvml,
-        control_plane,
-        api_client,
-        kube,
-        kubeconfig_path,
-        namespace,
-        driver_namespace,
-        tmp_path,
-        NODES,
-    ) as side:
+    async with nvidia_node_side_on(NODES) as side:
         yield side
 
 

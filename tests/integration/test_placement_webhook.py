@@ -26,13 +26,16 @@ from typing import Any
 import pytest
 from kubernetes_asyncio.client import ApiClient
 
-from computedomain.admission.server import DOMAIN_PATH
 from computedomain.api import constants as c
 from computedomain.api.resources import COMPUTE_DOMAINS
 from computedomain.config import environ
 from computedomain.devcluster.controlplane import free_port
 from computedomain.devcluster.harness import RunningController, compute_domain
-from computedomain.devcluster.placement import ca_bundle_written, webhook_configuration
+from computedomain.devcluster.placement import (
+    ca_bundle_written,
+    webhook_configured,
+    webhook_environ,
+)
 from computedomain.domain.placement import (
     CONDITION_PLACED,
     NOT_PLACED,
@@ -42,7 +45,6 @@ from computedomain.domain.placement import (
 from computedomain.runtime import objects
 from computedomain.runtime.client import ApiError, KubeClient
 from computedomain.runtime.resources import (
-    MUTATING_WEBHOOK_CONFIGURATIONS,
     NODES,
     RESOURCE_SLICES,
 )
@@ -125,10 +127,8 @@ async def start_replica(
             # One leader reconciles; the webhook runs in both.
             leader_election_enabled="true",
             pod_name=f"replica-{index}",
-            placement_webhook_address=f"127.0.0.1:{port}",
-            placement_webhook_hosts="127.0.0.1",
-            placement_webhook_configuration=configuration,
-        )
+        ),
+        **webhook_environ(port, configuration),
     )
 
 
@@ -157,133 +157,124 @@ async def test_each_job_lands_in_one_clique_with_room_and_pods_pass_without_the_
     started = time.monotonic()
     configuration = f"placement-{namespace}"
     ports = [free_port(), free_port()]
-    async with round_robin(ports) as service_port:
-        await kube.create(
-            MUTATING_WEBHOOK_CONFIGURATIONS,
-            webhook_configuration(
-                configuration, f"https://127.0.0.1:{service_port}{DOMAIN_PATH}", namespace
-            ),
+    async with (
+        round_robin(ports) as service_port,
+        webhook_configured(kube, configuration, namespace, service_port),
+    ):
+        await e2e.start_simulator()
+        # The replicas' caches disagree, as after a Node change the inventory's poll has
+        # not brought yet: the first sees rack r01 cordoned, the second sees it free. Alone,
+        # the first would choose r02 for the first job, the second r01.
+        await cordon(kube, STALE_RACK, True)
+        replicas = [await start_replica(e2e, 0, ports[0], configuration)]
+        await cordon(kube, STALE_RACK, False)
+        replicas.append(await start_replica(e2e, 1, ports[1], configuration))
+        await ca_bundle_written(kube, configuration)
+        # Both replicas serve the one certificate kept in the Secret (one caBundle).
+        certificates = {r.process.webhook.certificate for r in replicas if r.process.webhook}
+        assert len(certificates) == 1
+
+        # The nearly full clique: a job no webhook places, pinned to r00.
+        filler = await e2e.create_cd("filler", rct_name="filler", num_nodes=FILLER_SIZE)
+        await e2e.run_workload(
+            workload("filler", FILLER_SIZE, rct_name="filler", racks=[NEARLY_FULL_RACK])
         )
-        try:
-            await e2e.start_simulator()
-            # The replicas' caches disagree, as after a Node change the inventory's poll has
-            # not brought yet: the first sees rack r01 cordoned, the second sees it free. Alone,
-            # the first would choose r02 for the first job, the second r01.
-            await cordon(kube, STALE_RACK, True)
-            replicas = [await start_replica(e2e, 0, ports[0], configuration)]
-            await cordon(kube, STALE_RACK, False)
-            replicas.append(await start_replica(e2e, 1, ports[1], configuration))
-            await ca_bundle_written(kube, configuration)
-            # Both replicas serve the one certificate kept in the Secret (one caBundle).
-            certificates = {r.process.webhook.certificate for r in replicas if r.process.webhook}
-            assert len(certificates) == 1
+        await e2e.nodes_labelled(
+            filler["metadata"]["uid"], lambda held: len(held) == FILLER_SIZE, "filler holds"
+        )
+        nodes = {n["metadata"]["name"]: n for n in (await kube.list(NODES))["items"]}
+        full_clique = {
+            objects.labels(n)[c.GPU_CLIQUE_NODE_LABEL]
+            for n in nodes.values()
+            if objects.label(n, c.CD_LABEL) == filler["metadata"]["uid"]
+        }
+        assert len(full_clique) == 1
 
-            # The nearly full clique: a job no webhook places, pinned to r00.
-            filler = await e2e.create_cd("filler", rct_name="filler", num_nodes=FILLER_SIZE)
-            await e2e.run_workload(
-                workload("filler", FILLER_SIZE, rct_name="filler", racks=[NEARLY_FULL_RACK])
+        # Five jobs at once: their CDs, then their StatefulSets, all together.
+        names = [f"job{i}" for i in range(JOBS)]
+        cds = await asyncio.gather(*(opted_in_cd(e2e, n, JOB_SIZE) for n in names))
+        await asyncio.gather(*(e2e.run_workload(workload(n, JOB_SIZE, rct_name=n)) for n in names))
+        placed = await asyncio.gather(
+            *(e2e.workload_pods(n, scheduled(JOB_SIZE), "all scheduled") for n in names)
+        )
+        nodes = {n["metadata"]["name"]: n for n in (await kube.list(NODES))["items"]}
+        landed: dict[str, set[str]] = {}
+        for name, pods in zip(names, placed, strict=True):
+            landed[name] = {
+                objects.label(nodes[p["spec"]["nodeName"]], c.GPU_CLIQUE_NODE_LABEL) or "-"
+                for p in pods.values()
+            }
+        assert all(len(cliques) == 1 for cliques in landed.values()), (
+            f"a job's pods were placed in several cliques: {landed}"
+        )
+        assert not any(cliques & full_clique for cliques in landed.values()), landed
+        recorded = {
+            n: (await kube.get(COMPUTE_DOMAINS, n, namespace))["metadata"]["annotations"]
+            for n in names
+        }
+        assert {n: {a[RECORDED_CLIQUE_ANNOTATION]} for n, a in recorded.items()} == landed
+
+        # Each admission answered by one replica or the other; none failed.
+        def answered(outcome: str) -> float:
+            return sum(
+                r.counter(
+                    "computedomain_placement_admissions",
+                    lambda labels: labels["outcome"] == outcome,
+                )
+                for r in replicas
             )
+
+        assert answered("placed") == JOBS * JOB_SIZE
+        assert answered("failed") == 0
+        assert all(r.counter("computedomain_placement_admissions") for r in replicas), (
+            "one replica answered every admission: the proxy did not spread them"
+        )
+
+        # `kubectl cdom cliques` (the plugin as a user runs it) agrees: each job's domain
+        # holds all its nodes in the one clique its pods landed in.
+        for cd in cds:
             await e2e.nodes_labelled(
-                filler["metadata"]["uid"], lambda held: len(held) == FILLER_SIZE, "filler holds"
+                cd["metadata"]["uid"], lambda held: len(held) == JOB_SIZE, "job holds"
             )
-            nodes = {n["metadata"]["name"]: n for n in (await kube.list(NODES))["items"]}
-            full_clique = {
-                objects.labels(n)[c.GPU_CLIQUE_NODE_LABEL]
-                for n in nodes.values()
-                if objects.label(n, c.CD_LABEL) == filler["metadata"]["uid"]
+        rows = await cliques_rows(kubeconfig_path)
+        for name in names:
+            holding = {
+                clique: row["domains"][f"{namespace}/{name}"]
+                for clique, row in rows.items()
+                if f"{namespace}/{name}" in row["domains"]
             }
-            assert len(full_clique) == 1
-
-            # Five jobs at once: their CDs, then their StatefulSets, all together.
-            names = [f"job{i}" for i in range(JOBS)]
-            cds = await asyncio.gather(*(opted_in_cd(e2e, n, JOB_SIZE) for n in names))
-            await asyncio.gather(
-                *(e2e.run_workload(workload(n, JOB_SIZE, rct_name=n)) for n in names)
-            )
-            placed = await asyncio.gather(
-                *(e2e.workload_pods(n, scheduled(JOB_SIZE), "all scheduled") for n in names)
-            )
-            nodes = {n["metadata"]["name"]: n for n in (await kube.list(NODES))["items"]}
-            landed: dict[str, set[str]] = {}
-            for name, pods in zip(names, placed, strict=True):
-                landed[name] = {
-                    objects.label(nodes[p["spec"]["nodeName"]], c.GPU_CLIQUE_NODE_LABEL) or "-"
-                    for p in pods.values()
-                }
-            assert all(len(cliques) == 1 for cliques in landed.values()), (
-                f"a job's pods were placed in several cliques: {landed}"
-            )
-            assert not any(cliques & full_clique for cliques in landed.values()), landed
-            recorded = {
-                n: (await kube.get(COMPUTE_DOMAINS, n, namespace))["metadata"]["annotations"]
-                for n in names
-            }
-            assert {n: {a[RECORDED_CLIQUE_ANNOTATION]} for n, a in recorded.items()} == landed
-
-            # Each admission answered by one replica or the other; none failed.
-            def answered(outcome: str) -> float:
-                return sum(
-                    r.counter(
-                        "computedomain_placement_admissions",
-                        lambda labels: labels["outcome"] == outcome,
-                    )
-                    for r in replicas
-                )
-
-            assert answered("placed") == JOBS * JOB_SIZE
-            assert answered("failed") == 0
-            assert all(r.counter("computedomain_placement_admissions") for r in replicas), (
-                "one replica answered every admission: the proxy did not spread them"
-            )
-
-            # `kubectl cdom cliques` (the plugin as a user runs it) agrees: each job's domain
-            # holds all its nodes in the one clique its pods landed in.
-            for cd in cds:
-                await e2e.nodes_labelled(
-                    cd["metadata"]["uid"], lambda held: len(held) == JOB_SIZE, "job holds"
-                )
-            rows = await cliques_rows(kubeconfig_path)
-            for name in names:
-                holding = {
-                    clique: row["domains"][f"{namespace}/{name}"]
-                    for clique, row in rows.items()
-                    if f"{namespace}/{name}" in row["domains"]
-                }
-                assert holding == dict.fromkeys(landed[name], JOB_SIZE), (name, holding)
-            for name in names:
-                await e2e.cd_until(
-                    name,
-                    lambda cd: any(
-                        x["type"] == CONDITION_PLACED and x["status"] == "True"
-                        for x in ((cd or {}).get("status") or {}).get("conditions") or []
-                    ),
-                    "Placed",
-                    within=30,
-                )
-
-            # The webhook gone (both replicas stopped): pods are still admitted, unplaced.
-            await e2e.controllers.stop_all()
-            await e2e.start_controller()  # without the webhook, to finalize at clean-up
-            await opted_in_cd(e2e, "late", 2)
-            await e2e.run_workload(workload("late", 2, rct_name="late"))
-            late = await e2e.workload_pods("late", scheduled(2), "admitted and scheduled")
-            for pod in late.values():
-                required = (
-                    ((pod["spec"].get("affinity") or {}).get("nodeAffinity") or {})
-                    .get("requiredDuringSchedulingIgnoredDuringExecution")
-                )  # fmt: skip
-                assert required is None, pod["spec"]["affinity"]
-            # ... and its ComputeDomain says so.
+            assert holding == dict.fromkeys(landed[name], JOB_SIZE), (name, holding)
+        for name in names:
             await e2e.cd_until(
-                "late",
+                name,
                 lambda cd: any(
-                    (x["type"], x["status"], x["reason"]) == (CONDITION_PLACED, "False", NOT_PLACED)
+                    x["type"] == CONDITION_PLACED and x["status"] == "True"
                     for x in ((cd or {}).get("status") or {}).get("conditions") or []
                 ),
-                "Placed False NotPlaced",
-                within=60,
+                "Placed",
+                within=30,
             )
-        finally:
-            with contextlib.suppress(ApiError):
-                await kube.delete(MUTATING_WEBHOOK_CONFIGURATIONS, configuration)
+
+        # The webhook gone (both replicas stopped): pods are still admitted, unplaced.
+        await e2e.controllers.stop_all()
+        await e2e.start_controller()  # without the webhook, to finalize at clean-up
+        await opted_in_cd(e2e, "late", 2)
+        await e2e.run_workload(workload("late", 2, rct_name="late"))
+        late = await e2e.workload_pods("late", scheduled(2), "admitted and scheduled")
+        for pod in late.values():
+            required = (
+                ((pod["spec"].get("affinity") or {}).get("nodeAffinity") or {})
+                .get("requiredDuringSchedulingIgnoredDuringExecution")
+            )  # fmt: skip
+            assert required is None, pod["spec"]["affinity"]
+        # ... and its ComputeDomain says so.
+        await e2e.cd_until(
+            "late",
+            lambda cd: any(
+                (x["type"], x["status"], x["reason"]) == (CONDITION_PLACED, "False", NOT_PLACED)
+                for x in ((cd or {}).get("status") or {}).get("conditions") or []
+            ),
+            "Placed False NotPlaced",
+            within=60,
+        )
     print(f"placement webhook e2e: {time.monotonic() - started:.1f}s")

@@ -24,14 +24,17 @@ import pytest
 import yaml
 from kubernetes_asyncio.client import ApiClient
 
-from computedomain.admission.server import DOMAIN_PATH
 from computedomain.api import constants as c
 from computedomain.api.resources import COMPUTE_DOMAINS
 from computedomain.config import environ
 from computedomain.devcluster.clients import request_service_account_token, token_kubeconfig
-from computedomain.devcluster.controlplane import ControlPlane, free_port
+from computedomain.devcluster.controlplane import ControlPlane
 from computedomain.devcluster.harness import RunningController, compute_domain, start_controller
-from computedomain.devcluster.placement import ca_bundle_written, webhook_configuration
+from computedomain.devcluster.placement import (
+    ca_bundle_written,
+    webhook_configured,
+    webhook_environ,
+)
 from computedomain.devcluster.watching import watch_objects
 from computedomain.domain.placement import (
     PLACEMENT_OPT_IN,
@@ -41,7 +44,7 @@ from computedomain.domain.placement import (
 from computedomain.domain.workload_domain import WORKLOAD_ANNOTATION
 from computedomain.runtime import resources as r
 from computedomain.runtime.client import ApiError, KubeClient
-from computedomain.runtime.resources import JOBS, MUTATING_WEBHOOK_CONFIGURATIONS
+from computedomain.runtime.resources import JOBS
 from computedomain.sim.context import SimSettings
 from computedomain.sim.faults import DelayRange, FaultSettings
 from computedomain.sim.simulator import Simulator
@@ -172,52 +175,49 @@ async def run_webhook_path(
     webhook_roles = component_webhook_roles()
     objects = without_verb([*render_rbac(), *webhook_roles], dropped)
     installed = await install(admin, objects, driver_namespace)
-    port = free_port()
-    await admin.create(
-        MUTATING_WEBHOOK_CONFIGURATIONS,
-        webhook_configuration(CONFIGURATION, f"https://127.0.0.1:{port}{DOMAIN_PATH}", namespace),
-    )
-    simulator = Simulator(
-        KubeClient.from_api_client(api_client, field_manager="computedomain-sim"),
-        SimSettings(
-            driver_namespace=driver_namespace,
-            faults=FaultSettings(daemon_delay=DelayRange.fixed(0.2)),
-            seed=13,
-        ),
-    )
-    sim_task = asyncio.create_task(simulator.run())
-    controller: RunningController | None = None
     forbidden = ForbiddenLog()
     try:
-        async with asyncio.timeout(30):
-            await simulator.wait_ready()
-        token = await request_service_account_token(api_client, driver_namespace, CONTROLLER_SA)
-        kubeconfig = token_kubeconfig(
-            tmp_path / "controller.kubeconfig", control_plane.server, control_plane.ca_file, token
-        )
-        controller = await start_controller(
-            kubeconfig,
-            driver_namespace,
-            {
-                **RBAC_ENV,
-                **environ(
-                    leader_election_lease_lock_namespace=driver_namespace,
-                    placement_webhook_address=f"127.0.0.1:{port}",
-                    placement_webhook_hosts="127.0.0.1",
-                    placement_webhook_configuration=CONFIGURATION,
+        async with webhook_configured(admin, CONFIGURATION, namespace) as port:
+            simulator = Simulator(
+                KubeClient.from_api_client(api_client, field_manager="computedomain-sim"),
+                SimSettings(
+                    driver_namespace=driver_namespace,
+                    faults=FaultSettings(daemon_delay=DelayRange.fixed(0.2)),
+                    seed=13,
                 ),
-            },
-            wait_synced=None,
-            # The 403 log attached before the controller's first request.
-            on_ready=lambda _: logging.getLogger().addHandler(forbidden),
-        )
-        return await scenario(admin, controller, namespace, forbidden)
+            )
+            sim_task = asyncio.create_task(simulator.run())
+            controller: RunningController | None = None
+            try:
+                async with asyncio.timeout(30):
+                    await simulator.wait_ready()
+                token = await request_service_account_token(
+                    api_client, driver_namespace, CONTROLLER_SA
+                )
+                kubeconfig = token_kubeconfig(
+                    tmp_path / "controller.kubeconfig",
+                    control_plane.server,
+                    control_plane.ca_file,
+                    token,
+                )
+                controller = await start_controller(
+                    kubeconfig,
+                    driver_namespace,
+                    {
+                        **RBAC_ENV,
+                        **environ(leader_election_lease_lock_namespace=driver_namespace),
+                        **webhook_environ(port, CONFIGURATION),
+                    },
+                    wait_synced=None,
+                    # The 403 log attached before the controller's first request.
+                    on_ready=lambda _: logging.getLogger().addHandler(forbidden),
+                )
+                return await scenario(admin, controller, namespace, forbidden)
+            finally:
+                await _clean_up(admin, namespace, controller)
+                sim_task.cancel()
+                await asyncio.gather(sim_task, return_exceptions=True)
     finally:
-        await _clean_up(admin, namespace, controller)
-        sim_task.cancel()
-        await asyncio.gather(sim_task, return_exceptions=True)
-        with contextlib.suppress(ApiError):
-            await admin.delete(MUTATING_WEBHOOK_CONFIGURATIONS, CONFIGURATION)
         await uninstall(admin, installed)
         logging.getLogger().removeHandler(forbidden)
 

@@ -14,11 +14,12 @@ from typing import Any
 
 import pytest
 
-from computedomain.admission.server import DOMAIN_PATH
 from computedomain.api import constants as c
-from computedomain.config import environ
-from computedomain.devcluster.controlplane import free_port
-from computedomain.devcluster.placement import ca_bundle_written, webhook_configuration
+from computedomain.devcluster.placement import (
+    ca_bundle_written,
+    webhook_configured,
+    webhook_environ,
+)
 from computedomain.domain.placement import RECORDED_CLIQUE_ANNOTATION
 from computedomain.domain.workload_domain import (
     CLAIM_NAME,
@@ -31,7 +32,6 @@ from computedomain.runtime.objects import condition
 from computedomain.runtime.resources import (
     DAEMONSETS,
     JOBS,
-    MUTATING_WEBHOOK_CONFIGURATIONS,
     NODES,
     PODS,
 )
@@ -72,87 +72,75 @@ async def test_an_annotated_job_gets_its_domain_which_goes_with_it(
 ) -> None:
     started = time.monotonic()
     configuration = f"workload-domain-{namespace}"
-    port = free_port()
-    await kube.create(
-        MUTATING_WEBHOOK_CONFIGURATIONS,
-        webhook_configuration(configuration, f"https://127.0.0.1:{port}{DOMAIN_PATH}", namespace),
-    )
-    try:
-        await e2e.start_simulator()
-        await e2e.start_controller(
-            **environ(
-                placement_webhook_address=f"127.0.0.1:{port}",
-                placement_webhook_hosts="127.0.0.1",
-                placement_webhook_configuration=configuration,
+    async with webhook_configured(kube, configuration, namespace) as port:
+        try:
+            await e2e.start_simulator()
+            await e2e.start_controller(**webhook_environ(port, configuration))
+            await ca_bundle_written(kube, configuration)
+            job = await kube.create(JOBS, annotated_job("train", SIZE), namespace)
+            name = domain_name("train", job["metadata"]["uid"])
+
+            pods = await e2e.workload_pods("train", scheduled(SIZE), "admitted and scheduled")
+            for pod in pods.values():
+                assert {"name": CLAIM_NAME, "resourceClaimTemplateName": f"{name}-channel"} in pod[
+                    "spec"
+                ]["resourceClaims"]
+                assert pod["spec"]["containers"][0]["resources"]["claims"] == [{"name": CLAIM_NAME}]
+            cd = await e2e.cd_until(
+                name,
+                lambda cd: cd_ready(cd) and len(status_nodes(cd)) == SIZE,
+                f"Ready with {SIZE} nodes",
             )
-        )
-        await ca_bundle_written(kube, configuration)
-        job = await kube.create(JOBS, annotated_job("train", SIZE), namespace)
-        name = domain_name("train", job["metadata"]["uid"])
+            assert cd is not None
+            e2e.uids.add(cd["metadata"]["uid"])
+            # Placement applied: the pods are in the one clique recorded on the CD.
+            nodes = {objects.name(n): n for n in (await kube.list(NODES))["items"]}
+            cliques = {
+                objects.label(nodes[p["spec"]["nodeName"]], c.GPU_CLIQUE_NODE_LABEL)
+                for p in pods.values()
+            }
+            assert cliques == {cd["metadata"]["annotations"][RECORDED_CLIQUE_ANNOTATION]}
 
-        pods = await e2e.workload_pods("train", scheduled(SIZE), "admitted and scheduled")
-        for pod in pods.values():
-            assert {"name": CLAIM_NAME, "resourceClaimTemplateName": f"{name}-channel"} in pod[
-                "spec"
-            ]["resourceClaims"]
-            assert pod["spec"]["containers"][0]["resources"]["claims"] == [{"name": CLAIM_NAME}]
-        cd = await e2e.cd_until(
-            name,
-            lambda cd: cd_ready(cd) and len(status_nodes(cd)) == SIZE,
-            f"Ready with {SIZE} nodes",
-        )
-        assert cd is not None
-        e2e.uids.add(cd["metadata"]["uid"])
-        # Placement applied: the pods are in the one clique recorded on the CD.
-        nodes = {objects.name(n): n for n in (await kube.list(NODES))["items"]}
-        cliques = {
-            objects.label(nodes[p["spec"]["nodeName"]], c.GPU_CLIQUE_NODE_LABEL)
-            for p in pods.values()
-        }
-        assert cliques == {cd["metadata"]["annotations"][RECORDED_CLIQUE_ANNOTATION]}
-
-        # The Job deleted: the garbage collector deletes its pods and its CD. One pod is held
-        # terminating (a finalizer of the test's, as a real kubelet keeps a deleted pod Running
-        # through its grace period; kwok deletes one at once): the CD keeps its IMEX daemons
-        # while that pod still uses its channel, and says so.
-        held = sorted(pods)[0]
-        await kube.patch(PODS, held, HELD, namespace, patch_type="strategic")
-        deleted = time.monotonic()
-        await kube.delete(JOBS, "train", namespace, propagation_policy="Background")
-        waiting = await e2e.cd_until(
-            name,
-            lambda cd: (
-                f"IMEX daemons stay while 1 workload pod still uses its channel: {held}"
-                in str(condition(cd or {}, "Ready").get("message"))
-            ),
-            "waits for the terminating pod",
-            within=60,
-        )
-        assert waiting is not None
-        assert waiting["metadata"].get("deletionTimestamp")
-        terminating = await kube.get(PODS, held, namespace)
-        assert terminating["metadata"].get("deletionTimestamp")
-        assert terminating["status"]["phase"] == "Running"
-        daemonset = await kube.get(
-            DAEMONSETS, c.daemon_name(cd["metadata"]["uid"]), e2e.driver_namespace
-        )
-        assert not daemonset["metadata"].get("deletionTimestamp"), "IMEX torn down under a pod"
-        released = time.monotonic()
-        await kube.patch(PODS, held, LET_GO, namespace, patch_type="strategic")
-        await e2e.cd_until(name, lambda cd: cd is None, "gone with its Job", within=60)
-        print(
-            f"CD waited {released - deleted:.1f}s for its terminating pod, gone "
-            f"{time.monotonic() - released:.1f}s after the pod was"
-        )
-    finally:
-        for pod in (await kube.list(PODS, namespace))["items"]:
-            if HOLD in (pod["metadata"].get("finalizers") or []):
-                with contextlib.suppress(ApiError):
-                    await kube.patch(
-                        PODS, objects.name(pod), LET_GO, namespace, patch_type="strategic"
-                    )
-        with contextlib.suppress(ApiError):
+            # The Job deleted: the garbage collector deletes its pods and its CD. One pod is held
+            # terminating (a finalizer of the test's, as a real kubelet keeps a deleted pod Running
+            # through its grace period; kwok deletes one at once): the CD keeps its IMEX daemons
+            # while that pod still uses its channel, and says so.
+            held = sorted(pods)[0]
+            await kube.patch(PODS, held, HELD, namespace, patch_type="strategic")
+            deleted = time.monotonic()
             await kube.delete(JOBS, "train", namespace, propagation_policy="Background")
-        with contextlib.suppress(ApiError):
-            await kube.delete(MUTATING_WEBHOOK_CONFIGURATIONS, configuration)
+            waiting = await e2e.cd_until(
+                name,
+                lambda cd: (
+                    f"IMEX daemons stay while 1 workload pod still uses its channel: {held}"
+                    in str(condition(cd or {}, "Ready").get("message"))
+                ),
+                "waits for the terminating pod",
+                within=60,
+            )
+            assert waiting is not None
+            assert waiting["metadata"].get("deletionTimestamp")
+            terminating = await kube.get(PODS, held, namespace)
+            assert terminating["metadata"].get("deletionTimestamp")
+            assert terminating["status"]["phase"] == "Running"
+            daemonset = await kube.get(
+                DAEMONSETS, c.daemon_name(cd["metadata"]["uid"]), e2e.driver_namespace
+            )
+            assert not daemonset["metadata"].get("deletionTimestamp"), "IMEX torn down under a pod"
+            released = time.monotonic()
+            await kube.patch(PODS, held, LET_GO, namespace, patch_type="strategic")
+            await e2e.cd_until(name, lambda cd: cd is None, "gone with its Job", within=60)
+            print(
+                f"CD waited {released - deleted:.1f}s for its terminating pod, gone "
+                f"{time.monotonic() - released:.1f}s after the pod was"
+            )
+        finally:
+            for pod in (await kube.list(PODS, namespace))["items"]:
+                if HOLD in (pod["metadata"].get("finalizers") or []):
+                    with contextlib.suppress(ApiError):
+                        await kube.patch(
+                            PODS, objects.name(pod), LET_GO, namespace, patch_type="strategic"
+                        )
+            with contextlib.suppress(ApiError):
+                await kube.delete(JOBS, "train", namespace, propagation_policy="Background")
     print(f"workload domain e2e: {time.monotonic() - started:.1f}s")
