@@ -3,7 +3,8 @@ template carries ``workload.computedomain.io/enabled: "true"`` and no claim is a
 kube-apiserver through our webhook, which creates the Job's CD and wires each pod to its
 channel; the pods run on the simulated fleet in one clique, the CD is Ready with their nodes,
 and when the Job is deleted the garbage collector (kube-controller-manager) deletes the CD,
-which our controller then finalizes, once the Job's last pod, held terminating, is gone.
+which our controller then finalizes, once the Job's last pod, held terminating, is gone. The
+same for an annotated StatefulSet: its CD, owned by it, Ready with its pods' nodes, gone with it.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from computedomain.runtime.resources import (
     JOBS,
     NODES,
     PODS,
+    STATEFULSETS,
 )
 from tests.integration.e2e_harness import EndToEnd, cd_ready, status_nodes, workload
 from tests.integration.test_placement_webhook import scheduled
@@ -48,16 +50,22 @@ HELD = {"metadata": {"finalizers": [HOLD]}}
 LET_GO = {"metadata": {"$deleteFromPrimitiveList/finalizers": [HOLD]}}
 
 
-def annotated_job(name: str, size: int) -> dict[str, Any]:
-    """What an ML engineer writes: a Job, the annotation on its pod template, no claim, no CD
-    (the pod template of the harness's workloads, one pod per node, without its claim)."""
-    template = workload(name, size)["spec"]["template"]
+def annotated(body: dict[str, Any]) -> dict[str, Any]:
+    """What an ML engineer writes: the workload with the annotation on its pod template, no
+    claim, no CD (the harness's pod template, one pod per node, without its claim)."""
+    template = body["spec"]["template"]
     spec = template["spec"]
     del spec["resourceClaims"]
     for container in spec["containers"]:
         del container["resources"]
-    spec["restartPolicy"] = "Never"
     template["metadata"]["annotations"] = {WORKLOAD_DOMAIN_OPT_IN: "true"}
+    return body
+
+
+def annotated_job(name: str, size: int) -> dict[str, Any]:
+    """An annotated Job of ``size`` pods, all at once."""
+    template = annotated(workload(name, size))["spec"]["template"]
+    template["spec"]["restartPolicy"] = "Never"
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
@@ -144,3 +152,47 @@ async def test_an_annotated_job_gets_its_domain_which_goes_with_it(
             with contextlib.suppress(ApiError):
                 await kube.delete(JOBS, "train", namespace, propagation_policy="Background")
     print(f"workload domain e2e: {time.monotonic() - started:.1f}s")
+
+
+async def test_an_annotated_statefulset_gets_its_domain_ready_which_goes_with_it(
+    e2e: EndToEnd, kube: KubeClient, namespace: str
+) -> None:
+    """The acceptance's other workload: a StatefulSet (pods owned by it directly) with the
+    annotation and no CD YAML gets its CD, owned by it; the CD becomes Ready with the pods'
+    nodes, in the clique recorded on it; deleting the StatefulSet takes the CD and its IMEX
+    DaemonSet with it."""
+    configuration = f"workload-domain-sts-{namespace}"
+    async with webhook_configured(kube, configuration, namespace) as port:
+        try:
+            await e2e.start_simulator()
+            await e2e.start_controller(**webhook_environ(port, configuration))
+            await ca_bundle_written(kube, configuration)
+            sts = await kube.create(STATEFULSETS, annotated(workload("serve", SIZE)), namespace)
+            name = domain_name("serve", sts["metadata"]["uid"])
+            pods = await e2e.workload_pods("serve", scheduled(SIZE), "admitted and scheduled")
+            cd = await e2e.cd_until(
+                name,
+                lambda cd: cd_ready(cd) and len(status_nodes(cd)) == SIZE,
+                f"Ready with {SIZE} nodes",
+            )
+            assert cd is not None
+            e2e.uids.add(cd["metadata"]["uid"])
+            assert [(o["kind"], o["name"]) for o in cd["metadata"]["ownerReferences"]] == [
+                ("StatefulSet", "serve")
+            ]
+            nodes = {objects.name(n): n for n in (await kube.list(NODES))["items"]}
+            assert {p["spec"]["nodeName"] for p in pods.values()} == set(status_nodes(cd))
+            assert {
+                objects.label(nodes[p["spec"]["nodeName"]], c.GPU_CLIQUE_NODE_LABEL)
+                for p in pods.values()
+            } == {cd["metadata"]["annotations"][RECORDED_CLIQUE_ANNOTATION]}
+
+            daemon = c.daemon_name(cd["metadata"]["uid"])
+            await kube.delete(STATEFULSETS, "serve", namespace, propagation_policy="Background")
+            await e2e.cd_until(name, lambda cd: cd is None, "gone with its StatefulSet", within=90)
+            with pytest.raises(ApiError) as gone:
+                await kube.get(DAEMONSETS, daemon, e2e.driver_namespace)
+            assert gone.value.is_not_found, gone.value
+        finally:
+            with contextlib.suppress(ApiError):
+                await kube.delete(STATEFULSETS, "serve", namespace, propagation_policy="Background")
