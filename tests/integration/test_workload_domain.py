@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import pytest
@@ -75,6 +76,29 @@ def annotated_job(name: str, size: int) -> dict[str, Any]:
     }  # fmt: skip
 
 
+async def ready_in_its_clique(
+    e2e: EndToEnd, kube: KubeClient, name: str, pods: Mapping[str, Mapping[str, Any]]
+) -> dict[str, Any]:
+    """The workload's CD ``name`` once Ready with its pods' nodes: each pod wired to the CD's
+    channel by the webhook, and placed in the one clique recorded on the CD."""
+    for pod in pods.values():
+        claims = pod["spec"]["resourceClaims"]
+        assert {"name": CLAIM_NAME, "resourceClaimTemplateName": f"{name}-channel"} in claims
+        assert pod["spec"]["containers"][0]["resources"]["claims"] == [{"name": CLAIM_NAME}]
+    cd = await e2e.cd_until(
+        name, lambda cd: cd_ready(cd) and len(status_nodes(cd)) == SIZE, f"Ready with {SIZE} nodes"
+    )
+    assert cd is not None
+    e2e.uids.add(cd["metadata"]["uid"])
+    assert {p["spec"]["nodeName"] for p in pods.values()} == set(status_nodes(cd))
+    nodes = {objects.name(n): n for n in (await kube.list(NODES))["items"]}
+    cliques = {
+        objects.label(nodes[p["spec"]["nodeName"]], c.GPU_CLIQUE_NODE_LABEL) for p in pods.values()
+    }
+    assert cliques == {cd["metadata"]["annotations"][RECORDED_CLIQUE_ANNOTATION]}
+    return cd
+
+
 async def test_an_annotated_job_gets_its_domain_which_goes_with_it(
     e2e: EndToEnd, kube: KubeClient, namespace: str
 ) -> None:
@@ -89,26 +113,7 @@ async def test_an_annotated_job_gets_its_domain_which_goes_with_it(
             name = domain_name("train", job["metadata"]["uid"])
 
             pods = await e2e.workload_pods("train", scheduled(SIZE), "admitted and scheduled")
-            for pod in pods.values():
-                assert {"name": CLAIM_NAME, "resourceClaimTemplateName": f"{name}-channel"} in pod[
-                    "spec"
-                ]["resourceClaims"]
-                assert pod["spec"]["containers"][0]["resources"]["claims"] == [{"name": CLAIM_NAME}]
-            cd = await e2e.cd_until(
-                name,
-                lambda cd: cd_ready(cd) and len(status_nodes(cd)) == SIZE,
-                f"Ready with {SIZE} nodes",
-            )
-            assert cd is not None
-            e2e.uids.add(cd["metadata"]["uid"])
-            # Placement applied: the pods are in the one clique recorded on the CD.
-            nodes = {objects.name(n): n for n in (await kube.list(NODES))["items"]}
-            cliques = {
-                objects.label(nodes[p["spec"]["nodeName"]], c.GPU_CLIQUE_NODE_LABEL)
-                for p in pods.values()
-            }
-            assert cliques == {cd["metadata"]["annotations"][RECORDED_CLIQUE_ANNOTATION]}
-
+            cd = await ready_in_its_clique(e2e, kube, name, pods)
             # The Job deleted: the garbage collector deletes its pods and its CD. One pod is held
             # terminating (a finalizer of the test's, as a real kubelet keeps a deleted pod Running
             # through its grace period; kwok deletes one at once): the CD keeps its IMEX daemons
@@ -170,22 +175,10 @@ async def test_an_annotated_statefulset_gets_its_domain_ready_which_goes_with_it
             sts = await kube.create(STATEFULSETS, annotated(workload("serve", SIZE)), namespace)
             name = domain_name("serve", sts["metadata"]["uid"])
             pods = await e2e.workload_pods("serve", scheduled(SIZE), "admitted and scheduled")
-            cd = await e2e.cd_until(
-                name,
-                lambda cd: cd_ready(cd) and len(status_nodes(cd)) == SIZE,
-                f"Ready with {SIZE} nodes",
-            )
-            assert cd is not None
-            e2e.uids.add(cd["metadata"]["uid"])
+            cd = await ready_in_its_clique(e2e, kube, name, pods)
             assert [(o["kind"], o["name"]) for o in cd["metadata"]["ownerReferences"]] == [
                 ("StatefulSet", "serve")
             ]
-            nodes = {objects.name(n): n for n in (await kube.list(NODES))["items"]}
-            assert {p["spec"]["nodeName"] for p in pods.values()} == set(status_nodes(cd))
-            assert {
-                objects.label(nodes[p["spec"]["nodeName"]], c.GPU_CLIQUE_NODE_LABEL)
-                for p in pods.values()
-            } == {cd["metadata"]["annotations"][RECORDED_CLIQUE_ANNOTATION]}
 
             daemon = c.daemon_name(cd["metadata"]["uid"])
             await kube.delete(STATEFULSETS, "serve", namespace, propagation_policy="Background")
