@@ -51,7 +51,7 @@ from computedomain.runtime.resources import (
 from computedomain.sim.fleet import RACK_LABEL, resource_slice_name
 from computedomain.sim.install import create_fleet, wait_nodes_ready
 from tests.integration.cluster import TEST_FLEET, fleet_node_names
-from tests.integration.e2e_harness import EndToEnd, workload
+from tests.integration.e2e_harness import EndToEnd, pod_running, workload
 from tests.kit.kubectl_plugin import cliques_rows
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
@@ -267,6 +267,12 @@ async def test_each_job_lands_in_one_clique_with_room_and_pods_pass_without_the_
                 .get("requiredDuringSchedulingIgnoredDuringExecution")
             )  # fmt: skip
             assert required is None, pod["spec"]["affinity"]
+        # ... they start (Running on the fleet) ...
+        await e2e.workload_pods(
+            "late",
+            lambda pods: len(pods) == 2 and all(pod_running(p) for p in pods.values()),
+            "Running, unplaced",
+        )
         # ... and its ComputeDomain says so.
         await e2e.cd_until(
             "late",
