@@ -231,6 +231,8 @@ class Soak:
     # v0.4.1 can die of a concurrent map write in its status metrics, and its Deployment's
     # kubelet would restart it): [seconds into the soak, exit code].
     crashes: list[tuple[float, int]] = field(default_factory=list)
+    # Set by _replace once a killed controller's replacement runs (what _restart_on_crash awaits).
+    replaced: asyncio.Event = field(default_factory=asyncio.Event)
 
     def __post_init__(self) -> None:
         # CDs alive at once: about a fifth of the fleet's nodes busy (1-4 nodes each).
@@ -464,6 +466,7 @@ class Soak:
         assert self.controller is not None
         await self.controller.kill()
         self.controller = await start(incarnation)
+        self.replaced.set()
 
     def _nvidia_title(self) -> str:
         qps, burst = self.nvidia_rate or (5, 10)
@@ -479,7 +482,10 @@ class Soak:
             assert isinstance(controller, NvidiaChild)
             code = await controller.exited()
             if controller.killed or controller is not self.controller:
-                await asyncio.sleep(0.5)  # a kill of the soak's: its replacement is starting
+                # A kill of the soak's: wait until _replace has started its replacement.
+                while self.controller is controller:
+                    self.replaced.clear()
+                    await self.replaced.wait()
                 continue
             self.crashes.append((time.monotonic() - begin, code))
             self.say(f"soak: NVIDIA's controller exited ({code}), started again")
